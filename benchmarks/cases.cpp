@@ -1,0 +1,272 @@
+#include "benchmarks/cases.h"
+
+#include "benchmarks/batch_source.h"
+#include "benchmarks/device_stats.h"
+#include "benchmarks/device_timer.h"
+#include "benchmarks/distributed_runner.h"
+#include "models/model_zoo.h"
+
+#ifdef PARBENCH_WITH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <set>
+
+namespace parbench {
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+std::string base_name(const std::string& strategy, const RunConfig& config, int64_t batch, DataMode data) {
+  return "train/" + strategy + "/" + config.model + "/batch:" + std::to_string(batch) +
+         "/image:" + std::to_string(config.image_size) + "/precision:" + to_string(config.precision) +
+         "/data:" + to_string(data);
+}
+
+std::string format_number(double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", value);
+  return text;
+}
+
+std::vector<int64_t> split_sizes_for(const Options& options, int64_t batch) {
+  std::vector<int64_t> sizes = options.split_sizes;
+  if (sizes.empty()) {
+    sizes = tutorial_split_sizes();
+    sizes.push_back(batch);
+  }
+  std::set<int64_t> unique(sizes.begin(), sizes.end());
+  return {unique.begin(), unique.end()};
+}
+
+std::vector<torch::Device> case_devices(const CaseSpec& spec) {
+  if (!torch::cuda::is_available()) return {torch::Device(torch::kCPU)};
+  std::vector<torch::Device> devices;
+  for (int i = 0; i < spec.gpus; ++i) devices.emplace_back(torch::kCUDA, static_cast<c10::DeviceIndex>(i));
+  return devices;
+}
+
+std::string join_label(const std::map<std::string, std::string>& facts) {
+  std::string label;
+  for (const auto& [key, value] : facts) label += (label.empty() ? "" : ";") + key + "=" + value;
+  return label;
+}
+
+// A set-up strategy kept across Google Benchmark's calls of one case (its repetitions), so
+// set-up and warm-up happen once per case.
+struct PreparedCase {
+  std::string name;
+  std::unique_ptr<Strategy> strategy;
+  std::unique_ptr<BatchSource> source;
+  double params = 0;
+  double forward_flops_per_image = 0;
+  std::optional<std::vector<double>> busy_seconds;
+};
+
+std::unique_ptr<PreparedCase>& prepared_case() {
+  static std::unique_ptr<PreparedCase> prepared;
+  return prepared;
+}
+
+void release_prepared_case() {
+  prepared_case().reset();
+#ifdef PARBENCH_WITH_CUDA
+  if (torch::cuda::is_available()) c10::cuda::CUDACachingAllocator::emptyCache();
+#endif
+}
+
+PreparedCase& prepare(const CaseSpec& spec, const Options& options) {
+  auto& prepared = prepared_case();
+  if (prepared && prepared->name == spec.name) return *prepared;
+  release_prepared_case();
+
+  const auto devices = case_devices(spec);
+  reset_peak_memory(devices);
+  auto fresh = std::make_unique<PreparedCase>();
+  fresh->name = spec.name;
+  fresh->strategy = spec.strategy->create();
+  const auto config = spec.config;
+  fresh->strategy->setup([&config] { return make_model(config.model, config.num_classes); }, devices, config);
+  fresh->source = std::make_unique<BatchSource>(spec.config, spec.config.batch_size, spec.data,
+                                                fresh->strategy->input_device(), fresh->strategy->target_device());
+  for (const auto& parameter : fresh->strategy->model().module().parameters()) fresh->params += parameter.numel();
+  fresh->forward_flops_per_image = fresh->strategy->model().forward_flops_per_image(spec.config.image_size);
+  for (int step = 0; step < options.warmup_steps; ++step) fresh->strategy->train_step(fresh->source->next());
+  synchronize_devices(devices);
+  fresh->busy_seconds = measure_busy_seconds(devices, [&] { fresh->strategy->train_step(fresh->source->next()); });
+  prepared = std::move(fresh);
+  return *prepared;
+}
+
+}  // namespace
+
+std::vector<CaseSpec> build_cases(const Options& options, int visible_gpus) {
+  auto& registry = StrategyRegistry::instance();
+  std::vector<const StrategyInfo*> strategies;
+  if (options.strategies.empty()) {
+    strategies = registry.all();
+  } else {
+    for (const auto& name : options.strategies) strategies.push_back(&registry.get(name));
+  }
+  const int multi_gpus = options.gpus > 0 ? options.gpus : std::max(visible_gpus, 2);
+
+  std::vector<CaseSpec> cases;
+  for (const auto* strategy : strategies) {
+    for (const auto& model : options.models) {
+      for (auto batch : options.batch_sizes) {
+        for (auto image : options.image_sizes) {
+          for (auto precision : options.precisions) {
+            for (auto data : options.data_modes) {
+              CaseSpec spec;
+              spec.strategy = strategy;
+              spec.data = data;
+              spec.config.model = model;
+              spec.config.batch_size = batch;
+              spec.config.image_size = image;
+              spec.config.precision = precision;
+              spec.config.loss = options.loss;
+              spec.config.cut = options.cut;
+              spec.gpus = strategy->min_devices > 1 || strategy->distributed ? multi_gpus : 1;
+              spec.global_batch = batch;
+              // Without GPUs the CPU is the one device single-device cases run on.
+              if (spec.gpus > std::max(visible_gpus, 1)) {
+                spec.skip_reason = "needs " + std::to_string(spec.gpus) + " GPUs, " + std::to_string(visible_gpus) +
+                                   " visible";
+              }
+              const auto base = base_name(strategy->name, spec.config, batch, data);
+              const auto gpus = "/gpus:" + std::to_string(spec.gpus);
+              if (strategy->name == "pipeline") {
+                for (auto split : split_sizes_for(options, batch)) {
+                  for (const auto& schedule : options.schedules) {
+                    spec.config.split_size = split;
+                    spec.config.schedule = schedule;
+                    spec.name = base + gpus + "/split:" + std::to_string(split) + "/schedule:" + schedule;
+                    cases.push_back(spec);
+                  }
+                }
+              } else if (strategy->distributed) {
+                for (auto bucket : options.bucket_mibs) {
+                  for (bool overlap : options.overlaps) {
+                    for (const auto& scaling : options.scalings) {
+                      CaseSpec ranked = spec;
+                      ranked.config.bucket_mib = bucket;
+                      ranked.config.overlap = overlap;
+                      ranked.scaling = scaling;
+                      if (scaling == "weak") {
+                        ranked.global_batch = batch * ranked.gpus;
+                      } else {
+                        ranked.config.batch_size = batch / ranked.gpus;
+                        if (batch % ranked.gpus != 0 && ranked.skip_reason.empty()) {
+                          ranked.skip_reason = "strong scaling needs a batch divisible by " + std::to_string(ranked.gpus) + " ranks";
+                        }
+                      }
+                      ranked.name = base + gpus + "/bucket_mib:" + format_number(bucket) +
+                                    "/overlap:" + (overlap ? "on" : "off") + "/scaling:" + scaling;
+                      cases.push_back(ranked);
+                    }
+                  }
+                }
+              } else {
+                spec.name = strategy->min_devices > 1 ? base + gpus : base;
+                cases.push_back(spec);
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  return cases;
+}
+
+void set_training_counters(benchmark::State& state, const CaseSpec& spec, double seconds, int64_t steps,
+                           double params, double forward_flops_per_image) {
+  const double images = static_cast<double>(steps) * spec.global_batch;
+  state.SetItemsProcessed(static_cast<int64_t>(images));
+  state.counters["step_ms"] = seconds / steps * 1e3;
+  // Training is counted as 3 forwards (docs/METRICS.md).
+  state.counters["tflops"] = 3.0 * forward_flops_per_image * images / seconds / 1e12;
+  state.counters["params"] = params;
+  state.counters["batch"] = static_cast<double>(spec.global_batch);
+  state.counters["image"] = static_cast<double>(spec.config.image_size);
+  state.counters["gpus"] = spec.gpus;
+  if (spec.strategy->name == "pipeline") state.counters["split_size"] = static_cast<double>(spec.config.split_size);
+}
+
+void report_progress(const CaseSpec& spec, size_t index, size_t total) {
+  static const auto run_start = std::chrono::steady_clock::now();
+  const auto elapsed = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - run_start).count();
+  std::fprintf(stderr, "[%zu/%zu %02lld:%02lld:%02lld] %s\n", index + 1, total, static_cast<long long>(elapsed / 3600),
+               static_cast<long long>(elapsed / 60 % 60), static_cast<long long>(elapsed % 60), spec.name.c_str());
+}
+
+void run_local_case(benchmark::State& state, const CaseSpec& spec, const Options& options) {
+  try {
+    auto& prepared = prepare(spec, options);
+    const auto& devices = prepared.strategy->devices();
+    DeviceTimer timer(devices, options.timer);
+    double seconds = 0;
+    for (auto _ : state) {
+      timer.start();
+      for (int step = 0; step < options.steps_per_iteration; ++step) {
+        prepared.strategy->train_step(prepared.source->next());
+      }
+      const double elapsed = timer.stop();
+      state.SetIterationTime(elapsed);
+      seconds += elapsed;
+    }
+    synchronize_devices(devices);
+    const int64_t steps = state.iterations() * options.steps_per_iteration;
+    set_training_counters(state, spec, seconds, steps, prepared.params, prepared.forward_flops_per_image);
+    const auto peaks = peak_memory_bytes(devices);
+    for (size_t i = 0; i < peaks.size(); ++i) state.counters["peak_mem_gib_dev" + std::to_string(i)] = peaks[i] / kGiB;
+    if (prepared.busy_seconds) {
+      const double step_seconds = seconds / steps;
+      for (size_t i = 0; i < prepared.busy_seconds->size(); ++i) {
+        const double busy = std::min(1.0, (*prepared.busy_seconds)[i] / step_seconds);
+        state.counters["busy_frac_dev" + std::to_string(i)] = busy;
+        state.counters["bubble_frac_dev" + std::to_string(i)] = 1.0 - busy;
+      }
+    }
+    state.SetLabel(join_label(prepared.strategy->describe()));
+  } catch (const std::exception& error) {
+    release_prepared_case();
+    std::string message = error.what();
+    message = message.substr(0, message.find('\n'));  // c10::Error appends a C++ backtrace
+    state.SkipWithError(message.c_str());
+  }
+}
+
+void register_cases(const std::vector<CaseSpec>& cases, const Options& options) {
+  for (size_t index = 0; index < cases.size(); ++index) {
+    const auto& spec = cases[index];
+    auto* benchmark = benchmark::RegisterBenchmark(
+        spec.name.c_str(), [spec, index, total = cases.size(), &options](benchmark::State& state) {
+          static std::string last_reported;
+          if (last_reported != spec.name) {
+            report_progress(spec, index, total);
+            last_reported = spec.name;
+          }
+          if (!spec.skip_reason.empty()) {
+            state.SkipWithError(("skipped: " + spec.skip_reason).c_str());
+            return;
+          }
+          if (spec.strategy->distributed) {
+            run_distributed_case(state, spec, options);
+          } else {
+            run_local_case(state, spec, options);
+          }
+        });
+    benchmark->UseManualTime()->Unit(benchmark::kMillisecond);
+    if (options.iterations > 0) {
+      benchmark->Iterations(options.iterations);
+    } else if (spec.strategy->distributed) {
+      benchmark->Iterations(kDefaultDistributedIterations);
+    }
+  }
+}
+
+}  // namespace parbench

@@ -1,0 +1,83 @@
+#include "benchmarks/context.h"
+
+#include <benchmark/benchmark.h>
+#include <torch/version.h>
+
+#ifdef PARBENCH_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#include <ATen/detail/CUDAHooksInterface.h>
+#include <torch/csrc/distributed/c10d/NCCLUtils.hpp>
+#endif
+
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <memory>
+
+namespace parbench {
+namespace {
+
+std::string command_output(const std::string& command) {
+  std::array<char, 256> buffer{};
+  std::string output;
+  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(command.c_str(), "r"), pclose);
+  if (!pipe) return "";
+  while (fgets(buffer.data(), buffer.size(), pipe.get())) output += buffer.data();
+  while (!output.empty() && (output.back() == '\n' || output.back() == ' ')) output.pop_back();
+  return output;
+}
+
+std::string bool_text(bool value) { return value ? "true" : "false"; }
+
+std::string dotted_version(long version, long major_divisor, long minor_divisor) {
+  return std::to_string(version / major_divisor) + "." + std::to_string(version % major_divisor / minor_divisor);
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, std::string>> run_context(const Options& options) {
+  std::vector<std::pair<std::string, std::string>> context;
+  context.emplace_back("parbench_version", PARBENCH_VERSION);
+  context.emplace_back("parbench_json_schema", kJsonSchemaVersion);
+  // The source tree as it is when the binary runs (where it is there); the SHA configured into
+  // the build otherwise.
+  const std::string git = "git -C '" PARBENCH_SOURCE_DIR "' ";
+  std::string sha = command_output(git + "rev-parse --verify -q HEAD 2>/dev/null");
+  if (sha.empty()) sha = std::string(PARBENCH_GIT_SHA).empty() ? "unknown" : PARBENCH_GIT_SHA;
+  context.emplace_back("git_sha", sha);
+  const std::string git_status = command_output(git + "status --porcelain --untracked-files=no 2>/dev/null || echo unknown");
+  context.emplace_back("git_dirty", git_status == "unknown" ? "unknown" : bool_text(!git_status.empty()));
+  context.emplace_back("argv", options.argv);
+  context.emplace_back("preset", options.preset);
+  context.emplace_back("timer", options.timer == TimerKind::kEvent ? "event" : "host");
+  context.emplace_back("libtorch_version", TORCH_VERSION);
+
+  std::string cuda = "none", cudnn = "none", nccl = "none", gpu_names;
+  int gpu_count = 0;
+#ifdef PARBENCH_WITH_CUDA
+  cuda = dotted_version(at::detail::getCUDAHooks().versionCUDART(), 1000, 10);
+  const long cudnn_version = at::detail::getCUDAHooks().versionCuDNN();
+  if (cudnn_version > 0) cudnn = std::to_string(cudnn_version / 10000) + "." + std::to_string(cudnn_version / 100 % 100) + "." + std::to_string(cudnn_version % 100);
+  nccl = c10d::getNcclVersion();
+  gpu_count = static_cast<int>(torch::cuda::device_count());
+  for (int i = 0; i < gpu_count; ++i) gpu_names += (i ? ";" : "") + std::string(at::cuda::getDeviceProperties(i)->name);
+#endif
+  context.emplace_back("cuda_version", cuda);
+  context.emplace_back("cudnn_version", cudnn);
+  context.emplace_back("nccl_version", nccl);
+  context.emplace_back("gpu_count", std::to_string(gpu_count));
+  context.emplace_back("gpu_names", gpu_names.empty() ? "none" : gpu_names);
+  context.emplace_back("tf32_cudnn", bool_text(at::globalContext().allowTF32CuDNN()));
+  context.emplace_back("tf32_matmul", bool_text(at::globalContext().allowTF32CuBLAS()));
+  std::array<char, 256> host{};
+  gethostname(host.data(), host.size() - 1);
+  context.emplace_back("host", host.data());
+  return context;
+}
+
+void add_run_context(const Options& options) {
+  for (const auto& [key, value] : run_context(options)) benchmark::AddCustomContext(key, value);
+}
+
+}  // namespace parbench

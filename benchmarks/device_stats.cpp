@@ -1,0 +1,90 @@
+#include "benchmarks/device_stats.h"
+
+#include "benchmarks/device_timer.h"
+
+#ifdef PARBENCH_WITH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <torch/csrc/autograd/profiler_kineto.h>
+#endif
+
+#include <algorithm>
+
+namespace parbench {
+namespace {
+
+bool all_cuda(const std::vector<torch::Device>& devices) {
+  return !devices.empty() && std::all_of(devices.begin(), devices.end(), [](const auto& d) { return d.is_cuda(); });
+}
+
+// Length of the union of [start, end) intervals.
+double covered_ns(std::vector<std::pair<uint64_t, uint64_t>> intervals) {
+  std::sort(intervals.begin(), intervals.end());
+  double total = 0;
+  uint64_t covered_until = 0;
+  for (const auto& [start, end] : intervals) {
+    const uint64_t from = std::max(start, covered_until);
+    if (end > from) total += static_cast<double>(end - from);
+    covered_until = std::max(covered_until, end);
+  }
+  return total;
+}
+
+}  // namespace
+
+void reset_peak_memory(const std::vector<torch::Device>& devices) {
+#ifdef PARBENCH_WITH_CUDA
+  for (const auto& device : devices) {
+    if (device.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
+  }
+#endif
+}
+
+std::vector<double> peak_memory_bytes(const std::vector<torch::Device>& devices) {
+  std::vector<double> peaks;
+#ifdef PARBENCH_WITH_CUDA
+  if (!all_cuda(devices)) return peaks;
+  for (const auto& device : devices) {
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+    peaks.push_back(static_cast<double>(
+        stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)].peak));
+  }
+#endif
+  return peaks;
+}
+
+std::optional<std::vector<double>> measure_busy_seconds(const std::vector<torch::Device>& devices,
+                                                        const std::function<void()>& step) {
+#ifdef PARBENCH_WITH_CUDA
+  if (!all_cuda(devices)) return std::nullopt;
+  namespace profiler = torch::autograd::profiler;
+  using torch::profiler::impl::ActivityType;
+  const torch::profiler::impl::ProfilerConfig config(torch::profiler::impl::ProfilerState::KINETO);
+  const std::set<ActivityType> activities = {ActivityType::CUDA};
+  synchronize_devices(devices);
+  profiler::prepareProfiler(config, activities);
+  profiler::enableProfiler(config, activities);
+  step();
+  synchronize_devices(devices);
+  const auto result = profiler::disableProfiler();
+
+  std::vector<std::vector<std::pair<uint64_t, uint64_t>>> intervals(devices.size());
+  bool any = false;
+  for (const auto& event : result->events()) {
+    if (event.deviceType() != c10::DeviceType::CUDA) continue;
+    for (size_t i = 0; i < devices.size(); ++i) {
+      if (devices[i].index() == event.deviceIndex()) {
+        intervals[i].emplace_back(event.startNs(), event.endNs());
+        any = true;
+      }
+    }
+  }
+  if (!any) return std::nullopt;
+  std::vector<double> busy;
+  for (auto& device_intervals : intervals) busy.push_back(covered_ns(std::move(device_intervals)) / 1e9);
+  return busy;
+#else
+  return std::nullopt;
+#endif
+}
+
+}  // namespace parbench

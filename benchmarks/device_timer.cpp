@@ -1,0 +1,72 @@
+#include "benchmarks/device_timer.h"
+
+#ifdef PARBENCH_WITH_CUDA
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+#include <algorithm>
+
+namespace parbench {
+
+struct DeviceTimer::CudaEvents {
+#ifdef PARBENCH_WITH_CUDA
+  std::vector<at::cuda::CUDAEvent> start, stop;
+#endif
+};
+
+void synchronize_devices(const std::vector<torch::Device>& devices) {
+  for (const auto& device : devices) {
+    if (device.is_cuda()) torch::cuda::synchronize(device.index());
+  }
+}
+
+DeviceTimer::DeviceTimer(std::vector<torch::Device> devices, TimerKind kind)
+    : devices_(std::move(devices)), kind_(kind), events_(std::make_unique<CudaEvents>()) {
+#ifdef PARBENCH_WITH_CUDA
+  use_events_ = kind_ == TimerKind::kEvent &&
+                std::all_of(devices_.begin(), devices_.end(), [](const auto& d) { return d.is_cuda(); });
+  if (use_events_) {
+    for (size_t i = 0; i < devices_.size(); ++i) {
+      events_->start.emplace_back(cudaEventDefault);
+      events_->stop.emplace_back(cudaEventDefault);
+    }
+  }
+#endif
+}
+
+DeviceTimer::~DeviceTimer() = default;
+DeviceTimer::DeviceTimer(DeviceTimer&&) noexcept = default;
+DeviceTimer& DeviceTimer::operator=(DeviceTimer&&) noexcept = default;
+
+void DeviceTimer::start() {
+  if (kind_ == TimerKind::kEvent) synchronize_devices(devices_);
+#ifdef PARBENCH_WITH_CUDA
+  if (use_events_) {
+    for (size_t i = 0; i < devices_.size(); ++i) {
+      events_->start[i].record(c10::cuda::getCurrentCUDAStream(devices_[i].index()));
+    }
+    return;
+  }
+#endif
+  host_start_ = std::chrono::steady_clock::now();
+}
+
+double DeviceTimer::stop() {
+#ifdef PARBENCH_WITH_CUDA
+  if (use_events_) {
+    double longest_ms = 0;
+    for (size_t i = 0; i < devices_.size(); ++i) {
+      events_->stop[i].record(c10::cuda::getCurrentCUDAStream(devices_[i].index()));
+    }
+    for (size_t i = 0; i < devices_.size(); ++i) {
+      events_->stop[i].synchronize();
+      longest_ms = std::max<double>(longest_ms, events_->start[i].elapsed_time(events_->stop[i]));
+    }
+    return longest_ms / 1e3;
+  }
+#endif
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - host_start_).count();
+}
+
+}  // namespace parbench

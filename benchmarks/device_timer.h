@@ -1,0 +1,44 @@
+// Times the work a step queues on a set of devices.
+#pragma once
+
+#include "benchmarks/options.h"
+
+#include <torch/torch.h>
+
+#include <chrono>
+#include <memory>
+#include <vector>
+
+namespace parbench {
+
+// kEvent: start() waits until every device is idle, then records a CUDA event on each
+// device's current stream; stop() records the end events and returns the longest
+// start-to-end span over the devices (on the CPU: the host clock, which is exact there).
+// kHost: the host clock with no device synchronisation, as the tutorial timed.
+// Move-only: it owns CUDA events.
+class DeviceTimer {
+ public:
+  DeviceTimer(std::vector<torch::Device> devices, TimerKind kind);
+  ~DeviceTimer();
+  DeviceTimer(DeviceTimer&&) noexcept;
+  DeviceTimer& operator=(DeviceTimer&&) noexcept;
+  DeviceTimer(const DeviceTimer&) = delete;
+  DeviceTimer& operator=(const DeviceTimer&) = delete;
+
+  void start();
+  // Seconds since start(); waits for the end events.
+  double stop();
+
+ private:
+  struct CudaEvents;
+  std::vector<torch::Device> devices_;
+  TimerKind kind_;
+  bool use_events_ = false;
+  std::chrono::steady_clock::time_point host_start_;
+  std::unique_ptr<CudaEvents> events_;
+};
+
+// Waits until every CUDA device in `devices` has finished its queued work.
+void synchronize_devices(const std::vector<torch::Device>& devices);
+
+}  // namespace parbench

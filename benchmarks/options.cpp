@@ -1,0 +1,285 @@
+#include "benchmarks/options.h"
+
+#include "models/model_zoo.h"
+#include "strategies/partition.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <sstream>
+
+namespace parbench {
+namespace {
+
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> items;
+  std::stringstream stream(text);
+  std::string item;
+  while (std::getline(stream, item, ',')) {
+    if (!item.empty()) items.push_back(item);
+  }
+  return items;
+}
+
+int64_t parse_int(const std::string& flag, const std::string& text, int64_t minimum) {
+  size_t used = 0;
+  int64_t value = 0;
+  try {
+    value = std::stoll(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != text.size()) {
+    throw UsageError("--" + flag + "=" + text + " is not a whole number");
+  }
+  if (value < minimum) {
+    throw UsageError("--" + flag + "=" + text + " must be at least " + std::to_string(minimum));
+  }
+  return value;
+}
+
+double parse_double(const std::string& flag, const std::string& text, double minimum_exclusive) {
+  size_t used = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != text.size()) throw UsageError("--" + flag + "=" + text + " is not a number");
+  if (!(value > minimum_exclusive)) {
+    throw UsageError("--" + flag + "=" + text + " must be greater than " + std::to_string(minimum_exclusive));
+  }
+  return value;
+}
+
+template <typename T>
+T pick(const std::string& flag, const std::string& text, const std::vector<std::pair<std::string, T>>& choices) {
+  std::string allowed;
+  for (const auto& [name, value] : choices) {
+    if (name == text) return value;
+    allowed += (allowed.empty() ? "" : ", ") + name;
+  }
+  throw UsageError("--" + flag + "=" + text + " is not one of: " + allowed);
+}
+
+template <typename T>
+std::vector<T> pick_list(const std::string& flag, const std::string& text,
+                         const std::vector<std::pair<std::string, T>>& choices) {
+  std::vector<T> values;
+  for (const auto& item : split_list(text)) values.push_back(pick(flag, item, choices));
+  if (values.empty()) throw UsageError("--" + flag + " needs at least one value");
+  return values;
+}
+
+std::vector<int64_t> int_list(const std::string& flag, const std::string& text, int64_t minimum) {
+  std::vector<int64_t> values;
+  for (const auto& item : split_list(text)) values.push_back(parse_int(flag, item, minimum));
+  if (values.empty()) throw UsageError("--" + flag + " needs at least one value");
+  return values;
+}
+
+const std::vector<std::pair<std::string, Precision>> kPrecisions = {{"fp32", Precision::kFloat32},
+                                                                    {"bf16", Precision::kBFloat16}};
+const std::vector<std::pair<std::string, DataMode>> kDataModes = {
+    {"device", DataMode::kDevice}, {"pinned", DataMode::kPinned}, {"host", DataMode::kHost}};
+const std::vector<std::pair<std::string, bool>> kOnOff = {{"on", true}, {"off", false}};
+
+void apply_preset(const std::string& preset, Options& options) {
+  if (preset == "tutorial") {
+    // PyTorch's model-parallel tutorial: batch 120 of 128x128 images made on the CPU every
+    // step, 3 batches per timing, 10 timings, a host clock, no warm-up, no device sync.
+    options.batch_sizes = {120};
+    options.image_sizes = {128};
+    options.data_modes = {DataMode::kHost};
+    options.strategies = {"single", "model_parallel", "pipeline"};
+    options.schedules = {"tutorial"};
+    options.steps_per_iteration = 3;
+    options.repetitions = 10;
+    options.iterations = 1;
+    options.warmup_steps = 0;
+    options.timer = TimerKind::kHost;
+  } else if (preset == "cpu") {
+    // Small enough for a 2-core machine: a few seconds a case.
+    options.batch_sizes = {8};
+    options.image_sizes = {64};
+    options.warmup_steps = 2;
+  } else if (preset != "default") {
+    throw UsageError("--preset=" + preset + " is not one of: default, tutorial, cpu");
+  }
+  options.preset = preset;
+}
+
+std::string writability_problem(const std::string& path) {
+  const auto slash = path.rfind('/');
+  const std::string directory = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
+  if (access(directory.c_str(), W_OK) != 0) return "directory '" + directory + "': " + std::strerror(errno);
+  if (access(path.c_str(), F_OK) == 0 && access(path.c_str(), W_OK) != 0) return std::strerror(errno);
+  return "";
+}
+
+}  // namespace
+
+std::string to_string(Precision precision) { return precision == Precision::kBFloat16 ? "bf16" : "fp32"; }
+
+std::string to_string(DataMode mode) {
+  switch (mode) {
+    case DataMode::kPinned: return "pinned";
+    case DataMode::kHost: return "host";
+    default: return "device";
+  }
+}
+
+const std::vector<int64_t>& tutorial_split_sizes() {
+  static const std::vector<int64_t> sizes = {1, 3, 5, 8, 10, 12, 20, 40, 60};
+  return sizes;
+}
+
+std::string usage() {
+  return R"(usage: parbench [parbench options] [Google Benchmark options]
+
+Trains a model under each parallelism strategy on random data and times the training step.
+Google Benchmark's own flags all work: --benchmark_filter=REGEX, --benchmark_repetitions=N,
+--benchmark_out=FILE --benchmark_out_format=json, --benchmark_min_time=SECONDS, ...
+
+  --preset=NAME          default | tutorial | cpu. default: the measured configuration (device
+                         data, warm-up, device-synchronised timing); tutorial: PyTorch's
+                         model-parallel tutorial as it ran; cpu: small images and batch (the
+                         default on a machine without a GPU). Later flags override a preset.
+  --models=LIST          models (resnet18, resnet34, resnet50, resnet101, resnet152, tinycnn); default resnet50
+  --strategies=LIST      strategies to run; default all (single, model_parallel, pipeline, data_parallel, ddp)
+  --batch=LIST           images per step (ddp: per rank in weak scaling, global in strong); default 120
+  --image=LIST           image side in pixels; default 128
+  --precision=LIST       fp32 | bf16 (bf16 autocast, channels-last, fp32 weights); default fp32
+  --data=LIST            device (made once on the device) | pinned (pinned host buffers, async copy)
+                         | host (randn on the CPU every step, pageable copy: the tutorial's); default device
+  --loss=NAME            mse (on one-hot labels, the tutorial's) | ce (cross-entropy); default mse
+  --gpus=N               GPUs for multi-device strategies and ddp ranks; default all visible
+  --warmup=N             untimed steps before timing; default 5
+  --steps=N              training steps per timed iteration; default 1
+  --repetitions=N        repetitions per case (median and spread are reported); default 5
+  --iterations=N         timed iterations per repetition; default: Google Benchmark's min-time rule
+  --timer=NAME           event (synchronise, then CUDA events on every device) | host (host clock,
+                         no device sync: the tutorial's); default event
+  --split-sizes=LIST     pipeline micro-batch sizes; default 1,3,5,8,10,12,20,40,60 and the full batch
+  --schedules=LIST       pipeline schedules: tutorial, gpipe, 1f1b; default all three
+  --cut=SPEC             stage placement for model_parallel/pipeline: balanced, or stages per device
+                         such as stem,layer1,layer2|layer3,layer4,head; default the tutorial's cut on
+                         2 devices, balanced otherwise
+  --bucket-mib=LIST      ddp gradient bucket size in MiB; default 25
+  --overlap=LIST         ddp: on (all-reduce during backward) | off (after backward); default on
+  --scaling=LIST         ddp: weak (per-rank batch fixed) | strong (global batch fixed); default weak
+  --dist-timeout=SECONDS ddp: how long any rank waits for the others before failing; default 60
+  --allreduce=on|off     run the comm/allreduce sweep with ddp; default on
+  --help                 this text
+)";
+}
+
+Options parse_options(int argc, char** argv, bool has_gpu, std::vector<char*>* benchmark_args) {
+  Options options;
+  std::vector<std::pair<std::string, std::string>> flags;
+  benchmark_args->push_back(argv[0]);
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    options.argv += (i > 1 ? " " : "") + arg;
+    if (arg.rfind("--benchmark_", 0) == 0) {
+      benchmark_args->push_back(argv[i]);
+      if (arg.rfind("--benchmark_out=", 0) == 0) options.benchmark_out = arg.substr(std::strlen("--benchmark_out="));
+      continue;
+    }
+    if (arg.rfind("--", 0) != 0) throw UsageError("unexpected argument '" + arg + "' (see --help)");
+    const auto equals = arg.find('=');
+    if (equals != std::string::npos) {
+      flags.emplace_back(arg.substr(2, equals - 2), arg.substr(equals + 1));
+    } else if (i + 1 < argc) {
+      flags.emplace_back(arg.substr(2), argv[++i]);
+      options.argv += std::string(" ") + argv[i];
+    } else {
+      throw UsageError(arg + " needs a value (see --help)");
+    }
+  }
+
+  std::string preset = has_gpu ? "default" : "cpu";
+  for (const auto& [name, value] : flags) {
+    if (name == "preset") preset = value;
+  }
+  apply_preset(preset, options);
+
+  const std::map<std::string, std::function<void(const std::string&, const std::string&)>> handlers = {
+      {"preset", [](auto&, auto&) {}},
+      {"models", [&](auto& f, auto& v) { options.models = split_list(v); if (options.models.empty()) throw UsageError("--" + f + " needs at least one value"); }},
+      {"strategies", [&](auto& f, auto& v) { options.strategies = split_list(v); if (options.strategies.empty()) throw UsageError("--" + f + " needs at least one value"); }},
+      {"batch", [&](auto& f, auto& v) { options.batch_sizes = int_list(f, v, 1); }},
+      {"image", [&](auto& f, auto& v) { options.image_sizes = int_list(f, v, 1); }},
+      {"precision", [&](auto& f, auto& v) { options.precisions = pick_list(f, v, kPrecisions); }},
+      {"data", [&](auto& f, auto& v) { options.data_modes = pick_list(f, v, kDataModes); }},
+      {"loss", [&](auto& f, auto& v) { options.loss = pick<LossKind>(f, v, {{"mse", LossKind::kMse}, {"ce", LossKind::kCrossEntropy}}); }},
+      {"gpus", [&](auto& f, auto& v) { options.gpus = static_cast<int>(parse_int(f, v, 1)); }},
+      {"warmup", [&](auto& f, auto& v) { options.warmup_steps = static_cast<int>(parse_int(f, v, 0)); }},
+      {"steps", [&](auto& f, auto& v) { options.steps_per_iteration = static_cast<int>(parse_int(f, v, 1)); }},
+      {"repetitions", [&](auto& f, auto& v) { options.repetitions = static_cast<int>(parse_int(f, v, 1)); }},
+      {"iterations", [&](auto& f, auto& v) { options.iterations = parse_int(f, v, 1); }},
+      {"timer", [&](auto& f, auto& v) { options.timer = pick<TimerKind>(f, v, {{"event", TimerKind::kEvent}, {"host", TimerKind::kHost}}); }},
+      {"split-sizes", [&](auto& f, auto& v) { options.split_sizes = int_list(f, v, 1); }},
+      {"schedules", [&](auto& f, auto& v) { options.schedules = pick_list<std::string>(f, v, {{"tutorial", "tutorial"}, {"gpipe", "gpipe"}, {"1f1b", "1f1b"}}); }},
+      {"cut", [&](auto&, auto& v) { options.cut = v; }},
+      {"bucket-mib", [&](auto& f, auto& v) {
+         options.bucket_mibs.clear();
+         for (const auto& item : split_list(v)) options.bucket_mibs.push_back(parse_double(f, item, 0.0));
+         if (options.bucket_mibs.empty()) throw UsageError("--" + f + " needs at least one value");
+       }},
+      {"overlap", [&](auto& f, auto& v) { options.overlaps = pick_list(f, v, kOnOff); }},
+      {"scaling", [&](auto& f, auto& v) { options.scalings = pick_list<std::string>(f, v, {{"weak", "weak"}, {"strong", "strong"}}); }},
+      {"dist-timeout", [&](auto& f, auto& v) { options.dist_timeout_s = parse_double(f, v, 0.0); }},
+      {"allreduce", [&](auto& f, auto& v) { options.allreduce = pick(f, v, kOnOff); }},
+  };
+  for (const auto& [name, value] : flags) {
+    auto handler = handlers.find(name);
+    if (handler == handlers.end()) throw UsageError("unknown option --" + name + " (see --help)");
+    handler->second(name, value);
+  }
+
+  const bool explicit_cut = !options.cut.empty() && options.cut != "balanced";
+  const size_t cut_parts = std::count(options.cut.begin(), options.cut.end(), '|') + 1;
+  for (const auto& model : options.models) {
+    ModelPtr instance;
+    try {
+      instance = make_model(model, /*num_classes=*/1000);
+    } catch (const std::invalid_argument& error) {
+      throw UsageError(std::string("--models: ") + error.what());
+    }
+    for (auto image : options.image_sizes) {
+      if (image < instance->min_image_size()) {
+        throw UsageError("--image=" + std::to_string(image) + " is smaller than " + model + " accepts (at least " +
+                         std::to_string(instance->min_image_size()) + ")");
+      }
+    }
+    if (explicit_cut) {
+      std::vector<std::string> stage_names;
+      for (const auto& stage : instance->stages()) stage_names.push_back(stage.name);
+      try {
+        parse_cut(options.cut, stage_names, cut_parts);
+      } catch (const std::invalid_argument& error) {
+        throw UsageError(error.what());
+      }
+    }
+  }
+  for (const auto& strategy : options.strategies) {
+    try {
+      StrategyRegistry::instance().get(strategy);
+    } catch (const std::invalid_argument& error) {
+      throw UsageError(std::string("--strategies: ") + error.what());
+    }
+  }
+  if (!options.benchmark_out.empty()) {
+    const auto problem = writability_problem(options.benchmark_out);
+    if (!problem.empty()) throw UsageError("cannot write --benchmark_out=" + options.benchmark_out + ": " + problem);
+  }
+  return options;
+}
+
+}  // namespace parbench

@@ -1,0 +1,62 @@
+// parbench's own command-line options (Google Benchmark's --benchmark_* flags pass through).
+#pragma once
+
+#include "strategies/strategy.h"
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace parbench {
+
+enum class DataMode { kDevice, kPinned, kHost };
+enum class TimerKind { kEvent, kHost };
+
+std::string to_string(Precision precision);
+std::string to_string(DataMode mode);
+
+// A bad command line: main prints "parbench: <what>" and exits 2.
+struct UsageError : std::invalid_argument {
+  using std::invalid_argument::invalid_argument;
+};
+
+struct Options {
+  std::string preset = "default";  // default, tutorial, cpu
+  std::vector<std::string> models = {"resnet50"};
+  std::vector<std::string> strategies;  // empty: every registered strategy
+  std::vector<int64_t> batch_sizes = {120};
+  std::vector<int64_t> image_sizes = {128};
+  std::vector<Precision> precisions = {Precision::kFloat32};
+  std::vector<DataMode> data_modes = {DataMode::kDevice};
+  LossKind loss = LossKind::kMse;
+  int gpus = 0;  // GPUs for multi-device strategies and ddp ranks; 0: all visible
+  int warmup_steps = 5;
+  int steps_per_iteration = 1;
+  int repetitions = 5;
+  int64_t iterations = 0;  // fixed iterations per repetition; 0: Google Benchmark's min-time rule
+  TimerKind timer = TimerKind::kEvent;
+  // pipeline
+  std::vector<int64_t> split_sizes;  // empty: the tutorial's sweep plus the full batch
+  std::vector<std::string> schedules = {"tutorial", "gpipe", "1f1b"};
+  std::string cut;
+  // ddp
+  std::vector<double> bucket_mibs = {25.0};
+  std::vector<bool> overlaps = {true};
+  std::vector<std::string> scalings = {"weak"};
+  double dist_timeout_s = 60.0;
+  bool allreduce = true;  // register the comm/allreduce sweep when ddp runs
+  std::string benchmark_out;  // --benchmark_out, checked for writability up front
+  std::string argv;
+};
+
+// The tutorial's split-size sweep; the full batch is added by the case builder.
+const std::vector<int64_t>& tutorial_split_sizes();
+
+// Splits argv into parbench's options and the arguments for Google Benchmark (argv[0] and
+// every --benchmark_* flag). Throws UsageError. `has_gpu` picks the default preset.
+Options parse_options(int argc, char** argv, bool has_gpu, std::vector<char*>* benchmark_args);
+
+// The --help text.
+std::string usage();
+
+}  // namespace parbench

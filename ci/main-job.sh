@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# The main job: set-up, build, the default benchmark (the CPU preset on a machine without a
+# GPU), then plots and a report. Results land in results/<UTC time>/ (or $RESULTS_DIR).
+# Extra arguments go to parbench, e.g. --benchmark_filter=single.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python=$(bash ci/build.sh | tail -n 1)
+results=${RESULTS_DIR:-results/$(date -u +%Y%m%dT%H%M%SZ)}
+mkdir -p "$results"
+./build/parbench --benchmark_out="$results/parbench.json" --benchmark_out_format=json "$@"
+"$python" reports/make_report.py "$results" "$results/parbench.json"
+echo "main-job: results, figures and REPORT.md are in $results" >&2

@@ -1,0 +1,48 @@
+#include "models/model_zoo.h"
+
+#include "models/resnet.h"
+#include "models/tiny_cnn.h"
+
+#include <ATen/autocast_mode.h>
+
+#include <stdexcept>
+
+namespace parbench {
+
+AutocastScope::AutocastScope(c10::DeviceType device_type, std::optional<c10::ScalarType> dtype)
+    : device_type_(device_type) {
+  if (!dtype) return;
+  active_ = true;
+  was_enabled_ = at::autocast::is_autocast_enabled(device_type_);
+  previous_dtype_ = at::autocast::get_autocast_dtype(device_type_);
+  at::autocast::set_autocast_enabled(device_type_, true);
+  at::autocast::set_autocast_dtype(device_type_, *dtype);
+  at::autocast::increment_nesting();
+}
+
+AutocastScope::~AutocastScope() {
+  if (!active_) return;
+  // Leaving the outermost scope drops the cached casts of the weights, as Python's autocast does.
+  if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+  at::autocast::set_autocast_enabled(device_type_, was_enabled_);
+  at::autocast::set_autocast_dtype(device_type_, previous_dtype_);
+}
+
+std::vector<std::string> model_names() {
+  std::vector<std::string> names;
+  for (const auto& variant : resnet_variants()) names.push_back(variant.name);
+  names.push_back("tinycnn");
+  return names;
+}
+
+ModelPtr make_model(const std::string& name, int64_t num_classes) {
+  for (const auto& variant : resnet_variants()) {
+    if (variant.name == name) return std::make_shared<ResNetImpl>(variant, num_classes);
+  }
+  if (name == "tinycnn") return std::make_shared<TinyCnnImpl>(num_classes);
+  std::string allowed;
+  for (const auto& known : model_names()) allowed += (allowed.empty() ? "" : ", ") + known;
+  throw std::invalid_argument("unknown model '" + name + "' (allowed: " + allowed + ")");
+}
+
+}  // namespace parbench

@@ -1,0 +1,184 @@
+#include "models/resnet.h"
+
+namespace parbench {
+namespace {
+
+torch::nn::Conv2d conv(int64_t in, int64_t out, int64_t kernel_size, int64_t stride, int64_t padding) {
+  return torch::nn::Conv2d(
+      torch::nn::Conv2dOptions(in, out, kernel_size).stride(stride).padding(padding).bias(false));
+}
+
+torch::nn::Sequential downsample_if_needed(int64_t in_planes, int64_t out_planes, int64_t stride) {
+  if (stride == 1 && in_planes == out_planes) return torch::nn::Sequential(nullptr);
+  return torch::nn::Sequential(conv(in_planes, out_planes, /*kernel_size=*/1, stride, /*padding=*/0),
+                               torch::nn::BatchNorm2d(out_planes));
+}
+
+// Side of a square conv output.
+int64_t conv_out(int64_t side, int64_t kernel_size, int64_t stride, int64_t padding) {
+  return (side + 2 * padding - kernel_size) / stride + 1;
+}
+
+// Multiply-accumulates of one square conv on one image.
+double conv_macs(int64_t out_side, int64_t in_channels, int64_t out_channels, int64_t kernel_size) {
+  return static_cast<double>(out_side) * out_side * in_channels * out_channels * kernel_size * kernel_size;
+}
+
+}  // namespace
+
+BasicBlockImpl::BasicBlockImpl(int64_t in_planes, int64_t planes, int64_t stride)
+    : in_planes(in_planes), planes(planes), stride(stride) {
+  reset();
+}
+
+void BasicBlockImpl::reset() {
+  conv1 = register_module("conv1", conv(in_planes, planes, /*kernel_size=*/3, stride, /*padding=*/1));
+  bn1 = register_module("bn1", torch::nn::BatchNorm2d(planes));
+  conv2 = register_module("conv2", conv(planes, planes, /*kernel_size=*/3, /*stride=*/1, /*padding=*/1));
+  bn2 = register_module("bn2", torch::nn::BatchNorm2d(planes));
+  downsample = downsample_if_needed(in_planes, planes * kExpansion, stride);
+  if (downsample) register_module("downsample", downsample);
+}
+
+torch::Tensor BasicBlockImpl::forward(torch::Tensor x) {
+  auto identity = downsample ? downsample->forward(x) : x;
+  auto out = torch::relu(bn1(conv1(x)));
+  out = bn2(conv2(out));
+  return torch::relu(out + identity);
+}
+
+BottleneckImpl::BottleneckImpl(int64_t in_planes, int64_t planes, int64_t stride)
+    : in_planes(in_planes), planes(planes), stride(stride) {
+  reset();
+}
+
+void BottleneckImpl::reset() {
+  conv1 = register_module("conv1", conv(in_planes, planes, /*kernel_size=*/1, /*stride=*/1, /*padding=*/0));
+  bn1 = register_module("bn1", torch::nn::BatchNorm2d(planes));
+  // v1.5: the stride sits on the 3x3 conv, as in torchvision.
+  conv2 = register_module("conv2", conv(planes, planes, /*kernel_size=*/3, stride, /*padding=*/1));
+  bn2 = register_module("bn2", torch::nn::BatchNorm2d(planes));
+  conv3 = register_module("conv3", conv(planes, planes * kExpansion, /*kernel_size=*/1, /*stride=*/1, /*padding=*/0));
+  bn3 = register_module("bn3", torch::nn::BatchNorm2d(planes * kExpansion));
+  downsample = downsample_if_needed(in_planes, planes * kExpansion, stride);
+  if (downsample) register_module("downsample", downsample);
+}
+
+torch::Tensor BottleneckImpl::forward(torch::Tensor x) {
+  auto identity = downsample ? downsample->forward(x) : x;
+  auto out = torch::relu(bn1(conv1(x)));
+  out = torch::relu(bn2(conv2(out)));
+  out = bn3(conv3(out));
+  return torch::relu(out + identity);
+}
+
+const std::vector<ResNetVariant>& resnet_variants() {
+  static const std::vector<ResNetVariant> variants = {
+      {"resnet18", BlockKind::kBasic, {2, 2, 2, 2}},
+      {"resnet34", BlockKind::kBasic, {3, 4, 6, 3}},
+      {"resnet50", BlockKind::kBottleneck, {3, 4, 6, 3}},
+      {"resnet101", BlockKind::kBottleneck, {3, 4, 23, 3}},
+      {"resnet152", BlockKind::kBottleneck, {3, 8, 36, 3}},
+  };
+  return variants;
+}
+
+ResNetImpl::ResNetImpl(ResNetVariant variant, int64_t num_classes)
+    : variant_(std::move(variant)), num_classes_(num_classes) {
+  TORCH_CHECK(num_classes_ > 0, "num_classes must be positive, got ", num_classes_);
+  reset();
+}
+
+int64_t ResNetImpl::expansion() const {
+  return variant_.block == BlockKind::kBottleneck ? BottleneckImpl::kExpansion : BasicBlockImpl::kExpansion;
+}
+
+torch::nn::Sequential ResNetImpl::make_layer(int64_t& in_planes, int64_t planes, int64_t blocks,
+                                             int64_t stride) const {
+  torch::nn::Sequential layer;
+  for (int64_t i = 0; i < blocks; ++i) {
+    const int64_t block_stride = i == 0 ? stride : 1;
+    if (variant_.block == BlockKind::kBottleneck) {
+      layer->push_back(Bottleneck(in_planes, planes, block_stride));
+    } else {
+      layer->push_back(BasicBlock(in_planes, planes, block_stride));
+    }
+    in_planes = planes * expansion();
+  }
+  return layer;
+}
+
+void ResNetImpl::reset() {
+  int64_t in_planes = 64;
+  conv1 = register_module("conv1", conv(3, in_planes, /*kernel_size=*/7, /*stride=*/2, /*padding=*/3));
+  bn1 = register_module("bn1", torch::nn::BatchNorm2d(in_planes));
+  const auto& blocks = variant_.blocks_per_layer;
+  layer1 = register_module("layer1", make_layer(in_planes, 64, blocks[0], /*stride=*/1));
+  layer2 = register_module("layer2", make_layer(in_planes, 128, blocks[1], /*stride=*/2));
+  layer3 = register_module("layer3", make_layer(in_planes, 256, blocks[2], /*stride=*/2));
+  layer4 = register_module("layer4", make_layer(in_planes, 512, blocks[3], /*stride=*/2));
+  fc = register_module("fc", torch::nn::Linear(512 * expansion(), num_classes_));
+
+  // torchvision's initialisation: Kaiming-normal (fan_out, relu) convs, BN weight 1 and bias 0;
+  // fc keeps nn.Linear's default.
+  torch::NoGradGuard no_grad;
+  for (auto& module : modules(/*include_self=*/false)) {
+    if (auto* c = module->as<torch::nn::Conv2d>()) {
+      torch::nn::init::kaiming_normal_(c->weight, /*a=*/0, torch::kFanOut, torch::kReLU);
+    } else if (auto* bn = module->as<torch::nn::BatchNorm2d>()) {
+      torch::nn::init::ones_(bn->weight);
+      torch::nn::init::zeros_(bn->bias);
+    }
+  }
+}
+
+std::vector<Stage> ResNetImpl::stages() {
+  return {
+      {"stem", {conv1.ptr(), bn1.ptr()},
+       [this](const torch::Tensor& x) {
+         return torch::max_pool2d(torch::relu(bn1(conv1(x))), /*kernel_size=*/3, /*stride=*/2, /*padding=*/1);
+       }},
+      {"layer1", {layer1.ptr()}, [this](const torch::Tensor& x) { return layer1->forward(x); }},
+      {"layer2", {layer2.ptr()}, [this](const torch::Tensor& x) { return layer2->forward(x); }},
+      {"layer3", {layer3.ptr()}, [this](const torch::Tensor& x) { return layer3->forward(x); }},
+      {"layer4", {layer4.ptr()}, [this](const torch::Tensor& x) { return layer4->forward(x); }},
+      {"head", {fc.ptr()},
+       [this](const torch::Tensor& x) {
+         return fc(torch::flatten(torch::adaptive_avg_pool2d(x, {1, 1}), /*start_dim=*/1));
+       }},
+  };
+}
+
+double ResNetImpl::forward_flops_per_image(int64_t image_size) const {
+  // Convolutions and the classifier only (batch-norm, ReLU and pooling are < 1% of ResNet's
+  // work); one multiply-accumulate counts as 2 FLOPs. docs/METRICS.md defines it.
+  double macs = 0;
+  int64_t side = conv_out(image_size, /*kernel_size=*/7, /*stride=*/2, /*padding=*/3);
+  macs += conv_macs(side, 3, 64, 7);
+  side = conv_out(side, /*kernel_size=*/3, /*stride=*/2, /*padding=*/1);  // max pool
+  int64_t in_planes = 64;
+  const std::array<int64_t, 4> planes_per_layer = {64, 128, 256, 512};
+  for (size_t layer = 0; layer < 4; ++layer) {
+    const int64_t planes = planes_per_layer[layer];
+    for (int64_t block = 0; block < variant_.blocks_per_layer[layer]; ++block) {
+      const int64_t stride = (layer > 0 && block == 0) ? 2 : 1;
+      const int64_t out_side = conv_out(side, 3, stride, 1);
+      const int64_t out_planes = planes * expansion();
+      if (variant_.block == BlockKind::kBottleneck) {
+        macs += conv_macs(side, in_planes, planes, 1);
+        macs += conv_macs(out_side, planes, planes, 3);
+        macs += conv_macs(out_side, planes, out_planes, 1);
+      } else {
+        macs += conv_macs(out_side, in_planes, planes, 3);
+        macs += conv_macs(out_side, planes, planes, 3);
+      }
+      if (stride != 1 || in_planes != out_planes) macs += conv_macs(out_side, in_planes, out_planes, 1);
+      in_planes = out_planes;
+      side = out_side;
+    }
+  }
+  macs += static_cast<double>(in_planes) * num_classes_;
+  return 2.0 * macs;
+}
+
+}  // namespace parbench

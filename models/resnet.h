@@ -1,0 +1,74 @@
+// ResNet as torchvision builds it (v1.5: stride on the 3x3 conv of the bottleneck), with
+// parameter and buffer names equal to torchvision's state_dict keys.
+#pragma once
+
+#include "models/staged_model.h"
+
+#include <array>
+
+namespace parbench {
+
+struct BasicBlockImpl : torch::nn::Cloneable<BasicBlockImpl> {
+  static constexpr int64_t kExpansion = 1;
+  BasicBlockImpl(int64_t in_planes, int64_t planes, int64_t stride);
+  void reset() override;
+  torch::Tensor forward(torch::Tensor x);
+
+  int64_t in_planes, planes, stride;
+  torch::nn::Conv2d conv1{nullptr}, conv2{nullptr};
+  torch::nn::BatchNorm2d bn1{nullptr}, bn2{nullptr};
+  torch::nn::Sequential downsample{nullptr};
+};
+TORCH_MODULE(BasicBlock);
+
+struct BottleneckImpl : torch::nn::Cloneable<BottleneckImpl> {
+  static constexpr int64_t kExpansion = 4;
+  BottleneckImpl(int64_t in_planes, int64_t planes, int64_t stride);
+  void reset() override;
+  torch::Tensor forward(torch::Tensor x);
+
+  int64_t in_planes, planes, stride;
+  torch::nn::Conv2d conv1{nullptr}, conv2{nullptr}, conv3{nullptr};
+  torch::nn::BatchNorm2d bn1{nullptr}, bn2{nullptr}, bn3{nullptr};
+  torch::nn::Sequential downsample{nullptr};
+};
+TORCH_MODULE(Bottleneck);
+
+enum class BlockKind { kBasic, kBottleneck };
+
+// A variant is a depth table: blocks per layer and the block kind.
+struct ResNetVariant {
+  std::string name;
+  BlockKind block;
+  std::array<int64_t, 4> blocks_per_layer;
+};
+
+// resnet18, resnet34, resnet50, resnet101, resnet152.
+const std::vector<ResNetVariant>& resnet_variants();
+
+class ResNetImpl : public StagedModule<ResNetImpl> {
+ public:
+  ResNetImpl(ResNetVariant variant, int64_t num_classes);
+  void reset() override;
+
+  std::string name() const override { return variant_.name; }
+  std::vector<Stage> stages() override;
+  double forward_flops_per_image(int64_t image_size) const override;
+  // The network's total stride: smaller inputs collapse to 1x1 before layer4.
+  int64_t min_image_size() const override { return 32; }
+
+  torch::nn::Conv2d conv1{nullptr};
+  torch::nn::BatchNorm2d bn1{nullptr};
+  torch::nn::Sequential layer1{nullptr}, layer2{nullptr}, layer3{nullptr}, layer4{nullptr};
+  torch::nn::Linear fc{nullptr};
+
+ private:
+  int64_t expansion() const;
+  torch::nn::Sequential make_layer(int64_t& in_planes, int64_t planes, int64_t blocks, int64_t stride) const;
+
+  ResNetVariant variant_;
+  int64_t num_classes_;
+};
+TORCH_MODULE(ResNet);
+
+}  // namespace parbench

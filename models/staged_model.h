@@ -1,0 +1,90 @@
+// A model as an ordered list of named stages, so strategies can partition it across devices
+// without knowing its internals.
+#pragma once
+
+#include <torch/nn/parallel/data_parallel.h>
+#include <torch/torch.h>
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace parbench {
+
+// One top-level stage (for ResNet: stem, layer1..layer4, head). The modules are the model's
+// own submodules, so moving them moves the model's parameters.
+struct Stage {
+  std::string name;
+  std::vector<std::shared_ptr<torch::nn::Module>> modules;
+  std::function<torch::Tensor(const torch::Tensor&)> forward;
+};
+
+// Autocast for the enclosed forward code on one device type; a no-op without a dtype.
+// Autocast state is thread-local, so every thread that runs a forward needs its own scope.
+class AutocastScope {
+ public:
+  AutocastScope(c10::DeviceType device_type, std::optional<c10::ScalarType> dtype);
+  ~AutocastScope();
+  AutocastScope(const AutocastScope&) = delete;
+  AutocastScope& operator=(const AutocastScope&) = delete;
+
+ private:
+  c10::DeviceType device_type_;
+  bool active_ = false;
+  bool was_enabled_ = false;
+  c10::ScalarType previous_dtype_ = c10::ScalarType::Float;
+};
+
+// What strategies see of a model. Implemented by StagedModule<Derived> below.
+class StagedModel {
+ public:
+  virtual ~StagedModel() = default;
+
+  virtual std::string name() const = 0;
+  virtual std::vector<Stage> stages() = 0;
+  virtual torch::nn::Module& module() = 0;
+  // Whole-model forward under the model's autocast setting (see set_autocast).
+  virtual torch::Tensor forward(torch::Tensor input) = 0;
+  // torch::nn::parallel::data_parallel on this model: replicate, scatter, apply, gather.
+  virtual torch::Tensor data_parallel_forward(const torch::Tensor& input,
+                                              const std::vector<torch::Device>& devices) = 0;
+  // Forward floating-point operations for one image of image_size x image_size (2 per MAC).
+  virtual double forward_flops_per_image(int64_t image_size) const = 0;
+  // Smallest square input the architecture accepts.
+  virtual int64_t min_image_size() const = 0;
+
+  // Run forwards under autocast to `dtype` (copied into data-parallel replicas).
+  void set_autocast(std::optional<c10::ScalarType> dtype) { autocast_dtype_ = dtype; }
+  std::optional<c10::ScalarType> autocast_dtype() const { return autocast_dtype_; }
+
+ protected:
+  std::optional<c10::ScalarType> autocast_dtype_;
+};
+
+using ModelPtr = std::shared_ptr<StagedModel>;
+
+// Base for concrete models: torch::nn::Cloneable (needed by data_parallel's replicate) plus
+// the StagedModel interface.
+template <typename Derived>
+class StagedModule : public torch::nn::Cloneable<Derived>, public StagedModel {
+ public:
+  torch::nn::Module& module() override { return *this; }
+
+  torch::Tensor forward(torch::Tensor input) override {
+    AutocastScope autocast(input.device().type(), autocast_dtype_);
+    for (auto& stage : stages()) {
+      input = stage.forward(input);
+    }
+    return input;
+  }
+
+  torch::Tensor data_parallel_forward(const torch::Tensor& input,
+                                      const std::vector<torch::Device>& devices) override {
+    auto self = std::dynamic_pointer_cast<Derived>(this->shared_from_this());
+    return torch::nn::parallel::data_parallel(self, input, devices, /*output_device=*/devices.front());
+  }
+};
+
+}  // namespace parbench

@@ -1,0 +1,47 @@
+#include "models/tiny_cnn.h"
+
+namespace parbench {
+namespace {
+
+constexpr int64_t kWidth1 = 8, kWidth2 = 16, kWidth3 = 32;
+
+torch::nn::Conv2d conv3x3(int64_t in, int64_t out, int64_t stride) {
+  return torch::nn::Conv2d(torch::nn::Conv2dOptions(in, out, /*kernel_size=*/3).stride(stride).padding(1));
+}
+
+int64_t halve(int64_t side) { return (side - 1) / 2 + 1; }
+
+}  // namespace
+
+TinyCnnImpl::TinyCnnImpl(int64_t num_classes) : num_classes_(num_classes) {
+  TORCH_CHECK(num_classes_ > 0, "num_classes must be positive, got ", num_classes_);
+  reset();
+}
+
+void TinyCnnImpl::reset() {
+  conv1 = register_module("conv1", conv3x3(3, kWidth1, /*stride=*/2));
+  conv2 = register_module("conv2", conv3x3(kWidth1, kWidth2, /*stride=*/2));
+  conv3 = register_module("conv3", conv3x3(kWidth2, kWidth3, /*stride=*/1));
+  fc = register_module("fc", torch::nn::Linear(kWidth3, num_classes_));
+}
+
+std::vector<Stage> TinyCnnImpl::stages() {
+  return {
+      {"stem", {conv1.ptr()}, [this](const torch::Tensor& x) { return torch::relu(conv1(x)); }},
+      {"block1", {conv2.ptr()}, [this](const torch::Tensor& x) { return torch::relu(conv2(x)); }},
+      {"block2", {conv3.ptr()}, [this](const torch::Tensor& x) { return torch::relu(conv3(x)); }},
+      {"head", {fc.ptr()},
+       [this](const torch::Tensor& x) {
+         return fc(torch::flatten(torch::adaptive_avg_pool2d(x, {1, 1}), /*start_dim=*/1));
+       }},
+  };
+}
+
+double TinyCnnImpl::forward_flops_per_image(int64_t image_size) const {
+  const double side1 = halve(image_size), side2 = halve(side1);
+  const double macs = side1 * side1 * 3 * kWidth1 * 9 + side2 * side2 * kWidth1 * kWidth2 * 9 +
+                      side2 * side2 * kWidth2 * kWidth3 * 9 + kWidth3 * num_classes_;
+  return 2.0 * macs;
+}
+
+}  // namespace parbench

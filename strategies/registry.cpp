@@ -1,0 +1,39 @@
+#include "strategies/strategy.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace parbench {
+
+StrategyRegistry& StrategyRegistry::instance() {
+  static StrategyRegistry registry;
+  return registry;
+}
+
+bool StrategyRegistry::add(StrategyInfo info) {
+  const std::string name = info.name;
+  return strategies_.emplace(name, std::move(info)).second;
+}
+
+const StrategyInfo& StrategyRegistry::get(const std::string& name) const {
+  auto it = strategies_.find(name);
+  if (it == strategies_.end()) {
+    throw std::invalid_argument("unknown strategy '" + name + "' (allowed: " + names() + ")");
+  }
+  return it->second;
+}
+
+std::vector<const StrategyInfo*> StrategyRegistry::all() const {
+  std::vector<const StrategyInfo*> result;
+  for (const auto& entry : strategies_) result.push_back(&entry.second);
+  std::sort(result.begin(), result.end(), [](auto* a, auto* b) { return a->order < b->order; });
+  return result;
+}
+
+std::string StrategyRegistry::names() const {
+  std::string joined;
+  for (const auto* info : all()) joined += (joined.empty() ? "" : ", ") + info->name;
+  return joined;
+}
+
+}  // namespace parbench

@@ -1,0 +1,41 @@
+// The whole model on one device: the baseline every other strategy is compared with.
+#include "strategies/strategy.h"
+#include "strategies/training.h"
+
+namespace parbench {
+namespace {
+
+class SingleDevice final : public Strategy {
+ public:
+  void setup(const ModelFactory& make_model, const std::vector<torch::Device>& devices,
+             const RunConfig& config) override {
+    TORCH_CHECK(devices.size() == 1, "single runs on exactly one device, got ", devices.size());
+    devices_ = devices;
+    config_ = config;
+    model_ = make_model();
+    model_->module().to(devices.front());
+    prepare_model(*model_, config.precision);
+    optimizer_ = make_sgd(*model_, config.learning_rate);
+  }
+
+  torch::Device input_device() const override { return devices_.front(); }
+  torch::Device target_device() const override { return devices_.front(); }
+
+  torch::Tensor train_step(const Batch& batch) override {
+    optimizer_->zero_grad();
+    auto loss = compute_loss(model_->forward(batch.inputs), batch.targets, config_.loss);
+    loss.backward();
+    optimizer_->step();
+    return loss.detach();
+  }
+
+ private:
+  RunConfig config_;
+  std::unique_ptr<torch::optim::SGD> optimizer_;
+};
+
+PARBENCH_REGISTER_STRATEGY({"single", "the whole model on one device", /*order=*/0, /*min_devices=*/1,
+                            /*distributed=*/false, [] { return std::make_unique<SingleDevice>(); }});
+
+}  // namespace
+}  // namespace parbench

@@ -1,0 +1,108 @@
+// The contract every parallelism strategy implements, and the registry that finds them.
+// One file per strategy under strategies/; each registers itself with
+// PARBENCH_REGISTER_STRATEGY.
+#pragma once
+
+#include "models/staged_model.h"
+
+#include <torch/torch.h>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace parbench {
+
+enum class Precision { kFloat32, kBFloat16 };  // bf16: autocast to bf16, channels-last, fp32 weights
+enum class LossKind { kMse, kCrossEntropy };   // MSE on one-hot labels is the tutorial's
+
+// What one training step does, and how a strategy is shaped.
+struct RunConfig {
+  std::string model = "resnet50";
+  int64_t num_classes = 1000;
+  int64_t batch_size = 120;  // images per step in this process
+  int64_t image_size = 128;
+  Precision precision = Precision::kFloat32;
+  LossKind loss = LossKind::kMse;
+  double learning_rate = 1e-3;
+
+  // model_parallel and pipeline: "" (the default cut), "balanced", or stage names per device,
+  // devices separated by '|' and stages by ',': "stem,layer1,layer2|layer3,layer4,head".
+  std::string cut;
+  // pipeline: micro-batch size and schedule ("tutorial", "gpipe", "1f1b").
+  int64_t split_size = 0;
+  std::string schedule = "tutorial";
+
+  // ddp: gradient bucket size, and whether all-reduces start during backward.
+  double bucket_mib = 25.0;
+  bool overlap = true;
+};
+
+// One batch: inputs (N, 3, H, W) and targets, one-hot (N, classes) for MSE or class
+// indices (N) for cross-entropy.
+struct Batch {
+  torch::Tensor inputs;
+  torch::Tensor targets;
+};
+
+using ModelFactory = std::function<ModelPtr()>;
+
+class Strategy {
+ public:
+  virtual ~Strategy() = default;
+
+  // Builds the model from `make_model` and places it on `devices`.
+  virtual void setup(const ModelFactory& make_model, const std::vector<torch::Device>& devices,
+                     const RunConfig& config) = 0;
+  // Where the harness must put a batch's inputs and targets.
+  virtual torch::Device input_device() const = 0;
+  virtual torch::Device target_device() const = 0;
+  // One step: zero grads, forward, loss, backward, SGD update. Returns the loss without
+  // waiting for the devices; all work is ordered before each device's current stream.
+  virtual torch::Tensor train_step(const Batch& batch) = 0;
+
+  // Facts about the run for the benchmark label (cut used, schedule, backend, ...).
+  virtual std::map<std::string, std::string> describe() const { return {}; }
+
+  StagedModel& model() const { return *model_; }
+  const std::vector<torch::Device>& devices() const { return devices_; }
+
+ protected:
+  ModelPtr model_;
+  std::vector<torch::Device> devices_;
+};
+
+struct StrategyInfo {
+  std::string name;
+  std::string summary;
+  int order = 0;            // position in listings
+  int min_devices = 1;      // devices one process needs
+  bool distributed = false; // one process per device, started by the launcher
+  std::function<std::unique_ptr<Strategy>()> create;
+};
+
+// The strategies linked into this binary. A function-local static, so registration from
+// other files' static initialisers is safe.
+class StrategyRegistry {
+ public:
+  static StrategyRegistry& instance();
+
+  bool add(StrategyInfo info);
+  // Throws std::invalid_argument naming the allowed strategies.
+  const StrategyInfo& get(const std::string& name) const;
+  std::vector<const StrategyInfo*> all() const;  // by `order`
+  std::string names() const;                     // comma-separated, by `order`
+
+ private:
+  std::map<std::string, StrategyInfo> strategies_;
+};
+
+#define PARBENCH_CONCAT_INNER(a, b) a##b
+#define PARBENCH_CONCAT(a, b) PARBENCH_CONCAT_INNER(a, b)
+#define PARBENCH_REGISTER_STRATEGY(...)                                              \
+  static const bool PARBENCH_CONCAT(parbench_strategy_registered_, __LINE__) [[maybe_unused]] = \
+      ::parbench::StrategyRegistry::instance().add(__VA_ARGS__)
+
+}  // namespace parbench

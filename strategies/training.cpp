@@ -1,0 +1,44 @@
+#include "strategies/training.h"
+
+namespace parbench {
+
+std::optional<c10::ScalarType> autocast_dtype(Precision precision) {
+  if (precision == Precision::kBFloat16) return torch::kBFloat16;
+  return std::nullopt;
+}
+
+void prepare_model(StagedModel& model, Precision precision) {
+  model.set_autocast(autocast_dtype(precision));
+  if (precision != Precision::kBFloat16) return;
+  torch::NoGradGuard no_grad;
+  for (auto& parameter : model.module().parameters()) {
+    if (parameter.dim() == 4) parameter.set_data(parameter.contiguous(torch::MemoryFormat::ChannelsLast));
+  }
+}
+
+torch::Tensor to_input_layout(const torch::Tensor& inputs, Precision precision) {
+  return precision == Precision::kBFloat16 ? inputs.contiguous(torch::MemoryFormat::ChannelsLast) : inputs;
+}
+
+torch::Tensor compute_loss(const torch::Tensor& outputs, const torch::Tensor& targets, LossKind loss) {
+  const auto logits = outputs.to(torch::kFloat32);
+  if (loss == LossKind::kCrossEntropy) return torch::nn::functional::cross_entropy(logits, targets);
+  return torch::mse_loss(logits, targets);
+}
+
+std::unique_ptr<torch::optim::SGD> make_sgd(StagedModel& model, double learning_rate) {
+  return std::make_unique<torch::optim::SGD>(model.module().parameters(),
+                                             torch::optim::SGDOptions(learning_rate));
+}
+
+Batch make_random_batch(const RunConfig& config, int64_t batch_size, torch::Device input_device,
+                        torch::Device target_device) {
+  auto inputs = torch::randn({batch_size, 3, config.image_size, config.image_size});
+  auto classes = torch::randint(config.num_classes, {batch_size}, torch::kLong);
+  torch::Tensor targets = config.loss == LossKind::kCrossEntropy
+                              ? classes
+                              : torch::zeros({batch_size, config.num_classes}).scatter_(1, classes.unsqueeze(1), 1.0);
+  return {to_input_layout(inputs.to(input_device), config.precision), targets.to(target_device)};
+}
+
+}  // namespace parbench

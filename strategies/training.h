@@ -1,0 +1,31 @@
+// The pieces of one training step that every strategy shares.
+#pragma once
+
+#include "strategies/strategy.h"
+
+#include <optional>
+
+namespace parbench {
+
+// The autocast dtype a precision runs forwards under (none for fp32).
+std::optional<c10::ScalarType> autocast_dtype(Precision precision);
+
+// Precision-specific model preparation: autocast setting and, for bf16, channels-last
+// conv weights. Call after the model is on its devices.
+void prepare_model(StagedModel& model, Precision precision);
+
+// Inputs in the layout the precision runs in (channels-last for bf16).
+torch::Tensor to_input_layout(const torch::Tensor& inputs, Precision precision);
+
+// Mean loss of `outputs` against `targets` (computed in fp32).
+torch::Tensor compute_loss(const torch::Tensor& outputs, const torch::Tensor& targets, LossKind loss);
+
+// SGD over all of the model's parameters, wherever they live (lr as in the tutorial).
+std::unique_ptr<torch::optim::SGD> make_sgd(StagedModel& model, double learning_rate);
+
+// A random batch of `batch_size` images: inputs ~ N(0, 1), uniformly drawn classes as
+// one-hot rows (MSE) or indices (cross-entropy).
+Batch make_random_batch(const RunConfig& config, int64_t batch_size, torch::Device input_device,
+                        torch::Device target_device);
+
+}  // namespace parbench

@@ -1,0 +1,216 @@
+// Splitting a model changes the speed, not the math: every strategy that runs in one
+// process gives single's loss, gradients and updated weights (CPU "devices").
+#include "models/model_zoo.h"
+#include "strategies/partition.h"
+#include "strategies/strategy.h"
+#include "strategies/training.h"
+
+#include <gtest/gtest.h>
+
+namespace parbench {
+namespace {
+
+constexpr double kTolerance = 1e-5;  // relative, per tensor
+
+struct StepResult {
+  double loss = 0;
+  std::map<std::string, torch::Tensor> grads, weights;
+};
+
+// One training step of `strategy_name` on `devices` from weights seeded with `seed`.
+StepResult one_step(const std::string& strategy_name, RunConfig config, size_t num_devices, const Batch& batch,
+                    bool eval_mode) {
+  auto strategy = StrategyRegistry::instance().get(strategy_name).create();
+  const auto factory = [&] {
+    torch::manual_seed(1234);
+    auto model = make_model(config.model, config.num_classes);
+    if (eval_mode) model->module().eval();
+    return model;
+  };
+  strategy->setup(factory, std::vector<torch::Device>(num_devices, torch::kCPU), config);
+  StepResult result;
+  result.loss = strategy->train_step(batch).item<double>();
+  for (const auto& item : strategy->model().module().named_parameters()) {
+    result.grads[item.key()] = item.value().grad().clone();
+    result.weights[item.key()] = item.value().detach().clone();
+  }
+  return result;
+}
+
+double relative_difference(const torch::Tensor& value, const torch::Tensor& reference) {
+  const double scale = reference.norm().item<double>();
+  return (value - reference).norm().item<double>() / (scale > 0 ? scale : 1.0);
+}
+
+void expect_same_step(const StepResult& value, const StepResult& reference, const std::string& what) {
+  EXPECT_NEAR(value.loss, reference.loss, kTolerance * std::abs(reference.loss)) << what;
+  for (const auto& [name, grad] : reference.grads) {
+    EXPECT_LT(relative_difference(value.grads.at(name), grad), kTolerance) << what << " grad " << name;
+    EXPECT_LT(relative_difference(value.weights.at(name), reference.weights.at(name)), kTolerance)
+        << what << " weight " << name;
+  }
+}
+
+struct EquivalenceCase {
+  std::string model;
+  int64_t batch, image;
+  bool eval_mode;  // batch-norm models: eval mode, so per-micro-batch statistics do not differ
+  size_t devices;
+  std::vector<int64_t> split_sizes;
+};
+
+class SplitEquivalence : public ::testing::TestWithParam<EquivalenceCase> {};
+
+TEST_P(SplitEquivalence, MatchesSingleDevice) {
+  const auto& c = GetParam();
+  torch::manual_seed(7);
+  RunConfig config;
+  config.model = c.model;
+  config.num_classes = 10;
+  config.batch_size = c.batch;
+  config.image_size = c.image;
+  config.learning_rate = 0.1;  // large, so a wrong update shows in the weights
+  const auto batch = make_random_batch(config, c.batch, torch::kCPU, torch::kCPU);
+  const auto reference = one_step("single", config, 1, batch, c.eval_mode);
+
+  expect_same_step(one_step("model_parallel", config, c.devices, batch, c.eval_mode), reference, "model_parallel");
+  for (int64_t split : c.split_sizes) {
+    for (const std::string schedule : {"tutorial", "gpipe", "1f1b"}) {
+      config.split_size = split;
+      config.schedule = schedule;
+      expect_same_step(one_step("pipeline", config, c.devices, batch, c.eval_mode), reference,
+                       "pipeline split " + std::to_string(split) + " " + schedule);
+    }
+  }
+  // data_parallel scatters and gathers through CUDA-only autograd functions: see gpu_test.cpp.
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Models, SplitEquivalence,
+    // Split sizes that divide the batch, that do not, one image, the batch, and more than it.
+    ::testing::Values(EquivalenceCase{"tinycnn", 6, 16, /*eval_mode=*/false, /*devices=*/2, {1, 3, 4, 6, 9}},
+                      EquivalenceCase{"tinycnn", 7, 16, /*eval_mode=*/false, /*devices=*/4, {1, 2, 3, 7, 10}},
+                      EquivalenceCase{"resnet50", 4, 32, /*eval_mode=*/true, /*devices=*/2, {2, 3}},
+                      EquivalenceCase{"resnet50", 3, 32, /*eval_mode=*/true, /*devices=*/4, {2}}),
+    [](const auto& info) {
+      return info.param.model + "_" + std::to_string(info.param.devices) + "devices";
+    });
+
+TEST(SingleDevice, StepsReduceTheLossOnAFixedBatch) {
+  torch::manual_seed(3);
+  RunConfig config;
+  config.model = "resnet50";
+  config.batch_size = 4;
+  config.image_size = 32;
+  auto strategy = StrategyRegistry::instance().get("single").create();
+  strategy->setup([&] { return make_model(config.model, config.num_classes); }, {torch::kCPU}, config);
+  const auto batch = make_random_batch(config, config.batch_size, torch::kCPU, torch::kCPU);
+  const double first = strategy->train_step(batch).item<double>();
+  double last = first;
+  for (int step = 0; step < 5; ++step) last = strategy->train_step(batch).item<double>();
+  EXPECT_LT(last, first);
+}
+
+TEST(SingleDevice, Bf16AutocastStepRunsAndReducesTheLoss) {
+  torch::manual_seed(3);
+  RunConfig config;
+  config.model = "tinycnn";
+  config.num_classes = 10;
+  config.batch_size = 8;
+  config.image_size = 16;
+  config.precision = Precision::kBFloat16;
+  config.learning_rate = 0.5;
+  config.loss = LossKind::kCrossEntropy;
+  auto strategy = StrategyRegistry::instance().get("single").create();
+  strategy->setup([&] { return make_model(config.model, config.num_classes); }, {torch::kCPU}, config);
+  const auto batch = make_random_batch(config, config.batch_size, torch::kCPU, torch::kCPU);
+  EXPECT_TRUE(batch.inputs.is_contiguous(torch::MemoryFormat::ChannelsLast));
+  const double first = strategy->train_step(batch).item<double>();
+  double last = first;
+  for (int step = 0; step < 10; ++step) last = strategy->train_step(batch).item<double>();
+  EXPECT_LT(last, first);
+}
+
+TEST(Registry, ListsEveryPlugIn) {
+  std::vector<std::string> names;
+  for (const auto* info : StrategyRegistry::instance().all()) names.push_back(info->name);
+  EXPECT_EQ(names, (std::vector<std::string>{"single", "model_parallel", "pipeline", "data_parallel", "ddp"}));
+  EXPECT_THROW(StrategyRegistry::instance().get("zero3"), std::invalid_argument);
+}
+
+TEST(Pipeline, RejectsBadSplitSizeAndSchedule) {
+  RunConfig config;
+  config.model = "tinycnn";
+  config.num_classes = 10;
+  const auto factory = [&] { return make_model(config.model, config.num_classes); };
+  const std::vector<torch::Device> devices(2, torch::kCPU);
+  for (int64_t split : {0, -3}) {
+    config.split_size = split;
+    EXPECT_THROW(StrategyRegistry::instance().get("pipeline").create()->setup(factory, devices, config),
+                 std::invalid_argument);
+  }
+  config.split_size = 2;
+  config.schedule = "interleaved";
+  EXPECT_THROW(StrategyRegistry::instance().get("pipeline").create()->setup(factory, devices, config),
+               std::invalid_argument);
+}
+
+TEST(Cut, ParsesAndRejectsBadSpecs) {
+  const std::vector<std::string> stages = {"stem", "layer1", "layer2", "layer3", "layer4", "head"};
+  EXPECT_EQ(parse_cut("stem,layer1,layer2|layer3,layer4,head", stages, 2),
+            (Cut{{"stem", "layer1", "layer2"}, {"layer3", "layer4", "head"}}));
+  EXPECT_THROW(parse_cut("stem,layer1,layer2|layer3,layer5,head", stages, 2), std::invalid_argument);  // unknown
+  EXPECT_THROW(parse_cut("stem,layer1,layer2||layer3,layer4,head", stages, 3), std::invalid_argument);  // empty device
+  EXPECT_THROW(parse_cut("stem,layer1,layer2|layer3,layer4,head", stages, 3), std::invalid_argument);  // parts != devices
+  EXPECT_THROW(parse_cut("stem|layer1|layer2|layer3|layer4|head", stages, 2), std::invalid_argument);  // more parts
+  EXPECT_THROW(parse_cut("layer1,stem|layer2,layer3,layer4,head", stages, 2), std::invalid_argument);  // order
+  EXPECT_THROW(parse_cut("stem,layer1|layer2,layer3,layer4", stages, 2), std::invalid_argument);       // head left out
+}
+
+TEST(Cut, StrategiesRejectABadCutAndTooManyDevices) {
+  RunConfig config;
+  config.model = "tinycnn";
+  config.num_classes = 10;
+  config.cut = "stem,block1|block9,head";
+  const auto factory = [&] { return make_model(config.model, config.num_classes); };
+  EXPECT_THROW(StrategyRegistry::instance().get("model_parallel").create()->setup(factory, {torch::kCPU, torch::kCPU}, config),
+               std::invalid_argument);
+  config.cut = "";
+  // tinycnn has 4 stages: 5 devices would leave one empty.
+  EXPECT_THROW(StrategyRegistry::instance().get("model_parallel").create()->setup(
+                   factory, std::vector<torch::Device>(5, torch::kCPU), config),
+               std::invalid_argument);
+}
+
+TEST(Cut, BalancedMinimisesTheSlowestPart) {
+  const std::vector<std::string> stages = {"a", "b", "c", "d", "e", "f"};
+  EXPECT_EQ(balanced_cut(stages, {1, 1, 1, 1, 1, 1}, 2), (Cut{{"a", "b", "c"}, {"d", "e", "f"}}));
+  EXPECT_EQ(balanced_cut(stages, {1, 5, 1, 1, 1, 1}, 2), (Cut{{"a", "b"}, {"c", "d", "e", "f"}}));
+  const auto four = balanced_cut(stages, {1, 1, 1, 1, 1, 1}, 4);
+  ASSERT_EQ(four.size(), 4u);
+  size_t covered = 0;
+  for (const auto& part : four) {
+    EXPECT_GE(part.size(), 1u);
+    EXPECT_LE(part.size(), 2u);  // the best slowest part holds two unit stages
+    covered += part.size();
+  }
+  EXPECT_EQ(covered, stages.size());
+  EXPECT_THROW(balanced_cut(stages, {1, 1, 1, 1, 1, 1}, 7), std::invalid_argument);
+}
+
+TEST(Cut, DefaultIsTheTutorialsOnTwoDevicesAndBalancedOnFour) {
+  RunConfig config;
+  config.num_classes = 10;
+  config.batch_size = 2;
+  config.image_size = 32;
+  config.model = "resnet50";
+  auto model = make_model(config.model, config.num_classes);
+  Cut cut;
+  partition_model(*model, {torch::kCPU, torch::kCPU}, config, 2, &cut);
+  EXPECT_EQ(format_cut(cut), "stem,layer1,layer2|layer3,layer4,head");
+  partition_model(*model, std::vector<torch::Device>(4, torch::kCPU), config, 2, &cut);
+  EXPECT_EQ(cut.size(), 4u);
+}
+
+}  // namespace
+}  // namespace parbench
