@@ -1,0 +1,484 @@
+"""Performance-regression gate: compares a candidate parbench JSON run against a baseline.
+
+A benchmark regresses when its candidate median is worse than the baseline median by more
+than the threshold AND a two-sided Mann-Whitney U test over the repetitions rejects "same
+distribution" at alpha, as Google Benchmark's tools/compare.py judges. docs/PERF_GATE.md
+describes the decision, the exit codes and the options; docs/JSON.md the input.
+
+Plain Python 3 on purpose: CI machines run it without scipy or numpy.
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import re
+import statistics
+import sys
+import traceback
+from dataclasses import asdict, dataclass, field
+
+EXIT_PASS = 0
+EXIT_REGRESSION = 1
+EXIT_UNUSABLE = 2
+
+KNOWN_SCHEMA_MAJORS = {1}
+# Context keys that must agree: with other GPUs or another software stack the times are not comparable.
+CONTEXT_KEYS_THAT_MUST_MATCH = ("gpu_names", "gpu_count", "libtorch_version", "cuda_version")
+# With 4 repetitions a side the asymptotic two-sided p-value cannot go below about 0.03, with
+# 3 not below 0.08: fewer than 5 leaves the U test next to no power at alpha = 0.05.
+MIN_REPETITIONS_FOR_U_TEST = 5
+SECONDS_PER_TIME_UNIT = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
+# Suffixes Google Benchmark appends to a case's name (docs/JSON.md): not part of what was measured,
+# so a baseline with fixed iterations still matches a candidate without.
+BENCHMARK_NAME_SUFFIX = re.compile(r"(/(iterations:\d+|repeats:\d+|threads:\d+|min_time:[0-9.]+s?|manual_time|real_time))+$")
+
+# Verdicts of one benchmark.
+PASS = "pass"
+IMPROVED = "improved"
+REGRESSION = "REGRESSION"
+SLOWER_NOT_SIGNIFICANT = "slower, not significant"
+FASTER_NOT_SIGNIFICANT = "faster, not significant"
+TOO_FEW_REPETITIONS = "too few repetitions"
+ONLY_IN_BASELINE = "only in baseline"
+ONLY_IN_CANDIDATE = "only in candidate"
+ERROR_IN_BASELINE = "error in baseline"
+ERROR_IN_CANDIDATE = "error in candidate"
+ERROR_IN_BOTH = "error in both"
+NO_METRIC = "no metric"
+# Verdicts that mean one side measured the benchmark and the other did not.
+UNMATCHED_VERDICTS = {ONLY_IN_BASELINE, ONLY_IN_CANDIDATE, ERROR_IN_BASELINE, ERROR_IN_CANDIDATE}
+COMPARED_VERDICTS = {PASS, IMPROVED, REGRESSION, SLOWER_NOT_SIGNIFICANT, FASTER_NOT_SIGNIFICANT}
+
+
+class UnusableInput(Exception):
+    """An input the gate cannot judge: exit 2."""
+
+
+@dataclass
+class Run:
+    """One parbench JSON file, reduced to the chosen metric of each error-free repetition."""
+
+    path: str
+    context: dict
+    names: list = field(default_factory=list)  # every run name, in file order
+    samples: dict = field(default_factory=dict)  # run name -> metric value per error-free repetition
+    errors: dict = field(default_factory=dict)  # run name -> error message per errored repetition
+    unmeasured: set = field(default_factory=set)  # run names whose repetitions lack the metric
+
+
+@dataclass
+class Row:
+    name: str
+    verdict: str
+    baseline_median: float | None = None
+    candidate_median: float | None = None
+    change_pct: float | None = None  # candidate median against baseline median, in the metric's own sign
+    p_value: float | None = None
+    baseline_repetitions: int = 0
+    candidate_repetitions: int = 0
+    threshold_only: bool = False  # too few repetitions for the U test: judged by the threshold alone
+
+
+@dataclass
+class Report:
+    settings: argparse.Namespace
+    rows: list = field(default_factory=list)
+    unusable: list = field(default_factory=list)  # why the gate cannot judge (exit 2)
+    warnings: list = field(default_factory=list)
+    errors: list = field(default_factory=list)  # errored repetitions, one line per benchmark and side
+    baseline_context: dict = field(default_factory=dict)
+    candidate_context: dict = field(default_factory=dict)
+
+    def failing_rows(self) -> list:
+        failing = {REGRESSION} | (UNMATCHED_VERDICTS if self.settings.fail_on_missing else set())
+        return [row for row in self.rows if row.verdict in failing]
+
+    @property
+    def exit_code(self) -> int:
+        if self.unusable:
+            return EXIT_UNUSABLE
+        return EXIT_REGRESSION if self.failing_rows() else EXIT_PASS
+
+    @property
+    def outcome(self) -> str:
+        return {EXIT_PASS: "pass", EXIT_REGRESSION: "regression", EXIT_UNUSABLE: "unusable"}[self.exit_code]
+
+
+def mann_whitney_u_p_value(x: list, y: list) -> float:
+    """Two-sided Mann-Whitney U test p-value by the normal approximation with tie and
+    continuity corrections: scipy.stats.mannwhitneyu(x, y, method='asymptotic')."""
+    n_x, n_y = len(x), len(y)
+    n = n_x + n_y
+    pooled = sorted([(value, True) for value in x] + [(value, False) for value in y])
+    rank_sum_x = 0.0
+    tie_term = 0
+    next_rank = 1
+    for _, group in itertools.groupby(pooled, key=lambda pair: pair[0]):
+        from_x = [is_x for _, is_x in group]
+        tied = len(from_x)
+        average_rank = next_rank + (tied - 1) / 2
+        rank_sum_x += average_rank * sum(from_x)
+        tie_term += tied**3 - tied
+        next_rank += tied
+    u_x = rank_sum_x - n_x * (n_x + 1) / 2
+    u = max(u_x, n_x * n_y - u_x)
+    spread = math.sqrt(n_x * n_y / 12 * ((n + 1) - tie_term / (n * (n - 1))))
+    if spread == 0:  # every value tied: no evidence of a difference
+        return 1.0
+    z = (u - n_x * n_y / 2 - 0.5) / spread
+    return min(1.0, math.erfc(z / math.sqrt(2)))  # 2 * normal survival function at z
+
+
+def load_run(path: str, metric: str) -> Run:
+    try:
+        with open(path, encoding="utf-8") as file:
+            text = file.read()
+    except (OSError, UnicodeDecodeError) as error:
+        raise UnusableInput(f"{path}: cannot read: {error}") from None
+    if not text.strip():
+        raise UnusableInput(f"{path}: empty file")
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise UnusableInput(f"{path}: not valid JSON: {error}") from None
+    if not (isinstance(document, dict) and isinstance(document.get("context"), dict)
+            and isinstance(document.get("benchmarks"), list)):
+        raise UnusableInput(f"{path}: not Google Benchmark JSON (needs a 'context' object and a 'benchmarks' list)")
+    check_schema(path, document["context"])
+    if not document["benchmarks"]:
+        raise UnusableInput(f"{path}: no benchmarks")
+
+    run = Run(path=path, context=document["context"])
+    for index, entry in enumerate(document["benchmarks"]):
+        if not (isinstance(entry, dict) and isinstance(entry.get("name"), str) and "run_type" in entry):
+            raise UnusableInput(f"{path}: benchmarks[{index}] is not a Google Benchmark entry")
+        if entry["run_type"] != "iteration":
+            continue  # aggregates: the gate works from the repetitions themselves
+        name = BENCHMARK_NAME_SUFFIX.sub("", entry.get("run_name", entry["name"]))
+        if name not in run.names:
+            run.names.append(name)
+        if entry.get("error_occurred"):
+            run.errors.setdefault(name, []).append(entry.get("error_message", ""))
+            continue
+        try:
+            value = metric_value(entry, metric)
+        except UnusableInput as problem:
+            raise UnusableInput(f"{path}: {problem}") from None
+        if value is None:
+            run.unmeasured.add(name)
+        else:
+            run.samples.setdefault(name, []).append(value)
+    if not run.names:
+        raise UnusableInput(f"{path}: no per-repetition entries (run_type 'iteration'); "
+                            "was it written with --benchmark_report_aggregates_only?")
+    return run
+
+
+def check_schema(path: str, context: dict) -> None:
+    version = context.get("parbench_json_schema")
+    if version is None:
+        raise UnusableInput(f"{path}: no context.parbench_json_schema: not parbench output")
+    major = str(version).split(".")[0]
+    if not major.isdigit():
+        raise UnusableInput(f"{path}: parbench_json_schema {version!r} is not a semver version")
+    if int(major) not in KNOWN_SCHEMA_MAJORS:
+        raise UnusableInput(f"{path}: parbench_json_schema {version} has a major version this gate does not know "
+                            f"(knows {', '.join(str(m) for m in sorted(KNOWN_SCHEMA_MAJORS))})")
+
+
+def metric_value(entry: dict, metric: str) -> float | None:
+    """The entry's metric, real_time in seconds or items_per_second; None when the entry has no
+    items_per_second (comm/ cases)."""
+    if metric == "time":
+        unit = entry.get("time_unit")
+        if unit not in SECONDS_PER_TIME_UNIT:
+            raise UnusableInput(f"{entry['name']}: unknown time_unit {unit!r}")
+        value, scale = entry.get("real_time"), SECONDS_PER_TIME_UNIT[unit]
+    else:
+        if "items_per_second" not in entry:
+            return None
+        value, scale = entry["items_per_second"], 1.0
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise UnusableInput(f"{entry['name']}: {metric} value {value!r} is not a positive number")
+    return value * scale
+
+
+def compare_contexts(baseline: Run, candidate: Run) -> list:
+    mismatches = []
+    for key in CONTEXT_KEYS_THAT_MUST_MATCH:
+        base_value, cand_value = baseline.context.get(key, "(absent)"), candidate.context.get(key, "(absent)")
+        if str(base_value) != str(cand_value):
+            mismatches.append(f"context {key} differs: baseline {base_value!r}, candidate {cand_value!r}")
+    return mismatches
+
+
+def judge(name: str, base: list, cand: list, settings: argparse.Namespace) -> Row:
+    row = Row(name=name, verdict=PASS, baseline_repetitions=len(base), candidate_repetitions=len(cand))
+    row.baseline_median, row.candidate_median = statistics.median(base), statistics.median(cand)
+    change = row.candidate_median / row.baseline_median - 1
+    row.change_pct = 100 * change
+    worse_by = change if settings.metric == "time" else -change
+    testable = min(len(base), len(cand)) >= MIN_REPETITIONS_FOR_U_TEST
+    if not testable and settings.too_few_repetitions == "fail":
+        row.verdict = TOO_FEW_REPETITIONS
+        return row
+    row.threshold_only = not testable
+    if testable:
+        row.p_value = mann_whitney_u_p_value(base, cand)
+    significant = not testable or row.p_value < settings.alpha
+    threshold = settings.threshold / 100
+    if worse_by > threshold:
+        row.verdict = REGRESSION if significant else SLOWER_NOT_SIGNIFICANT
+    elif -worse_by > threshold:
+        row.verdict = IMPROVED if significant else FASTER_NOT_SIGNIFICANT
+    return row
+
+
+def unjudged_verdict(name: str, baseline: Run, candidate: Run) -> str | None:
+    """The verdict of a benchmark that cannot be compared, or None when it can."""
+    if name not in candidate.names:
+        return ONLY_IN_BASELINE
+    if name not in baseline.names:
+        return ONLY_IN_CANDIDATE
+    base_measured, cand_measured = name in baseline.samples, name in candidate.samples
+    if name in baseline.unmeasured or name in candidate.unmeasured:
+        return NO_METRIC
+    if not base_measured and not cand_measured:
+        return ERROR_IN_BOTH
+    if not base_measured:
+        return ERROR_IN_BASELINE
+    if not cand_measured:
+        return ERROR_IN_CANDIDATE
+    return None
+
+
+def compare(baseline: Run, candidate: Run, settings: argparse.Namespace) -> Report:
+    report = Report(settings=settings, baseline_context=baseline.context, candidate_context=candidate.context)
+    mismatches = compare_contexts(baseline, candidate)
+    if settings.allow_context_mismatch:
+        report.warnings += mismatches
+    else:
+        report.unusable += [m + " (--allow-context-mismatch compares anyway)" for m in mismatches]
+
+    for name in baseline.names + [n for n in candidate.names if n not in baseline.names]:
+        verdict = unjudged_verdict(name, baseline, candidate)
+        if verdict is None:
+            report.rows.append(judge(name, baseline.samples[name], candidate.samples[name], settings))
+        else:
+            base, cand = baseline.samples.get(name, []), candidate.samples.get(name, [])
+            report.rows.append(Row(name=name, verdict=verdict,
+                                   baseline_median=statistics.median(base) if base else None,
+                                   candidate_median=statistics.median(cand) if cand else None,
+                                   baseline_repetitions=len(base), candidate_repetitions=len(cand)))
+
+    for side, run in (("baseline", baseline), ("candidate", candidate)):
+        for name, messages in run.errors.items():
+            total = len(messages) + len(run.samples.get(name, []))
+            reasons = "; ".join(sorted(set(messages)))
+            report.errors.append(f"{side}: {name}: {len(messages)} of {total} repetitions errored: {reasons}")
+
+    too_few = [row.name for row in report.rows if row.verdict == TOO_FEW_REPETITIONS]
+    if too_few:
+        report.unusable.append(f"{len(too_few)} benchmark(s) have fewer than {MIN_REPETITIONS_FOR_U_TEST} "
+                               "repetitions a side for the U test (--too-few-repetitions=fail)")
+    if not any(row.verdict in COMPARED_VERDICTS | {TOO_FEW_REPETITIONS} for row in report.rows):
+        report.unusable.append("no benchmark has measurements on both sides: nothing was compared")
+    return report
+
+
+# Rendering.
+
+def format_metric(value: float | None, metric: str) -> str:
+    if value is None:
+        return "-"
+    if metric == "items_per_second":
+        return f"{value:,.1f}/s"
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if value >= scale:
+            return f"{value / scale:.3f} {unit}"
+    return f"{value / 1e-9:.3f} ns"
+
+
+def verdict_text(row: Row) -> str:
+    return row.verdict + (f" (threshold only, <{MIN_REPETITIONS_FOR_U_TEST} reps)" if row.threshold_only else "")
+
+
+def table_cells(report: Report) -> list:
+    metric = report.settings.metric
+    return [[row.name,
+             f"{row.baseline_repetitions}/{row.candidate_repetitions}",
+             format_metric(row.baseline_median, metric),
+             format_metric(row.candidate_median, metric),
+             "-" if row.change_pct is None else f"{row.change_pct:+.1f}%",
+             "-" if row.p_value is None else f"{row.p_value:.4f}",
+             verdict_text(row)] for row in report.rows]
+
+
+TABLE_HEADER = ["benchmark", "reps b/c", "baseline median", "candidate median", "change", "p-value", "verdict"]
+
+
+def decision_rule(settings: argparse.Namespace) -> str:
+    measure = "median real_time, lower is better" if settings.metric == "time" else "median items_per_second, higher is better"
+    return (f"metric {settings.metric} ({measure}); regression: worse by more than {settings.threshold:g}% "
+            f"and two-sided Mann-Whitney U p < {settings.alpha:g}")
+
+
+def describe_run(report: Report, side: str) -> str:
+    path = getattr(report.settings, side)
+    context = report.baseline_context if side == "baseline" else report.candidate_context
+    if not context:
+        return path
+    return f"{path} (git {str(context.get('git_sha', '?'))[:12]}, {context.get('date', '?')})"
+
+
+def notes(report: Report) -> list:
+    """Lines under the verdict: why unusable, warnings, unmatched benchmarks, errored repetitions."""
+    lines = [f"unusable: {reason}" for reason in report.unusable]
+    lines += [f"warning: {warning}" for warning in report.warnings]
+    missing_effect = "fails (--fail-on-missing)" if report.settings.fail_on_missing else "does not fail"
+    lines += [f"{row.verdict}: {row.name} ({missing_effect})" for row in report.rows if row.verdict in UNMATCHED_VERDICTS]
+    lines += [f"errored: {error}" for error in report.errors]
+    return lines
+
+
+def render_text(report: Report) -> str:
+    lines = [f"perf-gate: {report.outcome.upper()} (exit {report.exit_code})",
+             f"baseline:  {describe_run(report, 'baseline')}",
+             f"candidate: {describe_run(report, 'candidate')}",
+             decision_rule(report.settings)]
+    lines += notes(report)
+    if report.rows:
+        cells = [TABLE_HEADER] + table_cells(report)
+        widths = [max(len(row[column]) for row in cells) for column in range(len(TABLE_HEADER))]
+        lines.append("")
+        for row in cells:
+            lines.append("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+    return "\n".join(lines) + "\n"
+
+
+def markdown_escape(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def render_markdown(report: Report) -> str:
+    lines = [f"### parbench perf gate: {report.outcome.upper()} (exit {report.exit_code})", "",
+             f"- baseline: `{describe_run(report, 'baseline')}`",
+             f"- candidate: `{describe_run(report, 'candidate')}`",
+             f"- {decision_rule(report.settings)}"]
+    lines += [f"- {markdown_escape(note)}" for note in notes(report)]
+    if report.rows:
+        lines += ["", "| " + " | ".join(TABLE_HEADER) + " |", "|" + "---|" * len(TABLE_HEADER)]
+        for cells in table_cells(report):
+            cells[0] = f"`{cells[0]}`"
+            lines.append("| " + " | ".join(markdown_escape(cell) for cell in cells) + " |")
+    return "\n".join(lines) + "\n\n"
+
+
+def render_json(report: Report) -> dict:
+    settings = report.settings
+    return {
+        "outcome": report.outcome,
+        "exit_code": report.exit_code,
+        "baseline": settings.baseline,
+        "candidate": settings.candidate,
+        "metric": settings.metric,
+        "metric_unit": "s" if settings.metric == "time" else "items/s",
+        "threshold_pct": settings.threshold,
+        "alpha": settings.alpha,
+        "too_few_repetitions": settings.too_few_repetitions,
+        "min_repetitions_for_u_test": MIN_REPETITIONS_FOR_U_TEST,
+        "fail_on_missing": settings.fail_on_missing,
+        "unusable": report.unusable,
+        "warnings": report.warnings,
+        "errors": report.errors,
+        "benchmarks": [asdict(row) for row in report.rows],
+    }
+
+
+# Command line.
+
+def percentage(text: str) -> float:
+    value = float_option(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be at least 0, got {text}")
+    return value
+
+
+def probability(text: str) -> float:
+    value = float_option(text)
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"must lie strictly between 0 and 1, got {text}")
+    return value
+
+
+def float_option(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"not a finite number: {text!r}")
+    return value
+
+
+def parse_arguments(argv: list | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="perf-gate",
+        description="Compare a candidate parbench (Google Benchmark) JSON run against a baseline and fail "
+                    "on performance regressions. See docs/PERF_GATE.md.",
+        epilog="exit codes: 0 pass, 1 regression (or unmatched benchmark with --fail-on-missing), "
+               "2 unusable input (unreadable or malformed file, unknown schema major, context mismatch, "
+               "too few repetitions with --too-few-repetitions=fail, nothing compared, bad option)")
+    parser.add_argument("baseline", help="baseline JSON, from a trusted run on the same GPUs")
+    parser.add_argument("candidate", help="candidate JSON, from the build under test")
+    parser.add_argument("--metric", choices=["time", "items_per_second"], default="time",
+                        help="what to compare: real_time (lower is better) or items_per_second (higher is better); "
+                             "default %(default)s")
+    parser.add_argument("--threshold", type=percentage, default=5.0, metavar="PCT",
+                        help="a median worse by more than PCT percent can regress; default %(default)g")
+    parser.add_argument("--alpha", type=probability, default=0.05,
+                        help="significance level of the two-sided Mann-Whitney U test; default %(default)g")
+    parser.add_argument("--too-few-repetitions", choices=["threshold", "fail"], default="threshold",
+                        help=f"with fewer than {MIN_REPETITIONS_FOR_U_TEST} repetitions a side: judge by the threshold "
+                             "alone (threshold) or declare the input unusable, exit 2 (fail); default %(default)s")
+    parser.add_argument("--fail-on-missing", action="store_true",
+                        help="exit 1 when a benchmark is in one file only or has no error-free repetition on one side")
+    parser.add_argument("--allow-context-mismatch", action="store_true",
+                        help=f"compare even when {', '.join(CONTEXT_KEYS_THAT_MUST_MATCH)} differ (reported as warnings)")
+    parser.add_argument("--json-out", metavar="FILE", help="write the comparison as JSON to FILE")
+    parser.add_argument("--markdown-out", metavar="FILE",
+                        help="append the comparison as Markdown to FILE, e.g. \"$GITHUB_STEP_SUMMARY\"")
+    return parser.parse_args(argv)
+
+
+def run_gate(settings: argparse.Namespace) -> Report:
+    try:
+        baseline = load_run(settings.baseline, settings.metric)
+        candidate = load_run(settings.candidate, settings.metric)
+    except UnusableInput as problem:
+        return Report(settings=settings, unusable=[str(problem)])
+    return compare(baseline, candidate, settings)
+
+
+def write_outputs(report: Report, settings: argparse.Namespace) -> None:
+    if settings.json_out:
+        with open(settings.json_out, "w", encoding="utf-8") as file:
+            json.dump(render_json(report), file, indent=2)
+            file.write("\n")
+    if settings.markdown_out:
+        with open(settings.markdown_out, "a", encoding="utf-8") as file:
+            file.write(render_markdown(report))
+
+
+def main(argv: list | None = None) -> int:
+    settings = parse_arguments(argv)
+    try:
+        report = run_gate(settings)
+        sys.stdout.write(render_text(report))
+        write_outputs(report, settings)
+        return report.exit_code
+    except Exception:  # a crash must not exit 1, which reads as "regression"
+        traceback.print_exc()
+        return EXIT_UNUSABLE
