@@ -1,0 +1,397 @@
+"""Reads parbench's JSON output (docs/JSON.md) for plots/plot.py and reports/make_report.py.
+
+What it computes:
+- per case (one benchmark run name; repetitions of the same name in several files are pooled):
+  median, mean, sample standard deviation, min, max and count of a counter over the case's
+  per-repetition entries (`run_type: iteration`). Google Benchmark's aggregate entries are not
+  used: a case with one repetition has none, and the report shows min and max too.
+- a name such as `train/pipeline/resnet50/batch:120/.../split:20/schedule:gpipe` parsed into
+  strategy (second path element), model and fields; Google Benchmark's own suffixes
+  (`manual_time`, `repeats:3`, ...) are dropped.
+- each case's set-up (model, batch, image, precision, data) and single-GPU reference, the
+  speedup (single's median step time / the case's) and the scaling efficiency
+  (images/s / (gpus x single's images/s)), and the best pipeline split (lowest median step time).
+
+A file that cannot be read as parbench output raises ResultsError, whose message names the file.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import re
+import statistics
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+KNOWN_SCHEMA_MAJOR = 1
+STRATEGY_ORDER = ("single", "model_parallel", "pipeline", "data_parallel", "ddp")
+SCHEDULE_ORDER = ("tutorial", "gpipe", "1f1b")
+PRECISION_ORDER = ("fp32", "bf16")
+
+# Name components Google Benchmark appends to a registered name.
+_GBENCH_FLAGS = {"manual_time", "real_time", "process_time"}
+_GBENCH_KEYS = {"iterations", "repeats", "min_time", "min_warmup_time", "threads"}
+# Fields each strategy's name carries beyond model, batch, image, precision and data.
+_SETUP_KEYS = ("batch", "image", "precision", "data")
+_STRATEGY_KEYS = {
+    "single": (),
+    "model_parallel": ("gpus",),
+    "data_parallel": ("gpus",),
+    "pipeline": ("gpus", "split", "schedule"),
+    "ddp": ("gpus", "bucket_mib", "overlap", "scaling"),
+}
+_REQUIRED_TRAIN_COUNTERS = ("step_ms", "items_per_second")
+_MEMORY_COUNTER = re.compile(r"peak_mem_gib_dev(\d+)$")
+
+
+class ResultsError(Exception):
+    """A file that cannot be read as parbench output; the message names the file."""
+
+
+@dataclass(frozen=True)
+class Stats:
+    count: int
+    median: float
+    mean: float
+    stddev: float | None  # sample standard deviation; None with one repetition (no spread)
+    minimum: float
+    maximum: float
+
+    @classmethod
+    def of(cls, values: list[float]) -> Stats:
+        return cls(
+            count=len(values),
+            median=statistics.median(values),
+            mean=statistics.fmean(values),
+            stddev=statistics.stdev(values) if len(values) > 1 else None,
+            minimum=min(values),
+            maximum=max(values),
+        )
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What must match for two cases to be compared: the work one training step does."""
+
+    model: str
+    batch: int  # the single-GPU batch this set-up compares with (see Case.reference_batch)
+    image: int
+    precision: str
+    data: str
+
+    def parts(self) -> dict[str, str]:
+        return {
+            "model": self.model,
+            "batch": f"batch {self.batch}",
+            "image": f"image {self.image}\u00d7{self.image}",
+            "precision": self.precision,
+            "data": f"data on {self.data}",
+        }
+
+    def describe(self) -> str:
+        return ", ".join(self.parts().values())
+
+    def sort_key(self):
+        return (self.model, self.batch, self.image, _rank(self.precision, PRECISION_ORDER), self.data)
+
+
+@dataclass
+class Case:
+    name: str  # Google Benchmark's run_name
+    family: str  # first path element: "train", "comm"
+    strategy: str
+    model: str | None
+    fields: dict[str, str]
+    label: dict[str, str]
+    files: list[str] = field(default_factory=list)
+    repetitions: list[dict] = field(default_factory=list)  # per-repetition entries that ran
+    errors: list[str] = field(default_factory=list)  # error_message of each failed repetition
+
+    @property
+    def ran(self) -> bool:
+        return bool(self.repetitions)
+
+    @property
+    def gpus(self) -> int:
+        return int(self.fields.get("gpus", 1))
+
+    @property
+    def split_size(self) -> int | None:
+        return int(self.fields["split"]) if "split" in self.fields else None
+
+    @property
+    def reference_batch(self) -> int:
+        """The batch of the single-GPU case this one compares with: the same global batch,
+        except under weak-scaling ddp, where each rank keeps single's batch."""
+        batch = int(self.fields["batch"])  # per rank for ddp
+        if self.strategy == "ddp" and self.fields["scaling"] != "weak":
+            return batch * self.gpus
+        return batch
+
+    @property
+    def setup(self) -> Setup:
+        return Setup(self.model, self.reference_batch, int(self.fields["image"]),
+                     self.fields["precision"], self.fields["data"])
+
+    @property
+    def series(self) -> tuple:
+        """Fields beyond the set-up and the split: pipeline cases with equal series differ only
+        in split_size."""
+        return tuple(sorted((key, value) for key, value in self.fields.items()
+                            if key not in _SETUP_KEYS and key != "split"))
+
+    def stats(self, counter: str) -> Stats | None:
+        values = [entry[counter] for entry in self.repetitions if counter in entry]
+        return Stats.of(values) if values else None
+
+    def peak_memory_gib(self) -> dict[int, float]:
+        """Device index -> highest peak_mem_gib_dev<i> over the repetitions (CUDA runs only)."""
+        peaks: dict[int, float] = {}
+        for entry in self.repetitions:
+            for key, value in entry.items():
+                match = _MEMORY_COUNTER.match(key)
+                if match:
+                    device = int(match.group(1))
+                    peaks[device] = max(value, peaks.get(device, value))
+        return dict(sorted(peaks.items()))
+
+    def config(self) -> str:
+        """The case's fields beyond the set-up, as words: '2 GPUs, gpipe, split 20'."""
+        words = []
+        if self.strategy != "single":
+            words.append(f"{self.gpus} GPUs")
+        if "schedule" in self.fields:
+            words.append(self.fields["schedule"])
+        if "split" in self.fields:
+            words.append(f"split {self.fields['split']}")
+        if "bucket_mib" in self.fields:
+            words.append(f"bucket {self.fields['bucket_mib']} MiB")
+        if "overlap" in self.fields:
+            words.append(f"overlap {self.fields['overlap']}")
+        if "scaling" in self.fields:
+            words.append(f"{self.fields['scaling']} scaling")
+        if self.strategy == "ddp":
+            words.append(f"per-rank batch {self.fields['batch']}")
+        described = set(_SETUP_KEYS) | {"gpus", "schedule", "split", "bucket_mib", "overlap", "scaling"}
+        words += [f"{key} {value}" for key, value in self.fields.items() if key not in described]
+        return ", ".join(words)
+
+    def title(self) -> str:
+        config = self.config()
+        return f"{self.strategy} ({config})" if config else self.strategy
+
+    def sort_key(self):
+        return (_rank(self.strategy, STRATEGY_ORDER), self.strategy, self.gpus,
+                _rank(self.fields.get("schedule", ""), SCHEDULE_ORDER), self.split_size or 0,
+                self.series)
+
+
+@dataclass
+class Run:
+    """One results file."""
+
+    path: str
+    context: dict
+
+
+@dataclass
+class Results:
+    runs: list[Run]
+    cases: list[Case]  # in the order first seen
+    notes: list[str]  # things a reader should know about the input, for stderr
+
+    def train_cases(self) -> list[Case]:
+        return [case for case in self.cases if case.family == "train"]
+
+    def by_setup(self) -> dict[Setup, list[Case]]:
+        """Training cases per set-up, set-ups and cases in display order."""
+        groups: dict[Setup, list[Case]] = {}
+        for case in self.train_cases():
+            groups.setdefault(case.setup, []).append(case)
+        return {setup: sorted(groups[setup], key=Case.sort_key)
+                for setup in sorted(groups, key=Setup.sort_key)}
+
+    def context_values(self, key: str) -> list[str]:
+        """The distinct values of a context key over the files, in file order."""
+        return list(dict.fromkeys(run.context.get(key, "unknown") for run in self.runs))
+
+
+def describe_gpus(gpu_names: str) -> str:
+    """context.gpu_names as '2\u00d7 NVIDIA H100 80GB HBM3', or 'CPU only'."""
+    if gpu_names in ("none", "unknown", ""):
+        return "CPU only"
+    counts: dict[str, int] = {}
+    for gpu in gpu_names.split(";"):
+        counts[gpu] = counts.get(gpu, 0) + 1
+    return " + ".join(f"{count}\u00d7 {gpu}" for gpu, count in counts.items())
+
+
+def single_reference(cases: list[Case]) -> Case | None:
+    """The single-GPU case that ran among one set-up's cases."""
+    return next((case for case in cases if case.strategy == "single" and case.ran), None)
+
+
+def speedup(case: Case, single: Case) -> float:
+    return single.stats("step_ms").median / case.stats("step_ms").median
+
+
+def scaling_efficiency(case: Case, single: Case) -> float:
+    return case.stats("items_per_second").median / (case.gpus * single.stats("items_per_second").median)
+
+
+def best_splits(cases: list[Case]) -> dict[tuple, Case]:
+    """Pipeline series -> its case with the lowest median step time."""
+    best: dict[tuple, Case] = {}
+    for case in cases:
+        if case.strategy == "pipeline" and case.ran:
+            incumbent = best.get(case.series)
+            if incumbent is None or case.stats("step_ms").median < incumbent.stats("step_ms").median:
+                best[case.series] = case
+    return best
+
+
+def headline_cases(cases: list[Case]) -> list[Case]:
+    """One set-up's cases that ran, pipeline reduced to its best split per series."""
+    best = set(map(id, best_splits(cases).values()))
+    return [case for case in cases
+            if case.ran and (case.strategy != "pipeline" or id(case) in best)]
+
+
+def load(paths: list[str]) -> Results:
+    """Reads and checks every file before returning, so callers write nothing on a bad one."""
+    runs: list[Run] = []
+    cases: dict[str, Case] = {}
+    notes = []
+    seen = set()
+    for path in paths:
+        if Path(path).resolve() in seen:
+            notes.append(f"{path} is given more than once; read once")
+            continue
+        seen.add(Path(path).resolve())
+        document = _read_document(path)
+        runs.append(Run(path, document["context"]))
+        for index, entry in enumerate(document["benchmarks"]):
+            _add_entry(cases, path, index, entry)
+    for case in cases.values():
+        if case.family == "train" and not case.repetitions and not case.errors:
+            raise ResultsError(f"{case.files[0]}: {case.name} has aggregates but no per-repetition "
+                               "entries (written with --benchmark_report_aggregates_only?)")
+        if len(case.files) > 1:
+            notes.append(f"{case.name} appears in {', '.join(case.files)}; their repetitions are pooled")
+    return Results(runs, list(cases.values()), notes)
+
+
+def _read_document(path: str) -> dict:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise ResultsError(f"{path}: cannot read: {error}") from None
+    if not text.strip():
+        raise ResultsError(f"{path}: file is empty")
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ResultsError(f"{path}: not valid JSON: {error}") from None
+    if not (isinstance(document, dict) and isinstance(document.get("context"), dict)
+            and isinstance(document.get("benchmarks"), list)):
+        raise ResultsError(f"{path}: not Google Benchmark JSON (needs 'context' and 'benchmarks')")
+    version = document["context"].get("parbench_json_schema")
+    if not isinstance(version, str):
+        raise ResultsError(f"{path}: not parbench output (no context.parbench_json_schema)")
+    major = version.split(".")[0]
+    if not major.isdigit():
+        raise ResultsError(f"{path}: parbench_json_schema '{version}' is not a semver version")
+    if int(major) != KNOWN_SCHEMA_MAJOR:
+        raise ResultsError(f"{path}: parbench_json_schema {version} has major version {major}; "
+                           f"this reader knows major version {KNOWN_SCHEMA_MAJOR}")
+    if not document["benchmarks"]:
+        raise ResultsError(f"{path}: holds no benchmarks")
+    return document
+
+
+def _add_entry(cases: dict[str, Case], path: str, index: int, entry) -> None:
+    where = f"{path}: benchmarks[{index}]"
+    if not isinstance(entry, dict):
+        raise ResultsError(f"{where} is not an object")
+    for key in ("name", "run_name", "run_type"):
+        if not isinstance(entry.get(key), str):
+            raise ResultsError(f"{where} has no '{key}' string")
+    run_type = entry["run_type"]
+    if run_type not in ("iteration", "aggregate"):
+        raise ResultsError(f"{where} ({entry['name']}): unknown run_type '{run_type}'")
+    name = entry["run_name"]
+    case = cases.get(name)
+    if case is None:
+        case = cases[name] = _parse_name(name, where)
+    if path not in case.files:
+        case.files.append(path)
+    if run_type == "aggregate":
+        return
+    if entry.get("error_occurred"):
+        case.errors.append(str(entry.get("error_message", "no error_message")))
+        return
+    if case.family == "train":
+        for counter in _REQUIRED_TRAIN_COUNTERS:
+            value = entry.get(counter)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ResultsError(f"{where} ({name}): counter '{counter}' is missing or not a finite number")
+        if not case.label and isinstance(entry.get("label"), str):
+            case.label = _parse_label(entry["label"])
+    case.repetitions.append(entry)
+
+
+def _parse_name(name: str, where: str) -> Case:
+    parts = name.split("/")
+    if len(parts) < 2:
+        raise ResultsError(f"{where}: name '{name}' is not family/strategy/...")
+    family, strategy = parts[0], parts[1]
+    if family != "train":  # comm/allreduce and others: kept for counting, not summarised
+        return Case(name=name, family=family, strategy=strategy, model=None, fields={}, label={})
+    if len(parts) < 3:
+        raise ResultsError(f"{where}: name '{name}' has no model")
+    fields = {}
+    for part in parts[3:]:
+        key, colon, value = part.partition(":")
+        if part in _GBENCH_FLAGS or (colon and key in _GBENCH_KEYS):
+            continue
+        if not colon or not key or not value:
+            raise ResultsError(f"{where}: name '{name}': component '{part}' is not key:value")
+        fields[key] = value
+    missing = [key for key in _SETUP_KEYS + _STRATEGY_KEYS.get(strategy, ()) if key not in fields]
+    if missing:
+        raise ResultsError(f"{where}: name '{name}' lacks {', '.join(key + ':' for key in missing)}")
+    for key in ("batch", "image", "gpus", "split"):
+        if key in fields and not fields[key].isdigit():
+            raise ResultsError(f"{where}: name '{name}': {key} '{fields[key]}' is not a whole number")
+    return Case(name=name, family=family, strategy=strategy, model=parts[2], fields=fields, label={})
+
+
+def _parse_label(label: str) -> dict[str, str]:
+    pairs = (item.partition("=") for item in label.split(";") if item)
+    return {key: value for key, _, value in pairs}
+
+
+def _rank(value: str, order: tuple) -> int:
+    return order.index(value) if value in order else len(order)
+
+
+@contextlib.contextmanager
+def staged_output(out_dir: Path):
+    """Yields an empty folder inside out_dir to write into. On success its files move into
+    out_dir, Markdown last so a report never points at figures not yet there; on an error they
+    are deleted, and so is out_dir if this call created it."""
+    created = not out_dir.exists()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        with tempfile.TemporaryDirectory(dir=out_dir, prefix=".staging-") as staging:
+            yield Path(staging)
+            for path in sorted(Path(staging).iterdir(), key=lambda p: (p.suffix == ".md", p.name)):
+                os.replace(path, out_dir / path.name)
+    except BaseException:
+        if created:
+            with contextlib.suppress(OSError):
+                out_dir.rmdir()
+        raise

@@ -1,0 +1,301 @@
+"""Writes OUT_DIR/REPORT.md and the figures of plots/plot.py for one parbench run.
+
+  python3 reports/make_report.py OUT_DIR RUN1.json [RUN2.json ...]
+
+Per set-up (model, batch, image, precision, data mode) it computes, over each case's
+per-repetition entries:
+  step time     median of step_ms; spread = sample standard deviation (min and max in the sweep)
+  images/s      median of items_per_second
+  speedup       single's median step time / the case's median step time, same set-up
+  efficiency    images/s / (gpus x single's images/s)
+  peak memory   highest peak_mem_gib_dev<i> over repetitions, per device
+  best split    pipeline: the split_size with the lowest median step time, per schedule
+and states the findings (highest throughput, lowest step time, best split) in sentences built
+from those numbers. Cases that did not run are listed with their reasons. REPORT.md and the
+figures are written to a staging folder and moved into place, so an error leaves none behind;
+a file that is not readable parbench output exits with status 2 and one line on stderr.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import re
+import sys
+from pathlib import Path
+
+# The reader and the figures live in plots/, next to this script's folder.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "plots"))
+import parbench_results as pr  # noqa: E402
+import plot  # noqa: E402
+
+FIGURE_CAPTIONS = {
+    "step_time": "Step time per strategy (mean \u00b1 standard deviation over repetitions)",
+    "split_size": "Pipeline step time against split_size, single GPU as reference",
+    "throughput": "Images/s per strategy against ideal scaling, with scaling efficiency",
+    "memory": "Peak allocated memory per device",
+}
+ENVIRONMENT_ROWS = (
+    ("date", "date"),
+    ("host", "host"),
+    ("GPUs", "gpu_names"),
+    ("parbench", "parbench_version"),
+    ("JSON schema", "parbench_json_schema"),
+    ("git", "git_sha"),
+    ("LibTorch", "libtorch_version"),
+    ("CUDA", "cuda_version"),
+    ("cuDNN", "cudnn_version"),
+    ("NCCL", "nccl_version"),
+    ("TF32 cuDNN / matmul", "tf32_cudnn"),
+    ("timer", "timer"),
+    ("preset", "preset"),
+    ("CPUs", "num_cpus"),
+)
+
+
+def build_report(results: pr.Results, rendered: plot.Rendered, generated: datetime.datetime) -> str:
+    files = ", ".join(f"`{run.path}`" for run in results.runs)
+    groups = results.by_setup()
+    lines = ["# parbench report", "",
+             f"Generated {generated:%Y-%m-%d %H:%M} UTC by `reports/make_report.py` from {files}.", ""]
+    lines += ["## Findings", ""]
+    for setup, cases in groups.items():
+        lines.append(f"- **{setup.describe()}**: {' '.join(findings(cases))}")
+    lines += ["", "## Summary", "",
+              "Step time is the median over repetitions with the sample standard deviation as its "
+              "spread; images/s is the median; speedup and scaling efficiency compare with the "
+              "single-GPU case of the same set-up; peak memory is the highest over repetitions, "
+              "per device; pipeline is shown at its best split_size "
+              "(all splits under *Pipeline split sweep*)."]
+    if any(case.strategy == "ddp" and case.fields["scaling"] == "weak" for case in results.train_cases()):
+        lines[-1] += (" Weak-scaling ddp keeps single's batch on each rank, so one of its steps "
+                      "trains gpus \u00d7 as many images: compare its images/s and efficiency, not its "
+                      "step-time speedup.")
+    lines.append("")
+    for setup, cases in groups.items():
+        lines += [f"### {setup.describe()}", "", *summary_table(cases), ""]
+    sweeps = {setup: cases for setup, cases in groups.items()
+              if any(case.strategy == "pipeline" and case.ran for case in cases)}
+    if sweeps:
+        lines += ["## Pipeline split sweep", ""]
+        for setup, cases in sweeps.items():
+            lines += [f"### {setup.describe()}", "", *sweep_table(cases), ""]
+    lines += ["## Figures", ""]
+    for name in rendered.written:
+        lines += [f"![{FIGURE_CAPTIONS[name]}]({name}.png)", "",
+                  f"*{FIGURE_CAPTIONS[name]}* ([SVG]({name}.svg))", ""]
+    lines += [f"- No `{name}` figure: {reason}." for name, reason in rendered.skipped.items()]
+    if rendered.skipped:
+        lines.append("")
+    lines += ["## Cases that did not run", "", *not_run_table(results), ""]
+    lines += ["## Environment", "", *environment(results), ""]
+    others = [case for case in results.cases if case.family != "train"]
+    if others:
+        families = ", ".join(sorted({f"{case.family}/{case.strategy}" for case in others}))
+        lines += [f"The input also holds {len(others)} {families} case(s); this report does not "
+                  "summarise them.", ""]
+    return "\n".join(lines)
+
+
+def findings(cases: list[pr.Case]) -> list[str]:
+    """Two or three sentences on one set-up, every number taken from the cases."""
+    shown = pr.headline_cases(cases)
+    if not shown:
+        return ["No case ran."]
+    single = pr.single_reference(cases)
+    ips = {id(case): case.stats("items_per_second") for case in shown}
+    ranked = sorted(shown, key=lambda case: ips[id(case)].median, reverse=True)
+    top = ranked[0]
+    top_ips = ips[id(top)].median
+    if single is None:
+        sentences = [f"No single-GPU case ran, so there is no speedup reference; {_name(top)} has "
+                     f"the highest throughput, {top_ips:,.0f} images/s."]
+    elif len(ranked) == 1:
+        return [f"Only `single` ran: {top_ips:,.0f} images/s at {single.stats('step_ms').median:.1f} ms "
+                "median step time, so there is nothing to compare it with."]
+    elif top is single:
+        runner_up = ranked[1]
+        sentences = [f"No multi-device strategy beat `single`'s {top_ips:,.0f} images/s; the closest, "
+                     f"{_name(runner_up)}, reaches {ips[id(runner_up)].median:,.0f} images/s "
+                     f"({pr.scaling_efficiency(runner_up, single):.1%} scaling efficiency)."]
+    else:
+        single_ips = single.stats("items_per_second").median
+        sentences = [f"{_name(top)} has the highest throughput, {top_ips:,.0f} images/s: "
+                     f"{top_ips / single_ips:.2f}\u00d7 `single`'s {single_ips:,.0f} images/s, "
+                     f"{pr.scaling_efficiency(top, single):.1%} scaling efficiency on {top.gpus} GPUs."]
+    if len(ranked) > 1:
+        runner_up = ranked[1]
+        spreads = [ips[id(top)].stddev, ips[id(runner_up)].stddev]
+        if None not in spreads and top_ips - ips[id(runner_up)].median < max(spreads):
+            sentences[-1] += (f" Its lead over {_name(runner_up)} is within one standard deviation, "
+                              "so their order is not settled.")
+    fastest = min(shown, key=lambda case: case.stats("step_ms").median)
+    step = fastest.stats("step_ms").median
+    if single is not None and fastest is not single:
+        subject = "It also" if fastest is top else _name(fastest)
+        sentences.append(f"{subject} has the lowest median step time, {step:.1f} ms, a "
+                         f"{pr.speedup(fastest, single):.2f}\u00d7 speedup over `single`'s "
+                         f"{single.stats('step_ms').median:.1f} ms.")
+    elif fastest is not top:
+        sentences.append(f"{_name(fastest)} has the lowest median step time, {step:.1f} ms.")
+    best_phrases, one_split = [], []
+    for best in sorted(pr.best_splits(cases).values(), key=pr.Case.sort_key):
+        series = [case for case in cases if case.strategy == "pipeline" and case.ran
+                  and case.series == best.series]
+        name = f"{best.fields['schedule']} on {best.gpus} GPUs"
+        if len(series) == 1:
+            one_split.append(f"{name} ({best.split_size})")
+            continue
+        worst = max(series, key=lambda case: case.stats("step_ms").median)
+        best_phrases.append(f"{best.split_size} for {name} ({best.stats('step_ms').median:.1f} ms; the "
+                            f"slowest, split_size {worst.split_size}, took {worst.stats('step_ms').median:.1f} ms)")
+    if best_phrases:
+        sentences.append(f"Pipeline's best split_size is {'; '.join(best_phrases)}.")
+    if one_split:
+        sentences.append(f"Pipeline ran at one split_size only for {'; '.join(one_split)}.")
+    return sentences
+
+
+def summary_table(cases: list[pr.Case]) -> list[str]:
+    shown = pr.headline_cases(cases)
+    if not shown:
+        return ["No case of this set-up ran."]
+    single = pr.single_reference(cases)
+    compared = single is not None
+    rows = []
+    for case in shown:
+        step = case.stats("step_ms")
+        best_split = ""
+        if case.strategy == "pipeline":  # shown at its best split
+            tried = sorted(c.split_size for c in cases
+                           if c.strategy == "pipeline" and c.ran and c.series == case.series)
+            best_split = f"{case.split_size} (of {', '.join(map(str, tried))})"
+        rows.append([
+            case.strategy,
+            case.config(),
+            str(step.count),
+            f"{step.median:.2f}",
+            _spread(step),
+            f"{case.stats('items_per_second').median:,.1f}",
+            f"{pr.speedup(case, single):.2f}\u00d7" if compared else "no single",
+            f"{pr.scaling_efficiency(case, single):.1%}" if compared else "no single",
+            ", ".join(f"dev{device} {peak:.2f}" for device, peak in case.peak_memory_gib().items()) or "not measured",
+            best_split,
+            _details(case),
+        ])
+    return _table(["strategy", "config", "reps", "step time median (ms)", "stddev (ms)",
+                   "images/s (median)", "speedup vs single", "scaling efficiency",
+                   "peak memory (GiB)", "best split", "details"], rows)
+
+
+def sweep_table(cases: list[pr.Case]) -> list[str]:
+    pipeline = sorted((case for case in cases if case.strategy == "pipeline" and case.ran),
+                      key=pr.Case.sort_key)
+    single = pr.single_reference(cases)
+    best = set(map(id, pr.best_splits(pipeline).values()))
+    rows = []
+    for case in pipeline:
+        step = case.stats("step_ms")
+        rows.append([
+            case.fields["schedule"],
+            str(case.gpus),
+            f"**{case.split_size}** (best)" if id(case) in best else str(case.split_size),
+            str(step.count),
+            f"{step.median:.2f}",
+            _spread(step),
+            f"{step.minimum:.2f}\u2013{step.maximum:.2f}",
+            f"{case.stats('items_per_second').median:,.1f}",
+            f"{pr.speedup(case, single):.2f}\u00d7" if single else "no single",
+        ])
+    return _table(["schedule", "gpus", "split_size", "reps", "step time median (ms)", "stddev (ms)",
+                   "min\u2013max (ms)", "images/s (median)", "speedup vs single"], rows)
+
+
+def not_run_table(results: pr.Results) -> list[str]:
+    rows = []
+    for case in results.train_cases():
+        if not case.errors:
+            continue
+        failed = len(case.errors)
+        total = failed + len(case.repetitions)
+        status = "did not run" if not case.ran else "partly ran (summarised from the rest)"
+        rows.append([case.setup.describe(), case.title(), f"{failed} of {total} failed; {status}",
+                     "; ".join(dict.fromkeys(case.errors))])
+    if not rows:
+        return ["Every case ran."]
+    return _table(["set-up", "case", "repetitions", "reason"], rows)
+
+
+def environment(results: pr.Results) -> list[str]:
+    rows = []
+    for label, key in ENVIRONMENT_ROWS:
+        cells = [label]
+        for run in results.runs:
+            context = run.context
+            value = str(context.get(key, "unknown"))
+            if key == "gpu_names":
+                value = pr.describe_gpus(value)
+            elif key == "git_sha" and context.get("git_dirty") == "true":
+                value += " (dirty)"
+            elif key == "tf32_cudnn":
+                value += f" / {context.get('tf32_matmul', 'unknown')}"
+            elif key == "num_cpus":
+                value += f" \u00d7 {context.get('mhz_per_cpu', '?')} MHz"
+            elif key == "host":
+                value = str(context.get("host", context.get("host_name", "unknown")))
+            cells.append(value)
+        rows.append(cells)
+    lines = _table(["", *(f"`{run.path}`" for run in results.runs)], rows)
+    for run in results.runs:
+        command = str(run.context.get("argv", "unknown"))
+        fence = "`" * max(3, 1 + max((len(m) for m in re.findall(r"`+", command)), default=0))
+        lines += ["", f"Command line of `{run.path}`:", "", f"{fence}sh", command, fence]
+    return lines
+
+
+def _spread(stats: pr.Stats) -> str:
+    return f"{stats.stddev:.2f}" if stats.stddev is not None else "none (1 repetition)"
+
+
+def _details(case: pr.Case) -> str:
+    """The label's facts that the name does not give (cut, backend, ...), and ddp's rank spread."""
+    facts = [f"{key}={value}" for key, value in case.label.items() if key not in case.fields]
+    rank_spread = case.stats("step_ms_rank_spread")
+    if rank_spread is not None:
+        facts.append(f"rank spread {rank_spread.median:.1%}")
+    return "; ".join(facts)
+
+
+def _name(case: pr.Case) -> str:
+    config = case.config()
+    return f"`{case.strategy}` ({config})" if config else f"`{case.strategy}`"
+
+
+def _table(headers: list[str], rows: list[list[str]]) -> list[str]:
+    def line(cells):
+        return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"
+    return [line(headers), "|" + "---|" * len(headers), *map(line, rows)]
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("out_dir", type=Path, help="folder for REPORT.md and the figures (created if missing)")
+    parser.add_argument("results", nargs="+", help="parbench JSON files (--benchmark_out)")
+    args = parser.parse_args(argv)
+    try:
+        results = pr.load(args.results)
+    except pr.ResultsError as error:
+        print(f"make_report.py: error: {error}", file=sys.stderr)
+        return 2
+    with pr.staged_output(args.out_dir) as staging:
+        rendered = plot.render_figures(results, staging)
+        now = datetime.datetime.now(datetime.timezone.utc)
+        (staging / "REPORT.md").write_text(build_report(results, rendered, now) + "\n", encoding="utf-8")
+    notes = results.notes + rendered.note_lines() + plot.remove_stale_figures(args.out_dir, rendered.written)
+    for note in notes:
+        print(f"make_report.py: note: {note}", file=sys.stderr)
+    print(f"wrote {args.out_dir / 'REPORT.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
