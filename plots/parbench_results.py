@@ -44,6 +44,7 @@ _STRATEGY_KEYS = {
     "ddp": ("gpus", "bucket_mib", "overlap", "scaling"),
 }
 _REQUIRED_TRAIN_COUNTERS = ("step_ms", "items_per_second")
+_BUBBLE_COUNTER = re.compile(r"^bubble_frac_dev(\d+)$")
 _MEMORY_COUNTER = re.compile(r"peak_mem_gib_dev(\d+)$")
 
 
@@ -157,6 +158,19 @@ class Case:
                     device = int(match.group(1))
                     peaks[device] = max(value, peaks.get(device, value))
         return dict(sorted(peaks.items()))
+
+    def bubble_fractions(self) -> dict[int, float]:
+        """Device index -> median bubble_frac_dev<i> over the repetitions (CUDA runs only)."""
+        devices = sorted({int(match.group(1)) for entry in self.repetitions for key in entry
+                          if (match := _BUBBLE_COUNTER.match(key))})
+        return {device: self.stats(f"bubble_frac_dev{device}").median for device in devices}
+
+    def ideal_bubble_fraction(self) -> float | None:
+        """(S-1)/(M+S-1) for a pipeline of S stages and M equal micro-batches (docs/METRICS.md)."""
+        if self.split_size is None:
+            return None
+        micro_batches = -(-int(self.fields["batch"]) // self.split_size)
+        return (self.gpus - 1) / (micro_batches + self.gpus - 1)
 
     def config(self) -> str:
         """The case's fields beyond the set-up, as words: '2 GPUs, gpipe, split 20'."""

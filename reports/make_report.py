@@ -179,12 +179,13 @@ def summary_table(cases: list[pr.Case]) -> list[str]:
             f"{pr.speedup(case, single):.2f}\u00d7" if compared else "no single",
             f"{pr.scaling_efficiency(case, single):.1%}" if compared else "no single",
             ", ".join(f"dev{device} {peak:.2f}" for device, peak in case.peak_memory_gib().items()) or "not measured",
+            _bubbles(case),
             best_split,
             _details(case),
         ])
     return _table(["strategy", "config", "reps", "step time median (ms)", "stddev (ms)",
                    "images/s (median)", "speedup vs single", "scaling efficiency",
-                   "peak memory (GiB)", "best split", "details"], rows)
+                   "peak memory (GiB)", "bubble fraction", "best split", "details"], rows)
 
 
 def sweep_table(cases: list[pr.Case]) -> list[str]:
@@ -205,9 +206,12 @@ def sweep_table(cases: list[pr.Case]) -> list[str]:
             f"{step.minimum:.2f}\u2013{step.maximum:.2f}",
             f"{case.stats('items_per_second').median:,.1f}",
             f"{pr.speedup(case, single):.2f}\u00d7" if single else "no single",
+            _bubbles(case),
+            f"{case.ideal_bubble_fraction():.2f}",
         ])
     return _table(["schedule", "gpus", "split_size", "reps", "step time median (ms)", "stddev (ms)",
-                   "min\u2013max (ms)", "images/s (median)", "speedup vs single"], rows)
+                   "min\u2013max (ms)", "images/s (median)", "speedup vs single", "bubble fraction (measured)",
+                   "ideal bubble (S-1)/(M+S-1)"], rows)
 
 
 def not_run_table(results: pr.Results) -> list[str]:
@@ -254,6 +258,12 @@ def environment(results: pr.Results) -> list[str]:
 
 def _spread(stats: pr.Stats) -> str:
     return f"{stats.stddev:.2f}" if stats.stddev is not None else "none (1 repetition)"
+
+
+def _bubbles(case: pr.Case) -> str:
+    """Measured idle fraction per device (docs/METRICS.md), where the run measured it."""
+    bubbles = case.bubble_fractions()
+    return ", ".join(f"dev{device} {fraction:.2f}" for device, fraction in bubbles.items()) or "not measured"
 
 
 def _details(case: pr.Case) -> str:

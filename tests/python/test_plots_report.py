@@ -303,3 +303,20 @@ def test_failure_while_writing_leaves_no_report(tmp_path, monkeypatch):
     with pytest.raises(RuntimeError, match="injected"):
         make_report.main([str(out_dir), *map(str, GPU_RUN)])
     assert not out_dir.exists()
+
+
+def test_bubble_fractions_are_medians_and_ideal_follows_stages_and_micro_batches():
+    sys.path.insert(0, str(REPO / "plots"))
+    try:
+        import parbench_results as pr
+    finally:
+        sys.path.remove(str(REPO / "plots"))
+    case = next(c for c in pr.load([str(FIXTURES / "gpu_run.json")]).train_cases()
+                if c.strategy == "pipeline" and c.split_size == 20 and c.ran)
+    for index, entry in enumerate(case.repetitions):
+        entry["bubble_frac_dev0"] = 0.1 * (index + 1)
+        entry["bubble_frac_dev1"] = 0.5
+    median_dev0 = statistics.median(0.1 * (i + 1) for i in range(len(case.repetitions)))
+    assert case.bubble_fractions() == pytest.approx({0: median_dev0, 1: 0.5})
+    # 2 stages, 120 images in micro-batches of 20: M = 6, (S-1)/(M+S-1) = 1/7.
+    assert case.ideal_bubble_fraction() == pytest.approx(1 / 7)
