@@ -10,8 +10,10 @@ cd "$(dirname "$0")/.."
 readonly TORCH_VERSION=2.11.0
 readonly DEBIAN_PACKAGES=(g++ cmake ninja-build git libbenchmark-dev libgtest-dev libgmock-dev nlohmann-json3-dev python3-venv)
 
+# PARBENCH_NO_APT=1: the libraries come from elsewhere (the GPU machines have no network;
+# ci/gpu-check.sh unpacks them from .deps/).
 missing=()
-for package in "${DEBIAN_PACKAGES[@]}"; do
+[[ ${PARBENCH_NO_APT:-0} == 1 ]] || for package in "${DEBIAN_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
 done
 if ((${#missing[@]})); then

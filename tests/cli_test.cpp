@@ -108,6 +108,8 @@ struct BadInput {
   std::string expected;  // a phrase the one-line error must contain
 };
 
+void PrintTo(const BadInput& input, std::ostream* os) { *os << input.arguments; }
+
 class CliBadInput : public ::testing::TestWithParam<BadInput> {};
 
 TEST_P(CliBadInput, OneLineErrorNonZeroExitAndNoOutputFile) {

@@ -59,6 +59,10 @@ struct EquivalenceCase {
   std::vector<int64_t> split_sizes;
 };
 
+void PrintTo(const EquivalenceCase& c, std::ostream* os) {
+  *os << c.model << " batch " << c.batch << " on " << c.devices << " devices";
+}
+
 class SplitEquivalence : public ::testing::TestWithParam<EquivalenceCase> {};
 
 TEST_P(SplitEquivalence, MatchesSingleDevice) {

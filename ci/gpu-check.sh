@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Builds, tests and times parbench on a GPU machine in one call.
+#   ci/gpu-check.sh STEP...   steps, in order: build, test, smoke, reference, tutorial
+# The GPU machines have no network: Google Benchmark, GoogleTest and nlohmann/json come as
+# Debian packages in .deps/ (cp ../shared/device-deps/*.deb .deps/), unpacked into a prefix.
+# Everything (logs, JSON, figures, REPORT.md) goes to $OUT/results.tgz; the JSON files also
+# to $OUT directly. A failing step is reported and the later steps still run.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+# NVLink multicast stays off: on shared hosts it can take the GPUs out of service.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export PYTHONUNBUFFERED=1
+
+out=${OUT:-gpu-results}
+results=$(mktemp -d /tmp/parbench-results.XXXX)
+mkdir -p "$out"
+trap 'tar czf "$out/results.tgz" -C "$results" . ; cp "$results"/*.json "$out"/ 2>/dev/null' EXIT
+
+deps=/tmp/parbench-deps
+lib=$deps/usr/lib/x86_64-linux-gnu
+export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+parbench=./build-gpu/parbench
+
+step_build() {
+  for deb in .deps/*.deb; do dpkg -x "$deb" "$deps"; done
+  nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv | tee "$results/gpus.csv"
+  PARBENCH_NO_APT=1 BUILD_DIR=build-gpu bash ci/build.sh "-Dbenchmark_DIR=$lib/cmake/benchmark" \
+    "-DGTest_DIR=$lib/cmake/GTest" "-Dnlohmann_json_DIR=$deps/usr/share/cmake/nlohmann_json" >"$results/build.log" 2>&1
+  local status=$?
+  tail -n 3 "$results/build.log"
+  return $status
+}
+
+step_test() {
+  ctest --test-dir build-gpu -j 8 --output-on-failure >"$results/ctest.log" 2>&1
+  local status=$?
+  grep -E "tests passed|tests failed|\(Failed\)|\(SEGFAULT\)|Skipped|\*\*\*" "$results/ctest.log" | tail -n 20
+  grep -B2 -A8 "MultiGpuEquivalence" "$results/ctest.log" | grep -E "Failure|SKIP|Passed|Failed" | head -n 10
+  return $status
+}
+
+# bench NAME ARGS...: one parbench run into NAME.json, its console table into NAME.txt.
+bench() {
+  local name=$1
+  shift
+  echo "== $name: parbench $*"
+  "$parbench" --benchmark_out="$results/$name.json" --benchmark_out_format=json "$@" \
+    >"$results/$name.txt" 2>"$results/$name.stderr"
+  local status=$?
+  grep -E "_median|ERROR" "$results/$name.txt" | sed -E 's/ +/ /g' | cut -c1-230 | head -n 60
+  return $status
+}
+
+step_smoke() {
+  bench smoke --strategies=single,model_parallel,pipeline,data_parallel,ddp --precision=fp32 --split-sizes=20 \
+    --repetitions=3 --benchmark_min_time=0.2 --warmup=3
+}
+
+step_reference() {
+  bench reference --precision=fp32,bf16 --overlap=on,off --bucket-mib=25,100 --benchmark_min_time=0.3
+  bench data_parallel_240 --strategies=single,data_parallel --batch=240 --precision=fp32,bf16 --benchmark_min_time=0.3
+}
+
+step_tutorial() {
+  bench tutorial --preset=tutorial
+}
+
+failed=()
+for step in "$@"; do
+  echo "### $step"
+  SECONDS=0
+  "step_$step" || failed+=("$step")
+  echo "### $step took ${SECONDS}s"
+done
+if ((${#failed[@]})); then
+  echo "gpu-check: failed steps: ${failed[*]}"
+  exit 1
+fi

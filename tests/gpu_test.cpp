@@ -1,0 +1,83 @@
+// Multi-GPU equivalence: the CUDA paths (per-stage streams, cross-device copies, DataParallel's
+// scatter/gather) give single's step. Skipped, with the reason, where fewer than 2 GPUs exist.
+#include "models/model_zoo.h"
+#include "strategies/strategy.h"
+#include "strategies/training.h"
+
+#include <gtest/gtest.h>
+
+namespace parbench {
+namespace {
+
+constexpr double kTolerance = 1e-5;  // relative, per tensor, with TF32 off
+
+void require_gpus(int count) {
+  if (!torch::cuda::is_available() || static_cast<int>(torch::cuda::device_count()) < count) {
+    GTEST_SKIP() << "needs " << count << " GPUs, " << (torch::cuda::is_available() ? torch::cuda::device_count() : 0)
+                 << " visible";
+  }
+}
+
+std::map<std::string, torch::Tensor> step_and_collect(const std::string& strategy_name, const RunConfig& config,
+                                                      const std::vector<torch::Device>& devices, const Batch& batch,
+                                                      double* loss) {
+  auto strategy = StrategyRegistry::instance().get(strategy_name).create();
+  strategy->setup([&] {
+    torch::manual_seed(99);
+    auto model = make_model(config.model, config.num_classes);
+    model->module().eval();  // batch-norm statistics must not depend on how the batch is split
+    return model;
+  }, devices, config);
+  *loss = strategy->train_step({batch.inputs.to(strategy->input_device()), batch.targets.to(strategy->target_device())})
+              .item<double>();
+  std::map<std::string, torch::Tensor> result;
+  for (const auto& item : strategy->model().module().named_parameters()) {
+    result[item.key() + ".grad"] = item.value().grad().cpu();
+    result[item.key()] = item.value().detach().cpu();
+  }
+  return result;
+}
+
+class MultiGpuEquivalence : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(MultiGpuEquivalence, MatchesSingleGpu) {
+  require_gpus(2);
+  at::globalContext().setAllowTF32CuDNN(false);
+  at::globalContext().setAllowTF32CuBLAS(false);
+  RunConfig config;
+  config.model = GetParam();
+  config.num_classes = 10;
+  config.batch_size = 12;
+  config.image_size = 32;
+  config.learning_rate = 0.1;
+  torch::manual_seed(5);
+  const auto batch = make_random_batch(config, config.batch_size, torch::kCPU, torch::kCPU);
+  const std::vector<torch::Device> two_gpus = {torch::Device(torch::kCUDA, 0), torch::Device(torch::kCUDA, 1)};
+  double reference_loss = 0;
+  const auto reference = step_and_collect("single", config, {two_gpus.front()}, batch, &reference_loss);
+
+  std::vector<std::pair<std::string, RunConfig>> variants = {{"model_parallel", config}, {"data_parallel", config}};
+  for (const std::string schedule : {"tutorial", "gpipe", "1f1b"}) {
+    for (int64_t split : {1, 5, 12}) {
+      auto pipelined = config;
+      pipelined.split_size = split;
+      pipelined.schedule = schedule;
+      variants.emplace_back("pipeline", pipelined);
+    }
+  }
+  for (const auto& [name, variant] : variants) {
+    double loss = 0;
+    const auto result = step_and_collect(name, variant, two_gpus, batch, &loss);
+    const std::string what = name + " split " + std::to_string(variant.split_size) + " " + variant.schedule;
+    EXPECT_NEAR(loss, reference_loss, kTolerance * std::abs(reference_loss)) << what;
+    for (const auto& [key, expected] : reference) {
+      const double scale = std::max(expected.norm().item<double>(), 1e-12);
+      EXPECT_LT((result.at(key) - expected).norm().item<double>() / scale, kTolerance) << what << " " << key;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, MultiGpuEquivalence, ::testing::Values("tinycnn", "resnet50"));
+
+}  // namespace
+}  // namespace parbench
