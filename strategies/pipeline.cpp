@@ -7,8 +7,9 @@
 //   gpipe     all forwards as a wavefront, then one backward per micro-batch, last first.
 //   1f1b      forwards of the first `stages` micro-batches, then one backward and one forward
 //             in turn, so no more than `stages` micro-batches hold activations.
-// On CUDA each stage computes on its own stream and sends activations to the next device on
-// a second stream, ordered with events, so copies overlap the next micro-batch's compute.
+// On CUDA each stage computes on its own stream; activations travel to the next device on a
+// send stream of the source and a receive stream of the destination, ordered with events, so
+// copies overlap the neighbouring stages' compute instead of queueing behind it.
 #include "strategies/partition.h"
 #include "strategies/strategy.h"
 #include "strategies/training.h"
@@ -39,6 +40,7 @@ class StageStreams {
     for (const auto& device : devices_) {
       compute_.push_back(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index()));
       send_.push_back(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index()));
+      receive_.push_back(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index()));
     }
 #endif
   }
@@ -55,7 +57,7 @@ class StageStreams {
     return work();
   }
 
-  // Copies stage s's output to stage s+1's device on stage s's send stream.
+  // Copies stage s's output to stage s+1's device.
   torch::Tensor send(size_t s, const torch::Tensor& y) {
     const auto& destination = devices_[s + 1];
 #ifdef PARBENCH_WITH_CUDA
@@ -65,10 +67,19 @@ class StageStreams {
       computed.block(send_[s]);
       // The copy reads y on the send stream: keep its memory until that stream is done.
       c10::cuda::CUDACachingAllocator::recordStream(y.storage().data_ptr(), send_[s]);
-      // PyTorch copies across devices on the source's current stream and makes the
-      // destination's current stream wait for the copy.
-      c10::cuda::CUDAMultiStreamGuard guard(std::vector<c10::cuda::CUDAStream>{send_[s], compute_[s + 1]});
-      return y.to(destination, /*non_blocking=*/true);
+      torch::Tensor received;
+      {
+        // PyTorch copies across devices on the source's current stream, after a barrier with
+        // the destination's current stream, which then waits for the copy. With the receive
+        // stream current there, the barrier does not wait for stage s+1's queued compute.
+        c10::cuda::CUDAMultiStreamGuard guard(std::vector<c10::cuda::CUDAStream>{send_[s], receive_[s + 1]});
+        received = y.to(destination, /*non_blocking=*/true);
+      }
+      at::cuda::CUDAEvent arrived;
+      arrived.record(receive_[s + 1]);
+      arrived.block(compute_[s + 1]);
+      c10::cuda::CUDACachingAllocator::recordStream(received.storage().data_ptr(), compute_[s + 1]);
+      return received;
     }
 #endif
     return y.to(destination);
@@ -80,8 +91,7 @@ class StageStreams {
     for (size_t s = 0; s < compute_.size(); ++s) {
       at::cuda::CUDAEvent ready;
       ready.record(c10::cuda::getCurrentCUDAStream(devices_[s].index()));
-      ready.block(compute_[s]);
-      ready.block(send_[s]);
+      for (const auto& stream : {compute_[s], send_[s], receive_[s]}) ready.block(stream);
     }
 #endif
   }
@@ -91,7 +101,7 @@ class StageStreams {
 #ifdef PARBENCH_WITH_CUDA
     for (size_t s = 0; s < compute_.size(); ++s) {
       const auto current = c10::cuda::getCurrentCUDAStream(devices_[s].index());
-      for (const auto& stream : {compute_[s], send_[s]}) {
+      for (const auto& stream : {compute_[s], send_[s], receive_[s]}) {
         at::cuda::CUDAEvent done;
         done.record(stream);
         done.block(current);
@@ -103,7 +113,7 @@ class StageStreams {
  private:
   std::vector<torch::Device> devices_;
 #ifdef PARBENCH_WITH_CUDA
-  std::vector<c10::cuda::CUDAStream> compute_, send_;
+  std::vector<c10::cuda::CUDAStream> compute_, send_, receive_;
 #endif
 };
 

@@ -7,7 +7,7 @@
 
 #include <array>
 #include <cstdio>
-#include <filesystem>
+#include <cstdlib>
 #include <fstream>
 
 namespace {
@@ -19,8 +19,8 @@ struct Run {
 };
 
 Run run_parbench(const std::string& arguments) {
-  const auto stderr_path = std::filesystem::temp_directory_path() / ("parbench_stderr_" + std::to_string(getpid()));
-  const std::string command = std::string(PARBENCH_BINARY) + " " + arguments + " 2>" + stderr_path.string();
+  const std::string stderr_path = "/tmp/parbench_stderr_" + std::to_string(getpid());
+  const std::string command = std::string(PARBENCH_BINARY) + " " + arguments + " 2>" + stderr_path;
   Run run;
   std::array<char, 4096> buffer{};
   FILE* pipe = popen(command.c_str(), "r");
@@ -30,21 +30,26 @@ Run run_parbench(const std::string& arguments) {
   std::ifstream error_file(stderr_path);
   run.error.assign(std::istreambuf_iterator<char>(error_file), {});
   run.output += run.error;
-  std::filesystem::remove(stderr_path);
+  unlink(stderr_path.c_str());
   return run;
 }
 
+// POSIX calls only: libtorch.so exports its own std::filesystem::remove_all, which crashes
+// when it interposes the one this test links.
 class TempDir {
  public:
-  TempDir() : path_(std::filesystem::temp_directory_path() / ("parbench_test_" + std::to_string(getpid()))) {
-    std::filesystem::create_directories(path_);
+  TempDir() {
+    char pattern[] = "/tmp/parbench_test_XXXXXX";
+    path_ = mkdtemp(pattern);
   }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
+  ~TempDir() { std::system(("rm -rf '" + path_ + "'").c_str()); }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
 
  private:
-  std::filesystem::path path_;
+  std::string path_;
 };
+
+bool exists(const std::string& path) { return access(path.c_str(), F_OK) == 0; }
 
 const char* kSmallRun = "--preset=cpu --models=tinycnn --batch=4 --image=16 --warmup=1 --repetitions=3 --iterations=2";
 
@@ -54,7 +59,7 @@ TEST(Cli, ShortRunWritesJsonWithCountersAndContext) {
   const auto run = run_parbench(std::string(kSmallRun) + " --strategies=single,pipeline --split-sizes=2 --schedules=gpipe" +
                                 " --benchmark_out=" + out + " --benchmark_out_format=json");
   ASSERT_EQ(run.exit_code, 0) << run.output;
-  EXPECT_FALSE(std::filesystem::exists(out + ".partial"));
+  EXPECT_FALSE(exists(out + ".partial"));
   std::ifstream file(out);
   const auto json = nlohmann::json::parse(file);
 
@@ -119,8 +124,8 @@ TEST_P(CliBadInput, OneLineErrorNonZeroExitAndNoOutputFile) {
   EXPECT_EQ(run.exit_code, 2) << run.output;
   EXPECT_EQ(std::count(run.error.begin(), run.error.end(), '\n'), 1) << run.error;
   EXPECT_NE(run.error.find(GetParam().expected), std::string::npos) << run.error;
-  EXPECT_FALSE(std::filesystem::exists(out));
-  EXPECT_FALSE(std::filesystem::exists(out + ".partial"));
+  EXPECT_FALSE(exists(out));
+  EXPECT_FALSE(exists(out + ".partial"));
 }
 
 INSTANTIATE_TEST_SUITE_P(

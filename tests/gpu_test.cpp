@@ -11,12 +11,7 @@ namespace {
 
 constexpr double kTolerance = 1e-5;  // relative, per tensor, with TF32 off
 
-void require_gpus(int count) {
-  if (!torch::cuda::is_available() || static_cast<int>(torch::cuda::device_count()) < count) {
-    GTEST_SKIP() << "needs " << count << " GPUs, " << (torch::cuda::is_available() ? torch::cuda::device_count() : 0)
-                 << " visible";
-  }
-}
+int visible_gpus() { return torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0; }
 
 std::map<std::string, torch::Tensor> step_and_collect(const std::string& strategy_name, const RunConfig& config,
                                                       const std::vector<torch::Device>& devices, const Batch& batch,
@@ -41,7 +36,7 @@ std::map<std::string, torch::Tensor> step_and_collect(const std::string& strateg
 class MultiGpuEquivalence : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(MultiGpuEquivalence, MatchesSingleGpu) {
-  require_gpus(2);
+  if (visible_gpus() < 2) GTEST_SKIP() << "needs 2 GPUs, " << visible_gpus() << " visible";
   at::globalContext().setAllowTF32CuDNN(false);
   at::globalContext().setAllowTF32CuBLAS(false);
   RunConfig config;
@@ -77,7 +72,8 @@ TEST_P(MultiGpuEquivalence, MatchesSingleGpu) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, MultiGpuEquivalence, ::testing::Values("tinycnn", "resnet50"));
+INSTANTIATE_TEST_SUITE_P(Models, MultiGpuEquivalence, ::testing::Values("tinycnn", "resnet50"),
+                         [](const auto& info) { return info.param; });
 
 }  // namespace
 }  // namespace parbench

@@ -41,7 +41,8 @@ TEST_P(ResNetAgainstTorchvision, StateDictKeysShapesAndParameterCount) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllDepths, ResNetAgainstTorchvision,
-                         ::testing::Values("resnet18", "resnet34", "resnet50", "resnet101", "resnet152"));
+                         ::testing::Values("resnet18", "resnet34", "resnet50", "resnet101", "resnet152"),
+                         [](const auto& info) { return info.param; });
 
 TEST(ResNet, Resnet50HasTorchvisionParameterCount) {
   auto model = make_model("resnet50", 1000);
