@@ -1,10 +1,122 @@
 #include "benchmarks/distributed_runner.h"
 
-namespace parbench {
+#include "benchmarks/batch_source.h"
+#include "benchmarks/device_stats.h"
+#include "benchmarks/device_timer.h"
+#include "benchmarks/launcher.h"
+#include "models/model_zoo.h"
 
-// Placeholder until the launcher lands (in progress).
+#ifdef PARBENCH_WITH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
+
+#include <algorithm>
+#include <cstdlib>
+#include <numeric>
+
+namespace parbench {
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+// PARBENCH_TEST_SAVE_WEIGHTS=DIR: each rank saves its parameters, then their gradients, to
+// DIR/rank<r>.pt, so tests can compare ranks with each other and with single-device training.
+void save_weights_for_tests(StagedModel& model, int rank) {
+  const char* dir = std::getenv("PARBENCH_TEST_SAVE_WEIGHTS");
+  if (dir == nullptr) return;
+  std::vector<torch::Tensor> tensors;
+  const auto parameters = model.module().parameters();
+  for (const auto& parameter : parameters) tensors.push_back(parameter.detach().cpu());
+  for (const auto& parameter : parameters) tensors.push_back(parameter.grad().cpu());
+  torch::save(tensors, std::string(dir) + "/rank" + std::to_string(rank) + ".pt");
+}
+
+}  // namespace
+
+RankedRun run_training_rank(World& world, const CaseSpec& spec, const Options& options) {
+  TORCH_CHECK(world.size() == spec.gpus, spec.name, " needs ", spec.gpus, " ranks, the world has ", world.size());
+  const std::vector<torch::Device> devices{world.device()};
+  RankedRun run;
+  RankMeasurements mine;
+  {
+    world.report_progress("set-up");
+    reset_peak_memory(devices);
+    auto strategy = spec.strategy->create();
+    const auto config = spec.config;
+    strategy->setup(
+        [&config] {
+          torch::manual_seed(kRankModelSeed);
+          return make_model(config.model, config.num_classes);
+        },
+        devices, config);
+    torch::manual_seed(kRankDataSeed + static_cast<uint64_t>(world.rank()));
+    BatchSource source(config, config.batch_size, spec.data, strategy->input_device(), strategy->target_device());
+    for (int step = 0; step < options.warmup_steps; ++step) {
+      world.report_progress("warm-up step " + std::to_string(step + 1));
+      strategy->train_step(source.next());
+    }
+    synchronize_devices(devices);
+    world.report_progress("the busy-time step");
+    world.barrier("the busy-time step");
+    const auto busy = measure_busy_seconds(devices, [&] { strategy->train_step(source.next()); });
+
+    DeviceTimer timer(devices, options.timer);
+    const int repetitions = distributed_repetitions(options);
+    const int64_t iterations = distributed_iterations(options);
+    for (int repetition = 0; repetition < repetitions; ++repetition) {
+      auto& seconds = mine.seconds.emplace_back();
+      for (int64_t iteration = 0; iteration < iterations; ++iteration) {
+        const auto where =
+            "iteration " + std::to_string(iteration + 1) + " of repetition " + std::to_string(repetition + 1);
+        world.report_progress(where);
+        // All ranks start each iteration together, so the slowest rank's time is the step's.
+        world.barrier(where);
+        timer.start();
+        for (int step = 0; step < options.steps_per_iteration; ++step) strategy->train_step(source.next());
+        seconds.push_back(timer.stop());
+      }
+    }
+    synchronize_devices(devices);
+    save_weights_for_tests(strategy->model(), world.rank());
+    const auto peaks = peak_memory_bytes(devices);
+    if (!peaks.empty()) mine.peak_bytes = peaks.front();
+    if (busy) mine.busy_seconds = busy->front();
+
+    run.facts = strategy->describe();
+    run.facts["scaling"] = spec.scaling;
+    for (const auto& parameter : strategy->model().module().parameters()) run.params += parameter.numel();
+    run.forward_flops_per_image = strategy->model().forward_flops_per_image(config.image_size);
+  }
+#ifdef PARBENCH_WITH_CUDA
+  if (world.device().is_cuda()) c10::cuda::CUDACachingAllocator::emptyCache();
+#endif
+  world.report_progress("handing in measurements");
+  run = gather_run(world, mine, std::move(run));
+  world.report_idle();
+  return run;
+}
+
 void run_distributed_case(benchmark::State& state, const CaseSpec& spec, const Options& options) {
-  state.SkipWithError("ddp launcher not built yet");
+  const auto reported = report_next_repetition(state, spec.name, spec.gpus, options,
+                                               [&](World& world) { return run_training_rank(world, spec, options); });
+  if (!reported) return;
+  const auto& run = *reported->run;
+  const auto& repetition = run.repetitions[reported->index];
+  const double seconds = std::accumulate(repetition.seconds.begin(), repetition.seconds.end(), 0.0);
+  const int64_t steps = state.iterations() * options.steps_per_iteration;
+  set_training_counters(state, spec, seconds, steps, run.params, run.forward_flops_per_image);
+  state.counters["world_size"] = run.world_size;
+  state.counters["step_ms_rank_spread"] = repetition.rank_spread;
+  for (size_t rank = 0; rank < run.peak_bytes.size(); ++rank) {
+    state.counters["peak_mem_gib_dev" + std::to_string(rank)] = run.peak_bytes[rank] / kGiB;
+  }
+  const double step_seconds = seconds / static_cast<double>(steps);
+  for (size_t rank = 0; rank < run.busy_seconds.size(); ++rank) {
+    const double busy = std::min(1.0, run.busy_seconds[rank] / step_seconds);
+    state.counters["busy_frac_dev" + std::to_string(rank)] = busy;
+    state.counters["bubble_frac_dev" + std::to_string(rank)] = 1.0 - busy;
+  }
+  state.SetLabel(format_label(run.facts));
 }
 
 }  // namespace parbench

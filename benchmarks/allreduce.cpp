@@ -1,0 +1,128 @@
+#include "benchmarks/allreduce.h"
+
+#include "benchmarks/device_timer.h"
+
+#include <algorithm>
+#include <numeric>
+
+namespace parbench {
+namespace {
+
+constexpr int64_t kSmallestBytes = 1024;
+constexpr int64_t kLargestBytes = 256LL * 1024 * 1024;
+// Small all-reduces are timed in batches of about this many bytes (at most kMostPerIteration
+// all-reduces), so an iteration is long enough to time well.
+constexpr int64_t kBytesPerIteration = 64LL * 1024 * 1024;
+constexpr int64_t kMostPerIteration = 100;
+
+int64_t all_reduces_per_iteration(int64_t bytes) {
+  return std::clamp<int64_t>(kBytesPerIteration / bytes, 1, kMostPerIteration);
+}
+
+void all_reduce(c10d::Backend& backend, const torch::Tensor& buffer) {
+  std::vector<at::Tensor> tensors{buffer};
+  backend.allreduce(tensors)->wait();
+}
+
+}  // namespace
+
+std::vector<AllreduceCase> build_allreduce_cases(const Options& options, int gpus) {
+  const bool ddp_runs = options.strategies.empty() || std::find(options.strategies.begin(), options.strategies.end(),
+                                                                "ddp") != options.strategies.end();
+  if (!ddp_runs || !options.allreduce) return {};
+  std::vector<int64_t> sizes;
+  for (int64_t bytes = kSmallestBytes; bytes <= kLargestBytes; bytes *= 4) sizes.push_back(bytes);
+  sizes.push_back(kResNet50GradientBytes);
+  std::sort(sizes.begin(), sizes.end());
+
+  const int ranks = options.gpus > 0 ? options.gpus : std::max(gpus, 2);
+  std::vector<AllreduceCase> cases;
+  for (auto bytes : sizes) {
+    AllreduceCase allreduce;
+    allreduce.name = "comm/allreduce/bytes:" + std::to_string(bytes) + "/ranks:" + std::to_string(ranks);
+    allreduce.bytes = bytes;
+    allreduce.ranks = ranks;
+    if (ranks > gpus) {
+      allreduce.skip_reason = "needs " + std::to_string(ranks) + " GPUs, " + std::to_string(gpus) + " visible";
+    }
+    cases.push_back(allreduce);
+  }
+  return cases;
+}
+
+void register_allreduce_cases(const std::vector<AllreduceCase>& cases, const Options& options) {
+  for (const auto& allreduce : cases) {
+    auto* benchmark =
+        benchmark::RegisterBenchmark(allreduce.name.c_str(), [allreduce, &options](benchmark::State& state) {
+          if (!allreduce.skip_reason.empty()) {
+            state.SkipWithError(("skipped: " + allreduce.skip_reason).c_str());
+            return;
+          }
+          const auto reported =
+              report_next_repetition(state, allreduce.name, allreduce.ranks, options,
+                                     [&](World& world) { return run_allreduce_rank(world, allreduce, options); });
+          if (!reported) return;
+          const auto& seconds = reported->run->repetitions[reported->index].seconds;
+          const double mean_seconds = std::accumulate(seconds.begin(), seconds.end(), 0.0) / seconds.size();
+          const double ranks = allreduce.ranks;
+          const double algbw = static_cast<double>(allreduce.bytes) / mean_seconds / 1e9;
+          state.counters["bytes"] = static_cast<double>(allreduce.bytes);
+          state.counters["algbw_gbps"] = algbw;
+          state.counters["busbw_gbps"] = algbw * 2.0 * (ranks - 1.0) / ranks;
+          state.SetLabel(format_label(reported->run->facts));
+        });
+    benchmark->UseManualTime()->Unit(benchmark::kMillisecond);
+    benchmark->Iterations(distributed_iterations(options));
+  }
+}
+
+RankedRun run_allreduce_rank(World& world, const AllreduceCase& allreduce, const Options& options) {
+  TORCH_CHECK(world.size() == allreduce.ranks, allreduce.name, " needs ", allreduce.ranks, " ranks, the world has ",
+              world.size());
+  const std::vector<torch::Device> devices{world.device()};
+  auto& backend = *world.backend();
+  auto buffer =
+      torch::empty({allreduce.bytes / 4}, torch::TensorOptions().dtype(torch::kFloat32).device(world.device()));
+
+  // Check the sum once: rank r contributes r + 1.
+  world.report_progress("the checked all-reduce");
+  buffer.fill_(world.rank() + 1);
+  all_reduce(backend, buffer);
+  const double expected = world.size() * (world.size() + 1) / 2.0;
+  const auto wrong = buffer.ne(expected).sum().item<int64_t>();
+  TORCH_CHECK(wrong == 0, "all-reduce of ", allreduce.bytes, " bytes gave ", wrong, " wrong elements (expected ",
+              expected, " everywhere)");
+  buffer.zero_();  // zeros stay zeros however often they are summed
+
+  const int64_t per_iteration = all_reduces_per_iteration(allreduce.bytes);
+  for (int step = 0; step < options.warmup_steps; ++step) {
+    world.report_progress("warm-up step " + std::to_string(step + 1));
+    for (int64_t i = 0; i < per_iteration; ++i) all_reduce(backend, buffer);
+  }
+  RankMeasurements mine;
+  DeviceTimer timer(devices, options.timer);
+  const int repetitions = distributed_repetitions(options);
+  const int64_t iterations = distributed_iterations(options);
+  for (int repetition = 0; repetition < repetitions; ++repetition) {
+    auto& seconds = mine.seconds.emplace_back();
+    for (int64_t iteration = 0; iteration < iterations; ++iteration) {
+      const auto where =
+          "iteration " + std::to_string(iteration + 1) + " of repetition " + std::to_string(repetition + 1);
+      world.report_progress(where);
+      world.barrier(where);
+      timer.start();
+      for (int64_t i = 0; i < per_iteration; ++i) all_reduce(backend, buffer);
+      seconds.push_back(timer.stop() / static_cast<double>(per_iteration));
+    }
+  }
+  synchronize_devices(devices);
+
+  RankedRun run;
+  run.facts = {{"backend", world.backend_name()}, {"all_reduces_per_iteration", std::to_string(per_iteration)}};
+  world.report_progress("handing in measurements");
+  run = gather_run(world, mine, std::move(run));
+  world.report_idle();
+  return run;
+}
+
+}  // namespace parbench

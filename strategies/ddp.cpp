@@ -1,0 +1,96 @@
+// DistributedDataParallel: one process per device (a rank), each with a whole replica of the
+// model and its own share of the batch. Rank 0's parameters and buffers are broadcast at
+// set-up; every step, gradients are averaged across ranks by bucketed all-reduces that start
+// while backward is still running (strategies/distributed/gradient_buckets.h), so every rank
+// applies the same update. The process group is the one this rank joined
+// (strategies/distributed/world.h): NCCL on GPUs, the store backend on the CPU.
+//
+// Batch-norm: buffers are broadcast once, at set-up; afterwards each rank's running
+// statistics follow its own shard (PyTorch's DDP re-broadcasts rank 0's buffers before every
+// forward by default). Training-mode outputs do not depend on them.
+#include "strategies/distributed/gradient_buckets.h"
+#include "strategies/distributed/world.h"
+#include "strategies/strategy.h"
+#include "strategies/training.h"
+
+#include <cstdio>
+
+namespace parbench {
+namespace {
+
+// Copies rank 0's values of `tensors` to every rank: one flat broadcast per dtype.
+void broadcast_from_rank0(const std::vector<torch::Tensor>& tensors, c10d::Backend& backend) {
+  torch::NoGradGuard no_grad;
+  std::map<c10::ScalarType, std::vector<torch::Tensor>> by_dtype;
+  for (const auto& tensor : tensors) by_dtype[tensor.scalar_type()].push_back(tensor);
+  for (auto& [dtype, group] : by_dtype) {
+    std::vector<torch::Tensor> pieces;
+    for (const auto& tensor : group) pieces.push_back(tensor.reshape(-1));
+    std::vector<at::Tensor> flat{torch::cat(pieces)};
+    backend.broadcast(flat)->wait();
+    int64_t offset = 0;
+    for (auto& tensor : group) {
+      tensor.copy_(flat.front().narrow(0, offset, tensor.numel()).view(tensor.sizes()));
+      offset += tensor.numel();
+    }
+  }
+}
+
+class DistributedDataParallel final : public Strategy {
+ public:
+  void setup(const ModelFactory& make_model, const std::vector<torch::Device>& devices,
+             const RunConfig& config) override {
+    world_ = joined_world();
+    TORCH_CHECK(world_,
+                "ddp runs one process per device and needs their process group: start it through "
+                "parbench's launcher, torchrun, srun or mpirun");
+    TORCH_CHECK(devices.size() == 1, "ddp runs on one device per rank, got ", devices.size());
+    TORCH_CHECK(devices.front() == world_->device(), "ddp was given ", devices.front(), " but this rank's device is ",
+                world_->device());
+    devices_ = devices;
+    config_ = config;
+    model_ = make_model();
+    model_->module().to(devices.front());
+    prepare_model(*model_, config.precision);
+    auto state = model_->module().parameters();
+    for (const auto& buffer : model_->module().buffers()) state.push_back(buffer);
+    broadcast_from_rank0(state, *world_->backend());
+    optimizer_ = make_sgd(*model_, config.learning_rate);
+    buckets_ = std::make_unique<GradientBuckets>(model_->module().parameters(), world_->backend(), config.bucket_mib,
+                                                 config.overlap);
+  }
+
+  torch::Device input_device() const override { return devices_.front(); }
+  torch::Device target_device() const override { return devices_.front(); }
+
+  torch::Tensor train_step(const Batch& batch) override {
+    buckets_->prepare();
+    auto loss = compute_loss(model_->forward(batch.inputs), batch.targets, config_.loss);
+    loss.backward();
+    buckets_->finish();
+    optimizer_->step();
+    return loss.detach();
+  }
+
+  std::map<std::string, std::string> describe() const override {
+    char bucket_mib[32];
+    std::snprintf(bucket_mib, sizeof bucket_mib, "%g", config_.bucket_mib);
+    return {{"backend", world_->backend_name()},
+            {"bucket_mib", bucket_mib},
+            {"buckets", std::to_string(buckets_->bucket_count())},
+            {"overlap", config_.overlap ? "on" : "off"}};
+  }
+
+ private:
+  RunConfig config_;
+  std::shared_ptr<World> world_;
+  std::unique_ptr<torch::optim::SGD> optimizer_;
+  std::unique_ptr<GradientBuckets> buckets_;
+};
+
+PARBENCH_REGISTER_STRATEGY({"ddp", "one process per device; gradients averaged by bucketed all-reduce during backward",
+                            /*order=*/4, /*min_devices=*/1, /*distributed=*/true,
+                            [] { return std::make_unique<DistributedDataParallel>(); }});
+
+}  // namespace
+}  // namespace parbench

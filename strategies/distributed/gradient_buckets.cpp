@@ -1,0 +1,98 @@
+#include "strategies/distributed/gradient_buckets.h"
+
+namespace parbench {
+
+GradientBuckets::GradientBuckets(std::vector<torch::Tensor> parameters, c10::intrusive_ptr<c10d::Backend> backend,
+                                 double bucket_mib, bool overlap)
+    : parameters_(std::move(parameters)), slots_(parameters_.size()), backend_(std::move(backend)), overlap_(overlap) {
+  TORCH_CHECK(bucket_mib > 0, "bucket size must be positive, got ", bucket_mib, " MiB");
+  const double capacity_bytes = bucket_mib * 1024.0 * 1024.0;
+
+  // Reverse order; a bucket holds one dtype and device, and a parameter larger than the
+  // capacity gets a bucket of its own.
+  std::vector<std::vector<size_t>> members;
+  double bucket_bytes = 0;
+  for (size_t index = parameters_.size(); index-- > 0;) {
+    const auto& parameter = parameters_[index];
+    const double bytes = static_cast<double>(parameter.numel()) * parameter.element_size();
+    const bool fits = !members.empty() && bucket_bytes + bytes <= capacity_bytes &&
+                      parameters_[members.back().front()].scalar_type() == parameter.scalar_type() &&
+                      parameters_[members.back().front()].device() == parameter.device();
+    if (!fits) {
+      members.emplace_back();
+      bucket_bytes = 0;
+    }
+    members.back().push_back(index);
+    bucket_bytes += bytes;
+  }
+
+  for (size_t b = 0; b < members.size(); ++b) {
+    int64_t numel = 0;
+    for (size_t index : members[b]) {
+      slots_[index] = {b, numel, false};
+      numel += parameters_[index].numel();
+    }
+    Bucket bucket;
+    bucket.flat = torch::empty({numel}, parameters_[members[b].front()].options());
+    bucket.members = members[b].size();
+    buckets_.push_back(std::move(bucket));
+  }
+
+  for (size_t index = 0; index < parameters_.size(); ++index) {
+    hooks_.push_back(parameters_[index].register_hook(
+        [this, index](const torch::Tensor& gradient) { on_gradient(index, gradient); }));
+  }
+}
+
+GradientBuckets::~GradientBuckets() {
+  for (size_t index = 0; index < hooks_.size(); ++index) parameters_[index].remove_hook(hooks_[index]);
+}
+
+torch::Tensor GradientBuckets::slice(size_t index) const {
+  const auto& slot = slots_[index];
+  return buckets_[slot.bucket].flat.narrow(0, slot.offset, parameters_[index].numel()).view(parameters_[index].sizes());
+}
+
+void GradientBuckets::prepare() {
+  for (auto& parameter : parameters_) parameter.mutable_grad().reset();
+  for (auto& slot : slots_) slot.ready = false;
+  for (auto& bucket : buckets_) {
+    bucket.pending = bucket.members;
+    bucket.work.reset();
+  }
+  next_to_start_ = 0;
+}
+
+void GradientBuckets::on_gradient(size_t index, const torch::Tensor& gradient) {
+  auto& slot = slots_[index];
+  TORCH_CHECK(!slot.ready, "parameter ", index, " got a second gradient in one backward; ddp expects one");
+  slice(index).copy_(gradient);
+  slot.ready = true;
+  if (--buckets_[slot.bucket].pending == 0 && overlap_) start_ready_buckets();
+}
+
+void GradientBuckets::start_ready_buckets() {
+  const double world_size = backend_->getSize();
+  while (next_to_start_ < buckets_.size() && buckets_[next_to_start_].pending == 0) {
+    auto& bucket = buckets_[next_to_start_++];
+    // Dividing first keeps the sum in range; every rank divides the same way.
+    bucket.flat.div_(world_size);
+    std::vector<at::Tensor> tensors{bucket.flat};
+    bucket.work = backend_->allreduce(tensors);
+  }
+}
+
+void GradientBuckets::finish() {
+  torch::NoGradGuard no_grad;
+  for (size_t index = 0; index < parameters_.size(); ++index) {
+    if (slots_[index].ready) continue;
+    slice(index).zero_();
+    slots_[index].ready = true;
+    --buckets_[slots_[index].bucket].pending;
+  }
+  start_ready_buckets();
+  for (auto& bucket : buckets_) bucket.work->wait();
+  for (size_t index = 0; index < parameters_.size(); ++index) parameters_[index].mutable_grad() = slice(index);
+}
+
+}  // namespace parbench

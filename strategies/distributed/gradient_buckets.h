@@ -1,0 +1,61 @@
+// Gradient averaging as PyTorch's DistributedDataParallel does it, with autograd hooks
+// instead of c10d's Reducer (simpler, and the part being measured stays in view):
+// - parameters are packed in reverse order (the order backward produces their gradients)
+//   into flat buckets of about `bucket_mib` MiB;
+// - a hook on every parameter copies its gradient into its bucket while backward runs;
+// - a bucket's all-reduce starts when its last gradient has arrived (overlap on), or all
+//   start after backward (overlap off: what the overlap buys is then measurable);
+// - buckets start in index order on every rank, as collectives must.
+#pragma once
+
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/torch.h>
+
+#include <vector>
+
+namespace parbench {
+
+class GradientBuckets {
+ public:
+  GradientBuckets(std::vector<torch::Tensor> parameters, c10::intrusive_ptr<c10d::Backend> backend, double bucket_mib,
+                  bool overlap);
+  ~GradientBuckets();  // removes the hooks
+  GradientBuckets(const GradientBuckets&) = delete;
+  GradientBuckets& operator=(const GradientBuckets&) = delete;
+
+  // Before backward: forgets the last step's gradients.
+  void prepare();
+  // After backward: starts the buckets not started yet, waits for every all-reduce, and
+  // makes each parameter's grad its slice of its bucket: the mean over ranks. A parameter
+  // that got no gradient counts as zero, as in DistributedDataParallel.
+  void finish();
+
+  size_t bucket_count() const { return buckets_.size(); }
+
+ private:
+  struct Bucket {
+    torch::Tensor flat;
+    size_t members = 0;
+    size_t pending = 0;  // gradients still to arrive this step
+    c10::intrusive_ptr<c10d::Work> work;
+  };
+  struct Slot {
+    size_t bucket = 0;
+    int64_t offset = 0;
+    bool ready = false;
+  };
+
+  void on_gradient(size_t index, const torch::Tensor& gradient);
+  void start_ready_buckets();
+  torch::Tensor slice(size_t index) const;
+
+  std::vector<torch::Tensor> parameters_;
+  std::vector<Slot> slots_;  // per parameter
+  std::vector<Bucket> buckets_;
+  std::vector<unsigned> hooks_;
+  c10::intrusive_ptr<c10d::Backend> backend_;
+  bool overlap_;
+  size_t next_to_start_ = 0;
+};
+
+}  // namespace parbench

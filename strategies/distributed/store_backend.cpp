@@ -1,0 +1,152 @@
+#include "strategies/distributed/store_backend.h"
+
+#include "strategies/distributed/store_sync.h"
+
+#include <torch/torch.h>
+
+namespace parbench {
+namespace {
+
+std::vector<uint8_t> bytes_of(const at::Tensor& contiguous) {
+  const auto* data = static_cast<const uint8_t*>(contiguous.data_ptr());
+  return {data, data + contiguous.nbytes()};
+}
+
+}  // namespace
+
+class StoreBackend::StoreWork final : public c10d::Work {
+ public:
+  StoreWork(int rank, c10d::OpType type) : Work(rank, type) {}
+  void complete(std::exception_ptr error) { finish(std::move(error)); }
+};
+
+StoreBackend::StoreBackend(c10::intrusive_ptr<c10d::Store> store, int rank, int size, std::chrono::milliseconds timeout)
+    : Backend(rank, size), store_(std::move(store)), timeout_(timeout) {
+  worker_ = std::thread([this] { run_queue(); });
+  init();
+}
+
+StoreBackend::~StoreBackend() { shutdown(); }
+
+void StoreBackend::shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  if (worker_.joinable()) worker_.join();
+}
+
+c10::intrusive_ptr<c10d::Work> StoreBackend::enqueue(c10d::OpType type, std::function<void()> operation) {
+  auto work = c10::make_intrusive<StoreWork>(rank_, type);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    TORCH_CHECK(!stopping_, "the store backend was shut down");
+    queue_.emplace_back(work, std::move(operation));
+  }
+  wake_.notify_all();
+  return work;
+}
+
+void StoreBackend::run_queue() {
+  while (true) {
+    std::pair<c10::intrusive_ptr<StoreWork>, std::function<void()>> next;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      wake_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, and nothing left to finish
+      next = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    std::exception_ptr error;
+    try {
+      next.second();
+    } catch (...) {
+      error = std::current_exception();
+    }
+    next.first->complete(error);
+  }
+}
+
+const at::Tensor& StoreBackend::single_cpu_tensor(const std::vector<at::Tensor>& tensors, const char* operation) const {
+  TORCH_CHECK(tensors.size() == 1, "the store backend's ", operation, " takes one tensor, got ", tensors.size());
+  TORCH_CHECK(tensors.front().device().is_cpu(), "the store backend's ", operation,
+              " works on CPU tensors (use nccl on GPUs), got one on ", tensors.front().device());
+  return tensors.front();
+}
+
+c10::intrusive_ptr<c10d::Work> StoreBackend::allreduce(std::vector<at::Tensor>& tensors,
+                                                       const c10d::AllreduceOptions& options) {
+  TORCH_CHECK(options.reduceOp.op_ == c10d::ReduceOp::SUM, "the store backend's all-reduce supports SUM only");
+  const at::Tensor tensor = single_cpu_tensor(tensors, "all-reduce");
+  const uint64_t sequence = next_sequence_++;
+  return enqueue(c10d::OpType::ALLREDUCE, [this, tensor, sequence] { all_reduce_sum(tensor, sequence); });
+}
+
+c10::intrusive_ptr<c10d::Work> StoreBackend::broadcast(std::vector<at::Tensor>& tensors,
+                                                       const c10d::BroadcastOptions& options) {
+  const at::Tensor tensor = single_cpu_tensor(tensors, "broadcast");
+  const int root = static_cast<int>(options.rootRank);
+  TORCH_CHECK(root >= 0 && root < size_, "broadcast root ", root, " is not a rank of ", size_);
+  const uint64_t sequence = next_sequence_++;
+  return enqueue(c10d::OpType::BROADCAST, [this, tensor, root, sequence] { broadcast_from(tensor, root, sequence); });
+}
+
+c10::intrusive_ptr<c10d::Work> StoreBackend::barrier(const c10d::BarrierOptions& /*options*/) {
+  const uint64_t sequence = next_sequence_++;
+  return enqueue(c10d::OpType::BARRIER, [this, sequence] { barrier_all(sequence); });
+}
+
+void StoreBackend::all_reduce_sum(const at::Tensor& tensor, uint64_t sequence) {
+  const std::string prefix = "allreduce/" + std::to_string(sequence) + "/";
+  const at::Tensor mine = tensor.contiguous();
+  store_->set(prefix + std::to_string(rank_), bytes_of(mine));
+  wait_for_ranks(*store_, prefix, size_, timeout_, "reach all-reduce #" + std::to_string(sequence));
+
+  // Rank order, on every rank: the sums are bitwise equal everywhere.
+  at::Tensor sum;
+  std::vector<std::string> keys;
+  for (int rank = 0; rank < size_; ++rank) {
+    keys.push_back(prefix + std::to_string(rank));
+    at::Tensor part = mine;
+    std::vector<uint8_t> received;
+    if (rank != rank_) {
+      received = store_->get(keys.back());
+      TORCH_CHECK(received.size() == mine.nbytes(), "rank ", rank, " sent ", received.size(), " bytes to all-reduce #",
+                  sequence, ", rank ", rank_, " ", mine.nbytes(), ": the ranks' tensors differ");
+      part = torch::from_blob(received.data(), mine.sizes(), mine.scalar_type());
+    }
+    if (rank == 0) {
+      sum = part.clone();
+    } else {
+      sum.add_(part);
+    }
+  }
+  tensor.copy_(sum);
+  release_keys(*store_, prefix + "read", size_, keys);
+}
+
+void StoreBackend::broadcast_from(const at::Tensor& tensor, int root, uint64_t sequence) {
+  const std::string key = "broadcast/" + std::to_string(sequence);
+  if (rank_ == root) {
+    store_->set(key, bytes_of(tensor.contiguous()));
+    return;
+  }
+  wait_for_rank(*store_, key, root, timeout_, "reach broadcast #" + std::to_string(sequence));
+  auto received = store_->get(key);
+  TORCH_CHECK(received.size() == tensor.nbytes(), "rank ", root, " broadcast ", received.size(), " bytes, rank ", rank_,
+              " expected ", tensor.nbytes(), ": the ranks' tensors differ");
+  tensor.copy_(torch::from_blob(received.data(), tensor.sizes(), tensor.scalar_type()));
+  release_keys(*store_, key + "/read", size_ - 1, {key});
+}
+
+void StoreBackend::barrier_all(uint64_t sequence) {
+  const std::string prefix = "barrier/" + std::to_string(sequence) + "/";
+  store_->set(prefix + std::to_string(rank_), std::vector<uint8_t>{1});
+  wait_for_ranks(*store_, prefix, size_, timeout_, "reach barrier #" + std::to_string(sequence));
+  std::vector<std::string> keys;
+  for (int rank = 0; rank < size_; ++rank) keys.push_back(prefix + std::to_string(rank));
+  release_keys(*store_, prefix + "read", size_, keys);
+}
+
+}  // namespace parbench

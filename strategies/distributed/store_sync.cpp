@@ -1,0 +1,71 @@
+#include "strategies/distributed/store_sync.h"
+
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <stdexcept>
+
+namespace parbench {
+
+std::string format_seconds(std::chrono::milliseconds duration) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g s", static_cast<double>(duration.count()) / 1e3);
+  return text;
+}
+
+std::string format_ranks(const std::vector<int>& ranks) {
+  std::string text = ranks.size() == 1 ? "rank " : "ranks ";
+  for (size_t i = 0; i < ranks.size(); ++i) text += (i > 0 ? ", " : "") + std::to_string(ranks[i]);
+  return text;
+}
+
+std::string first_line(const std::exception& error) {
+  const auto* c10_error = dynamic_cast<const c10::Error*>(&error);
+  const std::string message = c10_error ? c10_error->what_without_backtrace() : error.what();
+  return message.substr(0, message.find('\n'));
+}
+
+void wait_for_ranks(c10d::Store& store, const std::string& prefix, int world_size, std::chrono::milliseconds timeout,
+                    const std::string& what, const std::function<void(int rank)>& arrived) {
+  using Clock = std::chrono::steady_clock;
+  const auto deadline = Clock::now() + timeout;
+  for (int rank = 0; rank < world_size; ++rank) {
+    const auto left = std::max(std::chrono::milliseconds(1),
+                               std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
+    try {
+      store.wait({prefix + std::to_string(rank)}, left);
+    } catch (const c10::DistStoreError&) {
+      std::vector<int> missing;
+      for (int other = rank; other < world_size; ++other) {
+        if (!store.check({prefix + std::to_string(other)})) missing.push_back(other);
+      }
+      if (missing.empty()) missing.push_back(rank);  // it arrived just after the deadline
+      throw std::runtime_error(format_ranks(missing) + " did not " + what + " within " + format_seconds(timeout));
+    } catch (const c10::DistNetworkError& error) {
+      throw std::runtime_error("lost the rendezvous store while waiting for ranks to " + what + ": " +
+                               first_line(error));
+    }
+    if (arrived) arrived(rank);
+  }
+}
+
+void wait_for_rank(c10d::Store& store, const std::string& key, int rank, std::chrono::milliseconds timeout,
+                   const std::string& what) {
+  try {
+    store.wait({key}, timeout);
+  } catch (const c10::DistStoreError&) {
+    throw std::runtime_error(format_ranks({rank}) + " did not " + what + " within " + format_seconds(timeout));
+  } catch (const c10::DistNetworkError& error) {
+    throw std::runtime_error("lost the rendezvous store while waiting for rank " + std::to_string(rank) + " to " +
+                             what + ": " + first_line(error));
+  }
+}
+
+void release_keys(c10d::Store& store, const std::string& counter, int readers, const std::vector<std::string>& keys) {
+  if (store.add(counter, 1) < readers) return;
+  for (const auto& key : keys) store.deleteKey(key);
+  store.deleteKey(counter);
+}
+
+}  // namespace parbench

@@ -1,0 +1,338 @@
+#include "strategies/distributed/world.h"
+
+#include "strategies/distributed/store_backend.h"
+#include "strategies/distributed/store_sync.h"
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#ifdef USE_C10D_NCCL
+#include <c10/cuda/CUDAFunctions.h>
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <stdexcept>
+#include <thread>
+
+namespace parbench {
+namespace {
+
+std::optional<std::string> environment(const char* name) {
+  const char* value = std::getenv(name);
+  if (value == nullptr) return std::nullopt;
+  return std::string(value);
+}
+
+int parse_variable(const char* name, const std::string& text, int minimum, int maximum) {
+  size_t used = 0;
+  long value = 0;
+  try {
+    value = std::stol(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != text.size()) {
+    throw std::invalid_argument(std::string(name) + "=" + text + " is not a whole number");
+  }
+  if (value < minimum || value > maximum) {
+    throw std::invalid_argument(std::string(name) + "=" + text + " is outside " + std::to_string(minimum) + ".." +
+                                std::to_string(maximum));
+  }
+  return static_cast<int>(value);
+}
+
+// One launcher's names for rank, world size, local rank, and how many ranks share this node.
+struct LauncherVariables {
+  const char* source;
+  const char* rank;
+  const char* world_size;
+  const char* local_rank;
+  const char* local_world_size;  // nullptr: use `nodes`
+  const char* nodes;
+};
+
+constexpr LauncherVariables kLaunchers[] = {
+    {"RANK/WORLD_SIZE", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", nullptr},
+    {"Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+     "OMPI_COMM_WORLD_LOCAL_SIZE", nullptr},
+    {"SLURM", "SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_LOCALID", nullptr, "SLURM_STEP_NUM_NODES"},
+};
+
+constexpr int kMaxRanks = 1 << 20;
+
+}  // namespace
+
+std::optional<RankInfo> rank_info_from_environment() {
+  for (const auto& launcher : kLaunchers) {
+    const bool slurm = std::string(launcher.source) == "SLURM";
+    const auto rank = environment(launcher.rank);
+    const auto world_size = environment(launcher.world_size);
+    // A batch script sees SLURM's variables of its allocation: only an srun step of several
+    // tasks makes this process one rank of many.
+    if ((!rank && !world_size) || (slurm && !world_size)) continue;
+    if (!rank || !world_size) {
+      throw std::invalid_argument(std::string(rank ? launcher.rank : launcher.world_size) + " is set but " +
+                                  (rank ? launcher.world_size : launcher.rank) + " is not: a launcher sets both");
+    }
+    RankInfo info;
+    info.source = launcher.source;
+    info.world_size = parse_variable(launcher.world_size, *world_size, 1, kMaxRanks);
+    if (slurm && info.world_size == 1) continue;
+    info.rank = parse_variable(launcher.rank, *rank, 0, info.world_size - 1);
+    const auto local_rank = environment(launcher.local_rank);
+    info.local_rank = local_rank ? parse_variable(launcher.local_rank, *local_rank, 0, kMaxRanks) : info.rank;
+
+    bool single_node = false;
+    if (launcher.local_world_size != nullptr) {
+      const auto local_size = environment(launcher.local_world_size);
+      single_node =
+          local_size && parse_variable(launcher.local_world_size, *local_size, 1, kMaxRanks) == info.world_size;
+    } else {
+      const auto nodes = environment(launcher.nodes);
+      single_node = nodes && *nodes == "1";
+    }
+    if (const auto address = environment("MASTER_ADDR"); address && !address->empty()) {
+      info.master_addr = *address;
+    } else if (!single_node) {
+      throw std::invalid_argument("MASTER_ADDR is not set and the " + std::to_string(info.world_size) +
+                                  " ranks may span several nodes: set it to the address of the node of rank 0");
+    }
+    if (const auto port = environment("MASTER_PORT")) info.master_port = parse_variable("MASTER_PORT", *port, 1, 65535);
+    info.launcher_hosts_store = environment("TORCHELASTIC_USE_AGENT_STORE") == std::optional<std::string>("True");
+    return info;
+  }
+  return std::nullopt;
+}
+
+torch::Device rank_device(const RankInfo& info, int visible_gpus) {
+  if (visible_gpus == 0) return torch::kCPU;
+  if (visible_gpus == 1) return {torch::kCUDA, 0};
+  if (info.local_rank >= visible_gpus) {
+    throw std::invalid_argument("local rank " + std::to_string(info.local_rank) + " needs GPU " +
+                                std::to_string(info.local_rank) + " but " + std::to_string(visible_gpus) +
+                                " are visible");
+  }
+  return {torch::kCUDA, static_cast<c10::DeviceIndex>(info.local_rank)};
+}
+
+World::World(const RankInfo& info, torch::Device device, std::chrono::milliseconds timeout,
+             std::function<void(const std::string& message)> stalled)
+    : info_(info), device_(device), timeout_(timeout), stalled_(std::move(stalled)) {
+  const std::string where = info.master_addr + ":" + std::to_string(info.master_port);
+  c10d::TCPStoreOptions options;
+  options.port = static_cast<uint16_t>(info.master_port);
+  options.isServer = info.rank == 0 && !info.launcher_hosts_store;
+  options.waitWorkers = false;  // joining is checked below, naming the missing ranks
+  options.timeout = timeout;
+  try {
+    tcp_store_ = c10::make_intrusive<c10d::TCPStore>(info.master_addr, options);
+  } catch (const std::exception& error) {
+    if (options.isServer) {
+      throw std::runtime_error("rank 0 could not host the rendezvous store at " + where +
+                               " (MASTER_ADDR:MASTER_PORT): " + first_line(error));
+    }
+    throw std::runtime_error("rank " + std::to_string(info.rank) + " could not reach the rendezvous store at " + where +
+                             " (MASTER_ADDR:MASTER_PORT) within " + format_seconds(timeout) + ": " + first_line(error));
+  }
+  store_ = c10::make_intrusive<c10d::PrefixStore>("parbench", tcp_store_);
+  report_progress("joining");
+  watchdog_ = std::thread([this] { watch(); });
+  try {
+    join(where);
+  } catch (...) {
+    stop_watchdog();
+    throw;
+  }
+  report_progress("the rendezvous");
+  report_idle();
+}
+
+void World::join(const std::string& where) {
+  if (store_->add("join/count/" + std::to_string(rank()), 1) > 1) {
+    throw std::runtime_error("two processes joined as rank " + std::to_string(rank()) +
+                             ": every rank needs its own RANK");
+  }
+  store_->set("join/" + std::to_string(rank()), std::to_string(size()));
+  wait_for_ranks(*store_, "join/", size(), timeout_, "join the rendezvous at " + where, [this](int other) {
+    const auto theirs = store_->get_to_str("join/" + std::to_string(other));
+    if (theirs != std::to_string(size())) {
+      throw std::runtime_error("rank " + std::to_string(other) + " was started with a world size of " + theirs +
+                               ", rank " + std::to_string(rank()) + " with " + std::to_string(size()) +
+                               ": every rank needs the same WORLD_SIZE");
+    }
+  });
+
+  if (device_.is_cuda()) {
+#ifdef USE_C10D_NCCL
+    // NVLink multicast (NVLS) stays off unless the user asked for it.
+    setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0);
+    c10::cuda::set_device(device_.index());
+    auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
+    nccl_options->timeout = timeout_;
+    backend_ = c10::make_intrusive<c10d::ProcessGroupNCCL>(c10::make_intrusive<c10d::PrefixStore>("nccl", tcp_store_),
+                                                           rank(), size(), nccl_options);
+    // Now, while every rank is known to be here, rather than inside the first collective.
+    backend_->setBoundDeviceId(device_);
+    backend_->eagerConnectSingleDevice(device_);
+#else
+    throw std::runtime_error("this parbench was built without NCCL, so ddp cannot run on GPUs");
+#endif
+  } else {
+    backend_ = c10::make_intrusive<StoreBackend>(c10::make_intrusive<c10d::PrefixStore>("store_backend", tcp_store_),
+                                                 rank(), size(), timeout_);
+  }
+}
+
+World::~World() {
+  stop_watchdog();
+  if (left_ || !backend_) return;
+  try {
+    backend_->shutdown();
+  } catch (const std::exception&) {
+    // Leaving after a failure: the failure has been reported already.
+  }
+}
+
+void World::stop_watchdog() {
+  {
+    std::lock_guard<std::mutex> lock(progress_mutex_);
+    stopping_ = true;
+  }
+  stop_watching_.notify_all();
+  if (watchdog_.joinable()) watchdog_.join();
+}
+
+void World::watch() {
+  const auto limit = timeout_ + kStallGrace;
+  std::unique_lock<std::mutex> lock(progress_mutex_);
+  while (!stopping_) {
+    stop_watching_.wait_for(lock, std::chrono::milliseconds(100));
+    const auto stalled_for =
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - progress_time_);
+    if (stopping_ || !busy_ || stalled_for < limit) continue;
+    const auto where = progress_;
+    const auto count = progress_count_;
+    lock.unlock();
+    const auto message = describe_stall(where, count, stalled_for);
+    // One write: other ranks' watchdogs may be printing to the same stderr at the same moment.
+    const auto line = "parbench: rank " + std::to_string(rank()) + ": " + message + "\n";
+    [[maybe_unused]] const auto written = write(STDERR_FILENO, line.data(), line.size());
+    if (stalled_) stalled_(message);
+    std::fflush(nullptr);
+    std::_Exit(1);
+  }
+}
+
+std::string World::describe_stall(const std::string& where, uint64_t count, std::chrono::milliseconds stalled_for) {
+  std::string message = "no progress for " + format_seconds(stalled_for) + " at " + where;
+  try {
+    // A connection of its own: the main thread may be inside a call on the shared one.
+    c10d::PrefixStore store("parbench", tcp_store_->clone());
+    constexpr int kRanksListed = 16;
+    std::vector<int> behind;
+    uint64_t least = count;
+    std::string positions;
+    for (int other = 0; other < size(); ++other) {
+      const auto key = "progress/" + std::to_string(other);
+      const auto value = store.check({key}) ? store.get_to_str(key) : std::string("0 the start");
+      const auto space = value.find(' ');
+      const uint64_t theirs = std::stoull(value.substr(0, space));
+      if (other < kRanksListed) {
+        positions += (other > 0 ? ", rank " : " (rank ") + std::to_string(other) + " at " + value.substr(space + 1);
+      }
+      if (theirs > least) continue;
+      if (theirs < least) behind.clear();
+      least = theirs;
+      behind.push_back(other);
+    }
+    message += positions + (size() > kRanksListed ? ", ...)" : ")");
+    if (least < count) message += "; behind: " + format_ranks(behind);
+    return message;
+  } catch (const std::exception& error) {
+    return message + "; the other ranks' progress is unknown: " + first_line(error);
+  }
+}
+
+void World::barrier(const std::string& what) {
+  const std::string prefix = "barrier/" + std::to_string(next_sequence_++) + "/";
+  store_->set(prefix + std::to_string(rank()), "1");
+  wait_for_ranks(*store_, prefix, size(), timeout_, "reach " + what);
+  std::vector<std::string> keys;
+  for (int other = 0; other < size(); ++other) keys.push_back(prefix + std::to_string(other));
+  release_keys(*store_, prefix + "read", size(), keys);
+}
+
+std::vector<std::string> World::gather_to_rank0(const std::string& value, const std::string& what) {
+  const std::string prefix = "gather/" + std::to_string(next_sequence_++) + "/";
+  store_->set(prefix + std::to_string(rank()), value);
+  if (rank() != 0) return {};
+  wait_for_ranks(*store_, prefix, size(), timeout_, "hand in " + what);
+  std::vector<std::string> values;
+  for (int other = 0; other < size(); ++other) {
+    values.push_back(store_->get_to_str(prefix + std::to_string(other)));
+    store_->deleteKey(prefix + std::to_string(other));
+  }
+  return values;
+}
+
+void World::report_progress(const std::string& what) {
+  uint64_t count = 0;
+  {
+    std::lock_guard<std::mutex> lock(progress_mutex_);
+    count = ++progress_count_;
+    progress_ = what;
+    progress_time_ = std::chrono::steady_clock::now();
+    busy_ = true;
+  }
+  store_->set("progress/" + std::to_string(rank()), std::to_string(count) + " " + what);
+}
+
+void World::report_idle() {
+  std::lock_guard<std::mutex> lock(progress_mutex_);
+  busy_ = false;
+}
+
+void World::leave() {
+  if (left_) return;
+  barrier("the end of the run");
+  if (rank() == 0 && !info_.launcher_hosts_store) {
+    // The others' last request is their "left" below: serve it before the server goes away.
+    const auto deadline = std::chrono::steady_clock::now() + timeout_;
+    while (store_->add("left", 0) < size() - 1 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  } else {
+    store_->add("left", 1);
+  }
+  backend_->shutdown();
+  left_ = true;
+}
+
+void World::abort() {
+  report_idle();  // the rest of the run skips the distributed cases: nothing left to watch
+  if (left_) return;
+  left_ = true;
+  try {
+    backend_->abort();
+  } catch (const std::exception&) {
+    // Already failing: the first failure is the one reported.
+  }
+}
+
+std::string progress_key(int rank) { return "parbench/progress/" + std::to_string(rank); }
+
+namespace {
+std::shared_ptr<World>& world_slot() {
+  static std::shared_ptr<World> world;
+  return world;
+}
+}  // namespace
+
+std::shared_ptr<World> joined_world() { return world_slot(); }
+
+void set_joined_world(std::shared_ptr<World> world) { world_slot() = std::move(world); }
+
+}  // namespace parbench

@@ -1,0 +1,125 @@
+// One rank's view of a distributed run: where it stands (rank, world size, rendezvous
+// address), the rendezvous through a c10d TCPStore, and the process group ddp all-reduces
+// with: c10d's ProcessGroupNCCL on a GPU, StoreBackend on the CPU.
+#pragma once
+
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace parbench {
+
+struct RankInfo {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;  // the GPU this rank uses on its node
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  // TORCHELASTIC_USE_AGENT_STORE=True: the launcher (torchrun's agent, parbench's own) hosts the
+  // TCPStore and every rank is a client; otherwise rank 0 hosts it, as torch.distributed does.
+  bool launcher_hosts_store = false;
+  std::string source;  // which variables were read, for messages
+};
+
+// The rank's place from the environment, first match wins: RANK and WORLD_SIZE (torchrun,
+// parbench's launcher; LOCAL_RANK), Open MPI's OMPI_COMM_WORLD_RANK/SIZE/LOCAL_RANK, or SLURM's
+// SLURM_PROCID/SLURM_STEP_NUM_TASKS/SLURM_LOCALID inside an srun step of more than one task.
+// MASTER_PORT defaults to 29500; MASTER_ADDR to 127.0.0.1 when every rank is on this node.
+// nullopt when no launcher's variables are set; std::invalid_argument naming a bad variable.
+std::optional<RankInfo> rank_info_from_environment();
+
+// The device a rank trains on: none visible, the CPU; exactly one (srun --gpus-per-task=1,
+// CUDA_VISIBLE_DEVICES per rank), that one; otherwise GPU <local rank>. Throws
+// std::invalid_argument when the local rank has no GPU of its number.
+torch::Device rank_device(const RankInfo& info, int visible_gpus);
+
+// How long past the timeout a busy rank may go without progress before its watchdog ends it:
+// waits that time out themselves report first, with their own message.
+inline constexpr std::chrono::milliseconds kStallGrace{5000};
+
+class World {
+ public:
+  // Connects to the rendezvous store (rank 0 hosts it unless the launcher does), waits up to
+  // `timeout` for every rank to join with the same world size, and creates the backend: NCCL
+  // (its timeout set to `timeout`) when `device` is a GPU, StoreBackend otherwise. Throws
+  // std::runtime_error naming the rank that did not join or the address that was unreachable.
+  //
+  // Some waits cannot time out: a device synchronisation behind a collective that a peer never
+  // joined. So a watchdog thread ends the process (exit code 1) when the rank is busy and has
+  // reported no progress for timeout + kStallGrace, after passing `stalled` a message that
+  // names the ranks behind (from every rank's progress in the store).
+  World(const RankInfo& info, torch::Device device, std::chrono::milliseconds timeout,
+        std::function<void(const std::string& message)> stalled);
+  ~World();
+  World(const World&) = delete;
+  World& operator=(const World&) = delete;
+
+  int rank() const { return info_.rank; }
+  int size() const { return info_.world_size; }
+  const RankInfo& info() const { return info_; }
+  torch::Device device() const { return device_; }
+  std::chrono::milliseconds timeout() const { return timeout_; }
+  const c10::intrusive_ptr<c10d::Backend>& backend() const { return backend_; }
+  std::string backend_name() const { return backend_->getBackendName(); }
+
+  // Host-side barrier through the store; throws "rank 1 did not reach <what> within 60 s".
+  void barrier(const std::string& what);
+  // Every rank's `value` in rank order on rank 0; an empty list on the other ranks.
+  std::vector<std::string> gather_to_rank0(const std::string& value, const std::string& what);
+  // Publishes what this rank is doing, so a launcher or a stalled peer can name the rank that
+  // fell behind, and marks the rank busy: its watchdog runs.
+  void report_progress(const std::string& what);
+  // Between cases: nothing to watch.
+  void report_idle();
+  // Leaves together: waits for every rank, so the rank hosting the store outlives the others'
+  // last use of it, then shuts the backend down.
+  void leave();
+  // After a failure: abandons the backend's pending work without waiting for the other ranks.
+  void abort();
+
+ private:
+  RankInfo info_;
+  torch::Device device_;
+  std::chrono::milliseconds timeout_;
+  c10::intrusive_ptr<c10d::Store> tcp_store_;  // on the hosting rank, also the server
+  c10::intrusive_ptr<c10d::Store> store_;      // parbench's keys, under "parbench/"
+  c10::intrusive_ptr<c10d::Backend> backend_;
+  uint64_t next_sequence_ = 0;  // barriers and gathers are numbered in call order
+  bool left_ = false;
+
+  // Waits for every rank to join with the same world size, then creates the backend.
+  void join(const std::string& where);
+  void watch();
+  void stop_watchdog();
+  std::string describe_stall(const std::string& where, uint64_t count, std::chrono::milliseconds stalled_for);
+
+  std::function<void(const std::string&)> stalled_;
+  std::mutex progress_mutex_;
+  std::condition_variable stop_watching_;
+  uint64_t progress_count_ = 0;  // the same sequence on every rank, so counts compare
+  std::string progress_;
+  std::chrono::steady_clock::time_point progress_time_;
+  bool busy_ = false;
+  bool stopping_ = false;
+  std::thread watchdog_;
+};
+
+// The TCPStore key where `rank` reports progress: "<count> <what>", counts being comparable
+// across ranks.
+std::string progress_key(int rank);
+
+// The world this process has joined (null if none). ddp's set-up takes its process group here.
+std::shared_ptr<World> joined_world();
+void set_joined_world(std::shared_ptr<World> world);
+
+}  // namespace parbench

@@ -1,0 +1,155 @@
+// ddp on the CPU (the store backend), ranks started by parbench's launcher: after a few steps
+// every rank holds bitwise the same weights, the same (within 1e-5) as single-device training
+// on all ranks' batches concatenated, and neither the bucket size nor overlap changes them.
+#include "benchmarks/launcher.h"
+#include "models/model_zoo.h"
+#include "strategies/strategy.h"
+#include "strategies/training.h"
+
+#include <gtest/gtest.h>
+
+#include <dirent.h>
+#include <unistd.h>
+
+namespace parbench {
+namespace {
+
+constexpr double kTolerance = 1e-5;  // relative, per tensor
+constexpr int64_t kBatchPerRank = 3;
+constexpr int kSteps = 3;  // one warm-up step and two timed iterations of one step
+const std::vector<std::string> kOptions = {"--strategies=ddp", "--models=tinycnn", "--batch=3",      "--image=16",
+                                           "--warmup=1",       "--repetitions=1",  "--iterations=2", "--steps=1",
+                                           "--allreduce=off",  "--dist-timeout=30"};
+
+// A directory of plain files, removed with POSIX calls: std::filesystem::remove_all binds
+// to the copy libtorch.so exports, which crashes on a non-empty directory.
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = "/tmp/parbench_ddp_test_XXXXXX";
+    path_ = mkdtemp(pattern.data());
+  }
+  ~TempDir() {
+    if (DIR* dir = opendir(path_.c_str())) {
+      while (const dirent* entry = readdir(dir)) {
+        const std::string name = entry->d_name;
+        if (name != "." && name != "..") unlink((path_ + "/" + name).c_str());
+      }
+      closedir(dir);
+    }
+    rmdir(path_.c_str());
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+struct DdpResult {
+  std::map<std::string, std::string> facts;
+  std::vector<std::vector<torch::Tensor>> ranks;  // per rank: parameters, then their gradients
+};
+
+DdpResult run_ddp(int ranks, const std::string& bucket_mib, const std::string& overlap) {
+  TempDir weights;
+  auto arguments = kOptions;
+  arguments.push_back("--bucket-mib=" + bucket_mib);
+  arguments.push_back("--overlap=" + overlap);
+  const auto name = "train/ddp/tinycnn/batch:3/image:16/precision:fp32/data:device/gpus:" + std::to_string(ranks) +
+                    "/bucket_mib:" + bucket_mib + "/overlap:" + overlap + "/scaling:weak";
+  const auto run = launch_case(PARBENCH_BINARY, arguments, name, ranks, /*timeout_s=*/30,
+                               {{"PARBENCH_TEST_SAVE_WEIGHTS", weights.path()}});
+  EXPECT_EQ(run.world_size, ranks);
+  EXPECT_EQ(run.repetitions.size(), 1u);
+  DdpResult result{run.facts, {}};
+  for (int rank = 0; rank < ranks; ++rank) {
+    std::vector<torch::Tensor> tensors;
+    torch::load(tensors, weights.path() + "/rank" + std::to_string(rank) + ".pt");
+    result.ranks.push_back(tensors);
+  }
+  return result;
+}
+
+// Single-device training on every rank's batch concatenated, from the seeded initial weights.
+std::vector<torch::Tensor> run_single(int ranks) {
+  RunConfig config;
+  config.model = "tinycnn";
+  config.batch_size = kBatchPerRank * ranks;
+  config.image_size = 16;
+  std::vector<torch::Tensor> inputs, targets;
+  for (int rank = 0; rank < ranks; ++rank) {
+    torch::manual_seed(kRankDataSeed + static_cast<uint64_t>(rank));
+    const auto batch = make_random_batch(config, kBatchPerRank, torch::kCPU, torch::kCPU);
+    inputs.push_back(batch.inputs);
+    targets.push_back(batch.targets);
+  }
+  const Batch batch{torch::cat(inputs), torch::cat(targets)};
+  auto strategy = StrategyRegistry::instance().get("single").create();
+  strategy->setup(
+      [&] {
+        torch::manual_seed(kRankModelSeed);
+        return make_model(config.model, config.num_classes);
+      },
+      {torch::kCPU}, config);
+  for (int step = 0; step < kSteps; ++step) strategy->train_step(batch);
+  std::vector<torch::Tensor> tensors;
+  const auto parameters = strategy->model().module().parameters();
+  for (const auto& parameter : parameters) tensors.push_back(parameter.detach().clone());
+  for (const auto& parameter : parameters) tensors.push_back(parameter.grad().clone());
+  return tensors;
+}
+
+double relative_difference(const torch::Tensor& value, const torch::Tensor& reference) {
+  const double scale = reference.norm().item<double>();
+  return (value - reference).norm().item<double>() / (scale > 0 ? scale : 1.0);
+}
+
+void expect_bitwise_equal(const std::vector<torch::Tensor>& value, const std::vector<torch::Tensor>& reference,
+                          const std::string& what) {
+  ASSERT_EQ(value.size(), reference.size()) << what;
+  for (size_t i = 0; i < value.size(); ++i)
+    EXPECT_TRUE(torch::equal(value[i], reference[i])) << what << " tensor " << i;
+}
+
+void expect_matches_single(const DdpResult& ddp, int ranks) {
+  for (int rank = 1; rank < ranks; ++rank)
+    expect_bitwise_equal(ddp.ranks[rank], ddp.ranks[0], "rank " + std::to_string(rank));
+  const auto single = run_single(ranks);
+  ASSERT_EQ(ddp.ranks[0].size(), single.size());
+  for (size_t i = 0; i < single.size(); ++i) {
+    EXPECT_LT(relative_difference(ddp.ranks[0][i], single[i]), kTolerance)
+        << (i < single.size() / 2 ? "weight " : "gradient ") << i % (single.size() / 2);
+  }
+}
+
+TEST(Ddp, TwoRanksAgreeBitwiseAndMatchSingleDeviceWhateverTheBucketsAndOverlap) {
+  const auto ddp = run_ddp(2, "25", "on");
+  EXPECT_EQ(ddp.facts.at("backend"), "store");
+  EXPECT_EQ(ddp.facts.at("buckets"), "1");  // tinycnn's 156 KiB of gradients
+  expect_matches_single(ddp, 2);
+
+  // 100 bytes: nearly every parameter gets a bucket of its own.
+  const auto many_buckets = run_ddp(2, "0.0001", "on");
+  EXPECT_GT(std::stoi(many_buckets.facts.at("buckets")), 4);
+  expect_bitwise_equal(many_buckets.ranks[0], ddp.ranks[0], "tiny buckets");
+  const auto after_backward = run_ddp(2, "0.0001", "off");
+  EXPECT_EQ(after_backward.facts.at("overlap"), "off");
+  expect_bitwise_equal(after_backward.ranks[0], ddp.ranks[0], "overlap off");
+}
+
+TEST(Ddp, FourRanksMatchSingleDevice) { expect_matches_single(run_ddp(4, "0.01", "on"), 4); }
+
+TEST(Ddp, SetupOutsideADistributedRunSaysHowToStartIt) {
+  RunConfig config;
+  config.model = "tinycnn";
+  auto strategy = StrategyRegistry::instance().get("ddp").create();
+  try {
+    strategy->setup([&] { return make_model(config.model, config.num_classes); }, {torch::kCPU}, config);
+    FAIL() << "ddp set up without a process group";
+  } catch (const c10::Error& error) {
+    EXPECT_NE(std::string(error.what_without_backtrace()).find("torchrun"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace parbench

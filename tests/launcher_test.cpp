@@ -1,0 +1,433 @@
+// Starting ranks on the CPU, through parbench's launcher and as an external launcher would:
+// a rank that dies, hangs or never joins ends the run within the timeout with one line naming
+// it, no process is left behind, and bad launcher variables get clear errors.
+#include "benchmarks/launcher.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <thread>
+
+extern char** environ;
+
+namespace parbench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr double kShortTimeout = 3;  // seconds: how long ranks wait for each other in failure tests
+constexpr double kSlack = 10;        // seconds on top of it: process start-up on a loaded 2-core machine
+const std::vector<std::string> kSmallDdp = {"--strategies=ddp", "--models=tinycnn", "--batch=2",
+                                            "--image=16",       "--warmup=1",       "--repetitions=2",
+                                            "--iterations=2",   "--allreduce=off"};
+std::string small_ddp_case(int ranks) {
+  return "train/ddp/tinycnn/batch:2/image:16/precision:fp32/data:device/gpus:" + std::to_string(ranks) +
+         "/bucket_mib:25/overlap:on/scaling:weak";
+}
+
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+void expect_no_child_processes() {
+  errno = 0;
+  EXPECT_EQ(waitpid(-1, nullptr, WNOHANG), -1);
+  EXPECT_EQ(errno, ECHILD);
+}
+
+std::vector<std::string> with(std::vector<std::string> arguments, const std::vector<std::string>& more) {
+  arguments.insert(arguments.end(), more.begin(), more.end());
+  return arguments;
+}
+
+// A directory of plain files, removed with POSIX calls: std::filesystem::remove_all binds
+// to the copy libtorch.so exports, which crashes on a non-empty directory.
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = "/tmp/parbench_launcher_test_XXXXXX";
+    path_ = mkdtemp(pattern.data());
+  }
+  ~TempDir() {
+    if (DIR* dir = opendir(path_.c_str())) {
+      while (const dirent* entry = readdir(dir)) {
+        const std::string name = entry->d_name;
+        if (name != "." && name != "..") unlink((path_ + "/" + name).c_str());
+      }
+      closedir(dir);
+    }
+    rmdir(path_.c_str());
+  }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+// ---- parbench's launcher ---------------------------------------------------------------------
+
+// The one-line failure of the small ddp case with a test hook set, and how long it took.
+std::pair<std::string, double> small_case_failure(const std::map<std::string, std::string>& hooks, int ranks = 2,
+                                                  double timeout_s = kShortTimeout) {
+  const auto start = Clock::now();
+  try {
+    launch_case(PARBENCH_BINARY, kSmallDdp, small_ddp_case(ranks), ranks, timeout_s, hooks);
+  } catch (const std::runtime_error& error) {
+    return {error.what(), seconds_since(start)};
+  }
+  return {"", seconds_since(start)};
+}
+
+TEST(Launcher, RunsACaseAndReturnsRankZerosCombinedTimes) {
+  const auto run = launch_case(PARBENCH_BINARY, kSmallDdp, small_ddp_case(2), 2, /*timeout_s=*/30);
+  EXPECT_EQ(run.world_size, 2);
+  EXPECT_EQ(run.facts.at("backend"), "store");
+  EXPECT_EQ(run.facts.at("scaling"), "weak");
+  EXPECT_GT(run.params, 0);
+  ASSERT_EQ(run.repetitions.size(), 2u);
+  for (const auto& repetition : run.repetitions) {
+    ASSERT_EQ(repetition.seconds.size(), 2u);
+    for (double seconds : repetition.seconds) EXPECT_GT(seconds, 0);
+    EXPECT_GE(repetition.rank_spread, 0);
+  }
+  EXPECT_TRUE(run.peak_bytes.empty());  // CUDA only
+  expect_no_child_processes();
+}
+
+TEST(Launcher, ARankThatDiesEndsTheRunAndIsNamed) {
+  const auto [failure, seconds] = small_case_failure({{"PARBENCH_TEST_FAIL_RANK", "1"}});
+  EXPECT_NE(failure.find("rank 1 exited with code 3"), std::string::npos) << failure;
+  EXPECT_EQ(failure.find('\n'), std::string::npos) << failure;
+  EXPECT_LT(seconds, kShortTimeout + kSlack);
+  expect_no_child_processes();
+}
+
+TEST(Launcher, ARankThatHangsIsNamedWithinTheTimeout) {
+  const auto [failure, seconds] = small_case_failure({{"PARBENCH_TEST_HANG_RANK", "1"}});
+  EXPECT_NE(failure.find("rank 0: rank 1 did not reach"), std::string::npos) << failure;
+  EXPECT_NE(failure.find("within 3 s"), std::string::npos) << failure;
+  EXPECT_LT(seconds, kShortTimeout + kSlack);
+  expect_no_child_processes();
+}
+
+TEST(Launcher, ARankStuckWhereNoWaitTimesOutIsEndedByItsWatchdog) {
+  // One rank, so that no other rank's wait times out first, and no rank to wait for in 1 s.
+  const auto [failure, seconds] = small_case_failure({{"PARBENCH_TEST_HANG_RANK", "0"}}, /*ranks=*/1, /*timeout_s=*/1);
+  EXPECT_NE(failure.find("rank 0: no progress for"), std::string::npos) << failure;
+  EXPECT_NE(failure.find("(rank 0 at a hang on purpose"), std::string::npos) << failure;
+  EXPECT_LT(seconds, 1 + 5 + kSlack);  // the watchdog's grace is 5 s
+  expect_no_child_processes();
+}
+
+TEST(Launcher, ARankThatNeverJoinsIsNamedWithinTheTimeout) {
+  const auto [failure, seconds] = small_case_failure({{"PARBENCH_TEST_ABSENT_RANK", "1"}});
+  EXPECT_NE(failure.find("rank 0: rank 1 did not join the rendezvous at 127.0.0.1:"), std::string::npos) << failure;
+  EXPECT_LT(seconds, kShortTimeout + kSlack);
+  expect_no_child_processes();
+}
+
+TEST(Launcher, AllreduceCaseRunsOnTheStoreBackend) {
+  const auto run = launch_case(PARBENCH_BINARY, {"--strategies=ddp", "--warmup=1", "--repetitions=1", "--iterations=2"},
+                               "comm/allreduce/bytes:1024/ranks:2", 2, /*timeout_s=*/30);
+  EXPECT_EQ(run.facts.at("backend"), "store");
+  EXPECT_EQ(run.facts.at("all_reduces_per_iteration"), "100");
+  ASSERT_EQ(run.repetitions.size(), 1u);
+  EXPECT_EQ(run.repetitions[0].seconds.size(), 2u);
+}
+
+// ---- An external launcher's ranks --------------------------------------------------------------
+
+struct RankRun {
+  int exit_code = -1;  // -1: killed after the test's own deadline
+  std::string out, err;
+  double seconds = 0;
+};
+
+int free_port() {
+  const int socket_fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(socket_fd, reinterpret_cast<sockaddr*>(&address), sizeof address);
+  socklen_t length = sizeof address;
+  getsockname(socket_fd, reinterpret_cast<sockaddr*>(&address), &length);
+  close(socket_fd);
+  return ntohs(address.sin_port);
+}
+
+// Runs one parbench process per environment, as torchrun would, and waits for all of them.
+std::vector<RankRun> run_ranks(const std::vector<std::map<std::string, std::string>>& environments,
+                               const std::vector<std::string>& arguments) {
+  constexpr double kDeadline = 60;
+  TempDir dir;
+  std::vector<std::string> argv_strings{PARBENCH_BINARY};
+  argv_strings.insert(argv_strings.end(), arguments.begin(), arguments.end());
+  std::vector<char*> argv;
+  for (auto& text : argv_strings) argv.push_back(text.data());
+  argv.push_back(nullptr);
+
+  const auto start = Clock::now();
+  std::vector<pid_t> pids;
+  for (size_t i = 0; i < environments.size(); ++i) {
+    std::vector<std::string> environment;
+    for (char** entry = environ; *entry != nullptr; ++entry) environment.emplace_back(*entry);
+    for (const auto& [name, value] : environments[i]) environment.push_back(name + "=" + value);
+    std::vector<char*> envp;
+    for (auto& text : environment) envp.push_back(text.data());
+    envp.push_back(nullptr);
+    const auto out = dir.file("out" + std::to_string(i)), err = dir.file("err" + std::to_string(i));
+    const pid_t pid = fork();
+    if (pid == 0) {
+      dup2(open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644), STDOUT_FILENO);
+      dup2(open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644), STDERR_FILENO);
+      execve(argv[0], argv.data(), envp.data());
+      _exit(127);
+    }
+    pids.push_back(pid);
+  }
+  std::vector<RankRun> runs(pids.size());
+  for (size_t i = 0; i < pids.size(); ++i) {
+    int status = 0;
+    while (waitpid(pids[i], &status, WNOHANG) == 0) {
+      if (seconds_since(start) > kDeadline) {
+        kill(pids[i], SIGKILL);
+        waitpid(pids[i], &status, 0);
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    runs[i].exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    runs[i].seconds = seconds_since(start);
+    std::ifstream out(dir.file("out" + std::to_string(i))), err(dir.file("err" + std::to_string(i)));
+    runs[i].out.assign(std::istreambuf_iterator<char>(out), {});
+    runs[i].err.assign(std::istreambuf_iterator<char>(err), {});
+  }
+  return runs;
+}
+
+std::map<std::string, std::string> rank_environment(int rank, int world_size, int port) {
+  return {{"RANK", std::to_string(rank)},
+          {"WORLD_SIZE", std::to_string(world_size)},
+          {"MASTER_ADDR", "127.0.0.1"},
+          {"MASTER_PORT", std::to_string(port)}};
+}
+
+nlohmann::json read_json(const std::string& path) {
+  std::ifstream file(path);
+  return nlohmann::json::parse(file);
+}
+
+TEST(ExternalLauncher, EveryRankRunsTheDistributedCasesAndRankZeroReports) {
+  TempDir dir;
+  const int port = free_port();
+  const auto runs =
+      run_ranks({rank_environment(0, 2, port), rank_environment(1, 2, port)},
+                with(kSmallDdp, {"--strategies=single,ddp", "--dist-timeout=30",
+                                 "--benchmark_out=" + dir.file("run.json"), "--benchmark_out_format=json"}));
+  ASSERT_EQ(runs[0].exit_code, 0) << runs[0].err;
+  ASSERT_EQ(runs[1].exit_code, 0) << runs[1].err;
+  EXPECT_NE(runs[0].err.find("running the distributed cases only"), std::string::npos) << runs[0].err;
+  EXPECT_TRUE(runs[1].out.empty()) << runs[1].out;
+
+  const auto json = read_json(dir.file("run.json"));
+  int repetitions = 0;
+  for (const auto& benchmark : json["benchmarks"]) {
+    ASSERT_EQ(benchmark["run_name"].get<std::string>().rfind("train/ddp/", 0), 0u) << benchmark["run_name"];
+    ASSERT_FALSE(benchmark.value("error_occurred", false)) << benchmark.dump();
+    if (benchmark["run_type"] != "iteration") continue;
+    ++repetitions;
+    EXPECT_EQ(benchmark["iterations"], 2);
+    EXPECT_EQ(benchmark["world_size"], 2);
+    EXPECT_EQ(benchmark["batch"], 4);  // weak scaling: 2 images on each of 2 ranks
+    EXPECT_TRUE(benchmark.contains("step_ms_rank_spread"));
+    EXPECT_NE(benchmark["label"].get<std::string>().find("backend=store"), std::string::npos);
+  }
+  EXPECT_EQ(repetitions, 2);
+}
+
+TEST(ExternalLauncher, AMissingRankFailsTheCaseAndTheExitCodeWithinTheTimeout) {
+  TempDir dir;
+  const auto runs = run_ranks(
+      {rank_environment(0, 2, free_port())},
+      with(kSmallDdp, {"--dist-timeout=3", "--benchmark_out=" + dir.file("run.json"), "--benchmark_out_format=json"}));
+  EXPECT_EQ(runs[0].exit_code, 1) << runs[0].err;
+  EXPECT_LT(runs[0].seconds, kShortTimeout + kSlack);
+  const auto json = read_json(dir.file("run.json"));
+  ASSERT_FALSE(json["benchmarks"].empty());
+  const auto message = json["benchmarks"][0].value("error_message", std::string());
+  EXPECT_NE(message.find("rank 0: rank 1 did not join the rendezvous"), std::string::npos) << message;
+}
+
+TEST(ExternalLauncher, RanksStartedWithDifferentWorldSizesAreTold) {
+  const int port = free_port();
+  const auto runs =
+      run_ranks({rank_environment(0, 2, port), rank_environment(1, 3, port)}, with(kSmallDdp, {"--dist-timeout=10"}));
+  EXPECT_EQ(runs[0].exit_code, 1) << runs[0].err;
+  EXPECT_NE(runs[0].err.find("rank 1 was started with a world size of 3, rank 0 with 2"), std::string::npos)
+      << runs[0].err;
+  // Rank 0 hosts the store and may be gone before rank 1 reads its world size.
+  EXPECT_EQ(runs[1].exit_code, 1) << runs[1].err;
+  EXPECT_TRUE(runs[1].err.find("every rank needs the same WORLD_SIZE") != std::string::npos ||
+              runs[1].err.find("lost the rendezvous store") != std::string::npos)
+      << runs[1].err;
+}
+
+TEST(ExternalLauncher, AnUnreachableRendezvousIsNamedWithinTheTimeout) {
+  const int port = free_port();  // nobody listens there
+  const auto runs = run_ranks({rank_environment(1, 2, port)}, with(kSmallDdp, {"--dist-timeout=3"}));
+  EXPECT_EQ(runs[0].exit_code, 1) << runs[0].err;
+  EXPECT_NE(runs[0].err.find("rank 1 could not reach the rendezvous store at 127.0.0.1:" + std::to_string(port)),
+            std::string::npos)
+      << runs[0].err;
+  EXPECT_LT(runs[0].seconds, kShortTimeout + kSlack);
+}
+
+struct BadLaunch {
+  std::map<std::string, std::string> environment;
+  std::string argument;
+  std::string expected;  // a phrase the one-line error must contain
+};
+
+void PrintTo(const BadLaunch& launch, std::ostream* os) { *os << launch.expected; }
+
+class ExternalLauncherBadInput : public ::testing::TestWithParam<BadLaunch> {};
+
+TEST_P(ExternalLauncherBadInput, OneLineUsageError) {
+  const auto runs = run_ranks({GetParam().environment}, with(kSmallDdp, {GetParam().argument}));
+  EXPECT_EQ(runs[0].exit_code, 2) << runs[0].err;
+  EXPECT_EQ(std::count(runs[0].err.begin(), runs[0].err.end(), '\n'), 1) << runs[0].err;
+  EXPECT_NE(runs[0].err.find(GetParam().expected), std::string::npos) << runs[0].err;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, ExternalLauncherBadInput,
+    ::testing::Values(
+        BadLaunch{{{"RANK", "5"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}},
+                  "--dist-timeout=3",
+                  "RANK=5 is outside 0..1"},
+        BadLaunch{{{"RANK", "0"}}, "--dist-timeout=3", "RANK is set but WORLD_SIZE is not"},
+        BadLaunch{{{"RANK", "0"}, {"WORLD_SIZE", "two"}}, "--dist-timeout=3", "WORLD_SIZE=two is not a whole number"},
+        BadLaunch{{{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}},
+                  "--gpus=3",
+                  "--gpus=3 does not match the world size of 2"},
+        BadLaunch{{{"RANK", "0"}, {"WORLD_SIZE", "2"}}, "--dist-timeout=3", "MASTER_ADDR is not set"}),
+    [](const auto& info) { return "case" + std::to_string(info.index); });
+
+// ---- Reading the launchers' variables -------------------------------------------------------------
+
+// Sets variables for one test and restores the environment afterwards.
+class ScopedEnvironment {
+ public:
+  ScopedEnvironment(std::initializer_list<std::pair<const std::string, std::string>> variables) {
+    for (const char* name : kLauncherVariables) save(name);
+    for (const auto& [name, value] : variables) {
+      save(name);
+      setenv(name.c_str(), value.c_str(), 1);
+    }
+  }
+  ~ScopedEnvironment() {
+    for (const auto& [name, value] : saved_) {
+      if (value) {
+        setenv(name.c_str(), value->c_str(), 1);
+      } else {
+        unsetenv(name.c_str());
+      }
+    }
+  }
+
+ private:
+  static constexpr const char* kLauncherVariables[] = {"RANK",
+                                                       "WORLD_SIZE",
+                                                       "LOCAL_RANK",
+                                                       "LOCAL_WORLD_SIZE",
+                                                       "OMPI_COMM_WORLD_RANK",
+                                                       "OMPI_COMM_WORLD_SIZE",
+                                                       "OMPI_COMM_WORLD_LOCAL_RANK",
+                                                       "OMPI_COMM_WORLD_LOCAL_SIZE",
+                                                       "SLURM_PROCID",
+                                                       "SLURM_STEP_NUM_TASKS",
+                                                       "SLURM_LOCALID",
+                                                       "SLURM_STEP_NUM_NODES",
+                                                       "MASTER_ADDR",
+                                                       "MASTER_PORT",
+                                                       "TORCHELASTIC_USE_AGENT_STORE"};
+
+  void save(const std::string& name) {
+    if (saved_.count(name)) return;
+    const char* value = std::getenv(name.c_str());
+    saved_[name] = value ? std::optional<std::string>(value) : std::nullopt;
+    unsetenv(name.c_str());
+  }
+  std::map<std::string, std::optional<std::string>> saved_;
+};
+
+TEST(RankInfo, TorchrunVariables) {
+  ScopedEnvironment environment{{"RANK", "3"},
+                                {"WORLD_SIZE", "4"},
+                                {"LOCAL_RANK", "1"},
+                                {"LOCAL_WORLD_SIZE", "2"},
+                                {"MASTER_ADDR", "node0"},
+                                {"MASTER_PORT", "29400"},
+                                {"TORCHELASTIC_USE_AGENT_STORE", "True"}};
+  const auto info = rank_info_from_environment();
+  ASSERT_TRUE(info);
+  EXPECT_EQ(info->rank, 3);
+  EXPECT_EQ(info->world_size, 4);
+  EXPECT_EQ(info->local_rank, 1);
+  EXPECT_EQ(info->master_addr, "node0");
+  EXPECT_EQ(info->master_port, 29400);
+  EXPECT_TRUE(info->launcher_hosts_store);
+}
+
+TEST(RankInfo, OpenMpiOnOneNodeNeedsNoMasterAddr) {
+  ScopedEnvironment environment{{"OMPI_COMM_WORLD_RANK", "1"},
+                                {"OMPI_COMM_WORLD_SIZE", "2"},
+                                {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+                                {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}};
+  const auto info = rank_info_from_environment();
+  ASSERT_TRUE(info);
+  EXPECT_EQ(info->rank, 1);
+  EXPECT_EQ(info->local_rank, 1);
+  EXPECT_EQ(info->master_addr, "127.0.0.1");
+  EXPECT_EQ(info->master_port, 29500);
+  EXPECT_FALSE(info->launcher_hosts_store);
+}
+
+TEST(RankInfo, SlurmStepOfSeveralTasksIsALaunchButABatchScriptIsNot) {
+  {
+    ScopedEnvironment environment{{"SLURM_PROCID", "5"},
+                                  {"SLURM_STEP_NUM_TASKS", "8"},
+                                  {"SLURM_LOCALID", "1"},
+                                  {"SLURM_STEP_NUM_NODES", "2"},
+                                  {"MASTER_ADDR", "10.0.0.1"}};
+    const auto info = rank_info_from_environment();
+    ASSERT_TRUE(info);
+    EXPECT_EQ(info->rank, 5);
+    EXPECT_EQ(info->world_size, 8);
+    EXPECT_EQ(info->local_rank, 1);
+  }
+  {
+    ScopedEnvironment environment{{"SLURM_PROCID", "0"}};  // sbatch's script itself
+    EXPECT_FALSE(rank_info_from_environment());
+  }
+  {
+    ScopedEnvironment environment{{"SLURM_PROCID", "0"}, {"SLURM_STEP_NUM_TASKS", "1"}};
+    EXPECT_FALSE(rank_info_from_environment());
+  }
+  {
+    ScopedEnvironment environment{{"SLURM_PROCID", "0"}, {"SLURM_STEP_NUM_TASKS", "8"}, {"SLURM_STEP_NUM_NODES", "2"}};
+    EXPECT_THROW(rank_info_from_environment(), std::invalid_argument);  // several nodes, no MASTER_ADDR
+  }
+}
+
+}  // namespace
+}  // namespace parbench
