@@ -33,6 +33,9 @@ double covered_ns(std::vector<std::pair<uint64_t, uint64_t>> intervals) {
 
 void reset_peak_memory(const std::vector<torch::Device>& devices) {
 #ifdef PARBENCH_WITH_CUDA
+  // The caching allocator only exists once CUDA is initialised; before the first allocation
+  // of a process it rejects every device.
+  if (all_cuda(devices)) at::globalContext().lazyInitDevice(c10::DeviceType::CUDA);
   for (const auto& device : devices) {
     if (device.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
   }

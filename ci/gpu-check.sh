@@ -47,6 +47,7 @@ bench() {
   "$parbench" --benchmark_out="$results/$name.json" --benchmark_out_format=json "$@" \
     >"$results/$name.txt" 2>"$results/$name.stderr"
   local status=$?
+  cp "$results/$name.json" "$out/" 2>/dev/null  # kept even if a later step runs out of time
   grep -E "_median|ERROR" "$results/$name.txt" | sed -E 's/ +/ /g' | cut -c1-230 | head -n 60
   return $status
 }
@@ -56,9 +57,12 @@ step_smoke() {
     --repetitions=3 --benchmark_min_time=0.2 --warmup=3
 }
 
+# The reference run behind reports/: split in three files so each survives on its own.
 step_reference() {
-  bench reference --precision=fp32,bf16 --overlap=on,off --bucket-mib=25,100 --benchmark_min_time=0.3
-  bench data_parallel_240 --strategies=single,data_parallel --batch=240 --precision=fp32,bf16 --benchmark_min_time=0.3
+  bench model_parallel --strategies=single,model_parallel,pipeline --precision=fp32,bf16 --benchmark_min_time=0.2
+  bench data_parallel --strategies=single,data_parallel,ddp --precision=fp32,bf16 --overlap=on,off \
+    --bucket-mib=25,100 --benchmark_min_time=0.2
+  bench data_parallel_240 --strategies=single,data_parallel --batch=240 --precision=fp32,bf16 --benchmark_min_time=0.2
 }
 
 step_tutorial() {
