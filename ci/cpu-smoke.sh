@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# CPU smoke benchmark, gated against the committed CPU baseline, so a gross regression on the
+# CPU path fails CI.  usage: ci/cpu-smoke.sh BUILD_DIR [--update-baseline]
+# The threshold is wide because CI shares a 2-core machine: docs/PERF_GATE.md gives the noise
+# measured there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build_dir=${1:?usage: ci/cpu-smoke.sh BUILD_DIR [--update-baseline]}
+readonly BASELINE=ci/baselines/cpu-smoke.json
+readonly THRESHOLD_PCT=40
+readonly SMOKE_ARGS=(--preset=cpu --models=resnet18 --strategies=single --batch=4 --image=32 --warmup=3
+                     --iterations=10 --repetitions=10)
+
+candidate=$(mktemp -d)/cpu-smoke.json
+"$build_dir/parbench" "${SMOKE_ARGS[@]}" --benchmark_out="$candidate" --benchmark_out_format=json >/dev/null
+gpu_count=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["context"]["gpu_count"])' "$candidate")
+if [[ $gpu_count != 0 ]]; then
+  echo "cpu-smoke: skipped: the committed baseline is from a machine without GPUs; this one has $gpu_count"
+  exit 77
+fi
+if [[ ${2:-} == --update-baseline ]]; then
+  cp "$candidate" "$BASELINE"
+  echo "cpu-smoke: baseline updated: $BASELINE"
+  exit 0
+fi
+python3 ci/perf-gate "$BASELINE" "$candidate" --threshold "$THRESHOLD_PCT"
