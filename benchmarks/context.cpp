@@ -46,7 +46,9 @@ std::vector<std::pair<std::string, std::string>> run_context(const Options& opti
   std::string sha = command_output(git + "rev-parse --verify -q HEAD 2>/dev/null");
   if (sha.empty()) sha = std::string(PARBENCH_GIT_SHA).empty() ? "unknown" : PARBENCH_GIT_SHA;
   context.emplace_back("git_sha", sha);
-  const std::string git_status = command_output(git + "status --porcelain --untracked-files=no 2>/dev/null || echo unknown");
+  // Dirty is only known where the checkout is there to ask (not on a machine sent a copy).
+  const std::string git_status =
+      sha == "unknown" ? "unknown" : command_output(git + "status --porcelain --untracked-files=no 2>/dev/null || echo unknown");
   context.emplace_back("git_dirty", git_status == "unknown" ? "unknown" : bool_text(!git_status.empty()));
   context.emplace_back("argv", options.argv);
   context.emplace_back("preset", options.preset);

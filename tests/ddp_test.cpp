@@ -8,11 +8,19 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include <dirent.h>
 #include <unistd.h>
 
 namespace parbench {
 namespace {
+
+// These tests cover the CPU path (the store backend); on a machine with GPUs the ranks would
+// pick NCCL and one GPU each, so they are hidden from the ranks this test starts. ctest runs
+// every test in its own process, so no other test is affected.
+void hide_gpus_from_ranks() { setenv("CUDA_VISIBLE_DEVICES", "", /*overwrite=*/1); }
+
 
 constexpr double kTolerance = 1e-5;  // relative, per tensor
 constexpr int64_t kBatchPerRank = 3;
@@ -123,6 +131,7 @@ void expect_matches_single(const DdpResult& ddp, int ranks) {
 }
 
 TEST(Ddp, TwoRanksAgreeBitwiseAndMatchSingleDeviceWhateverTheBucketsAndOverlap) {
+  hide_gpus_from_ranks();
   const auto ddp = run_ddp(2, "25", "on");
   EXPECT_EQ(ddp.facts.at("backend"), "store");
   EXPECT_EQ(ddp.facts.at("buckets"), "1");  // tinycnn's 156 KiB of gradients
@@ -137,9 +146,13 @@ TEST(Ddp, TwoRanksAgreeBitwiseAndMatchSingleDeviceWhateverTheBucketsAndOverlap) 
   expect_bitwise_equal(after_backward.ranks[0], ddp.ranks[0], "overlap off");
 }
 
-TEST(Ddp, FourRanksMatchSingleDevice) { expect_matches_single(run_ddp(4, "0.01", "on"), 4); }
+TEST(Ddp, FourRanksMatchSingleDevice) {
+  hide_gpus_from_ranks();
+  expect_matches_single(run_ddp(4, "0.01", "on"), 4);
+}
 
 TEST(Ddp, SetupOutsideADistributedRunSaysHowToStartIt) {
+  hide_gpus_from_ranks();
   RunConfig config;
   config.model = "tinycnn";
   auto strategy = StrategyRegistry::instance().get("ddp").create();

@@ -24,6 +24,12 @@ extern char** environ;
 namespace parbench {
 namespace {
 
+// These tests cover the CPU path (the store backend); on a machine with GPUs the ranks would
+// pick NCCL and one GPU each, so they are hidden from the ranks this test starts. ctest runs
+// every test in its own process, so no other test is affected.
+void hide_gpus_from_ranks() { setenv("CUDA_VISIBLE_DEVICES", "", /*overwrite=*/1); }
+
+
 using Clock = std::chrono::steady_clock;
 
 constexpr double kShortTimeout = 3;  // seconds: how long ranks wait for each other in failure tests
@@ -88,6 +94,7 @@ std::pair<std::string, double> small_case_failure(const std::map<std::string, st
 }
 
 TEST(Launcher, RunsACaseAndReturnsRankZerosCombinedTimes) {
+  hide_gpus_from_ranks();
   const auto run = launch_case(PARBENCH_BINARY, kSmallDdp, small_ddp_case(2), 2, /*timeout_s=*/30);
   EXPECT_EQ(run.world_size, 2);
   EXPECT_EQ(run.facts.at("backend"), "store");
@@ -104,6 +111,7 @@ TEST(Launcher, RunsACaseAndReturnsRankZerosCombinedTimes) {
 }
 
 TEST(Launcher, ARankThatDiesEndsTheRunAndIsNamed) {
+  hide_gpus_from_ranks();
   const auto [failure, seconds] = small_case_failure({{"PARBENCH_TEST_FAIL_RANK", "1"}});
   EXPECT_NE(failure.find("rank 1 exited with code 3"), std::string::npos) << failure;
   EXPECT_EQ(failure.find('\n'), std::string::npos) << failure;
@@ -112,6 +120,7 @@ TEST(Launcher, ARankThatDiesEndsTheRunAndIsNamed) {
 }
 
 TEST(Launcher, ARankThatHangsIsNamedWithinTheTimeout) {
+  hide_gpus_from_ranks();
   const auto [failure, seconds] = small_case_failure({{"PARBENCH_TEST_HANG_RANK", "1"}});
   EXPECT_NE(failure.find("rank 0: rank 1 did not reach"), std::string::npos) << failure;
   EXPECT_NE(failure.find("within 3 s"), std::string::npos) << failure;
@@ -120,6 +129,7 @@ TEST(Launcher, ARankThatHangsIsNamedWithinTheTimeout) {
 }
 
 TEST(Launcher, ARankStuckWhereNoWaitTimesOutIsEndedByItsWatchdog) {
+  hide_gpus_from_ranks();
   // One rank, so that no other rank's wait times out first, and no rank to wait for in 1 s.
   const auto [failure, seconds] = small_case_failure({{"PARBENCH_TEST_HANG_RANK", "0"}}, /*ranks=*/1, /*timeout_s=*/1);
   EXPECT_NE(failure.find("rank 0: no progress for"), std::string::npos) << failure;
@@ -129,6 +139,7 @@ TEST(Launcher, ARankStuckWhereNoWaitTimesOutIsEndedByItsWatchdog) {
 }
 
 TEST(Launcher, ARankThatNeverJoinsIsNamedWithinTheTimeout) {
+  hide_gpus_from_ranks();
   const auto [failure, seconds] = small_case_failure({{"PARBENCH_TEST_ABSENT_RANK", "1"}});
   EXPECT_NE(failure.find("rank 0: rank 1 did not join the rendezvous at 127.0.0.1:"), std::string::npos) << failure;
   EXPECT_LT(seconds, kShortTimeout + kSlack);
@@ -136,6 +147,7 @@ TEST(Launcher, ARankThatNeverJoinsIsNamedWithinTheTimeout) {
 }
 
 TEST(Launcher, AllreduceCaseRunsOnTheStoreBackend) {
+  hide_gpus_from_ranks();
   const auto run = launch_case(PARBENCH_BINARY, {"--strategies=ddp", "--warmup=1", "--repetitions=1", "--iterations=2"},
                                "comm/allreduce/bytes:1024/ranks:2", 2, /*timeout_s=*/30);
   EXPECT_EQ(run.facts.at("backend"), "store");
@@ -227,6 +239,7 @@ nlohmann::json read_json(const std::string& path) {
 }
 
 TEST(ExternalLauncher, EveryRankRunsTheDistributedCasesAndRankZeroReports) {
+  hide_gpus_from_ranks();
   TempDir dir;
   const int port = free_port();
   const auto runs =
@@ -255,6 +268,7 @@ TEST(ExternalLauncher, EveryRankRunsTheDistributedCasesAndRankZeroReports) {
 }
 
 TEST(ExternalLauncher, AMissingRankFailsTheCaseAndTheExitCodeWithinTheTimeout) {
+  hide_gpus_from_ranks();
   TempDir dir;
   const auto runs = run_ranks(
       {rank_environment(0, 2, free_port())},
@@ -268,6 +282,7 @@ TEST(ExternalLauncher, AMissingRankFailsTheCaseAndTheExitCodeWithinTheTimeout) {
 }
 
 TEST(ExternalLauncher, RanksStartedWithDifferentWorldSizesAreTold) {
+  hide_gpus_from_ranks();
   const int port = free_port();
   const auto runs =
       run_ranks({rank_environment(0, 2, port), rank_environment(1, 3, port)}, with(kSmallDdp, {"--dist-timeout=10"}));
@@ -282,6 +297,7 @@ TEST(ExternalLauncher, RanksStartedWithDifferentWorldSizesAreTold) {
 }
 
 TEST(ExternalLauncher, AnUnreachableRendezvousIsNamedWithinTheTimeout) {
+  hide_gpus_from_ranks();
   const int port = free_port();  // nobody listens there
   const auto runs = run_ranks({rank_environment(1, 2, port)}, with(kSmallDdp, {"--dist-timeout=3"}));
   EXPECT_EQ(runs[0].exit_code, 1) << runs[0].err;
@@ -302,6 +318,7 @@ void PrintTo(const BadLaunch& launch, std::ostream* os) { *os << launch.expected
 class ExternalLauncherBadInput : public ::testing::TestWithParam<BadLaunch> {};
 
 TEST_P(ExternalLauncherBadInput, OneLineUsageError) {
+  hide_gpus_from_ranks();
   const auto runs = run_ranks({GetParam().environment}, with(kSmallDdp, {GetParam().argument}));
   EXPECT_EQ(runs[0].exit_code, 2) << runs[0].err;
   EXPECT_EQ(std::count(runs[0].err.begin(), runs[0].err.end(), '\n'), 1) << runs[0].err;
@@ -371,6 +388,7 @@ class ScopedEnvironment {
 };
 
 TEST(RankInfo, TorchrunVariables) {
+  hide_gpus_from_ranks();
   ScopedEnvironment environment{{"RANK", "3"},
                                 {"WORLD_SIZE", "4"},
                                 {"LOCAL_RANK", "1"},
@@ -389,6 +407,7 @@ TEST(RankInfo, TorchrunVariables) {
 }
 
 TEST(RankInfo, OpenMpiOnOneNodeNeedsNoMasterAddr) {
+  hide_gpus_from_ranks();
   ScopedEnvironment environment{{"OMPI_COMM_WORLD_RANK", "1"},
                                 {"OMPI_COMM_WORLD_SIZE", "2"},
                                 {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
@@ -403,6 +422,7 @@ TEST(RankInfo, OpenMpiOnOneNodeNeedsNoMasterAddr) {
 }
 
 TEST(RankInfo, SlurmStepOfSeveralTasksIsALaunchButABatchScriptIsNot) {
+  hide_gpus_from_ranks();
   {
     ScopedEnvironment environment{{"SLURM_PROCID", "5"},
                                   {"SLURM_STEP_NUM_TASKS", "8"},
