@@ -100,22 +100,9 @@ RankedRun run_allreduce_rank(World& world, const AllreduceCase& allreduce, const
     for (int64_t i = 0; i < per_iteration; ++i) all_reduce(backend, buffer);
   }
   RankMeasurements mine;
-  DeviceTimer timer(devices, options.timer);
-  const int repetitions = distributed_repetitions(options);
-  const int64_t iterations = distributed_iterations(options);
-  for (int repetition = 0; repetition < repetitions; ++repetition) {
-    auto& seconds = mine.seconds.emplace_back();
-    for (int64_t iteration = 0; iteration < iterations; ++iteration) {
-      const auto where =
-          "iteration " + std::to_string(iteration + 1) + " of repetition " + std::to_string(repetition + 1);
-      world.report_progress(where);
-      world.barrier(where);
-      timer.start();
-      for (int64_t i = 0; i < per_iteration; ++i) all_reduce(backend, buffer);
-      seconds.push_back(timer.stop() / static_cast<double>(per_iteration));
-    }
-  }
-  synchronize_devices(devices);
+  mine.seconds = time_iterations_together(
+      world, options, devices, [&] { for (int64_t i = 0; i < per_iteration; ++i) all_reduce(backend, buffer); },
+      static_cast<double>(per_iteration));
 
   RankedRun run;
   run.facts = {{"backend", world.backend_name()}, {"all_reduces_per_iteration", std::to_string(per_iteration)}};

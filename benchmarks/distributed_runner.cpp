@@ -60,23 +60,9 @@ RankedRun run_training_rank(World& world, const CaseSpec& spec, const Options& o
     world.barrier("the busy-time step");
     const auto busy = measure_busy_seconds(devices, [&] { strategy->train_step(source.next()); });
 
-    DeviceTimer timer(devices, options.timer);
-    const int repetitions = distributed_repetitions(options);
-    const int64_t iterations = distributed_iterations(options);
-    for (int repetition = 0; repetition < repetitions; ++repetition) {
-      auto& seconds = mine.seconds.emplace_back();
-      for (int64_t iteration = 0; iteration < iterations; ++iteration) {
-        const auto where =
-            "iteration " + std::to_string(iteration + 1) + " of repetition " + std::to_string(repetition + 1);
-        world.report_progress(where);
-        // All ranks start each iteration together, so the slowest rank's time is the step's.
-        world.barrier(where);
-        timer.start();
-        for (int step = 0; step < options.steps_per_iteration; ++step) strategy->train_step(source.next());
-        seconds.push_back(timer.stop());
-      }
-    }
-    synchronize_devices(devices);
+    mine.seconds = time_iterations_together(world, options, devices, [&] {
+      for (int step = 0; step < options.steps_per_iteration; ++step) strategy->train_step(source.next());
+    });
     save_weights_for_tests(strategy->model(), world.rank());
     const auto peaks = peak_memory_bytes(devices);
     if (!peaks.empty()) mine.peak_bytes = peaks.front();

@@ -1,5 +1,8 @@
 #include "benchmarks/launcher.h"
 
+#include "benchmarks/device_timer.h"
+#include "benchmarks/temporary_directory.h"
+
 #include "benchmarks/allreduce.h"
 #include "benchmarks/cases.h"
 #include "benchmarks/distributed_runner.h"
@@ -260,40 +263,6 @@ double median(std::vector<double> values) {
   return values.size() % 2 == 1 ? values[middle] : (values[middle - 1] + values[middle]) / 2;
 }
 
-// A directory for one launch's result and error files, removed afterwards. POSIX calls, not
-// std::filesystem: libtorch.so exports its own copies of some std::filesystem functions, and
-// the linker binds to those.
-class TemporaryDirectory {
- public:
-  TemporaryDirectory() {
-    const char* tmpdir = std::getenv("TMPDIR");
-    const std::string parent = tmpdir != nullptr && *tmpdir != '\0' ? tmpdir : "/tmp";
-    std::string pattern = parent + "/parbench-ranks-XXXXXX";
-    if (mkdtemp(pattern.data()) == nullptr) {
-      throw std::runtime_error("could not create a directory for the ranks' results in " + parent + ": " +
-                               std::strerror(errno));
-    }
-    path_ = pattern;
-  }
-  ~TemporaryDirectory() {
-    // The ranks write plain files only.
-    if (DIR* dir = opendir(path_.c_str())) {
-      while (const dirent* entry = readdir(dir)) {
-        const std::string name = entry->d_name;
-        if (name != "." && name != "..") unlink((path_ + "/" + name).c_str());
-      }
-      closedir(dir);
-    }
-    rmdir(path_.c_str());
-  }
-  TemporaryDirectory(const TemporaryDirectory&) = delete;
-  TemporaryDirectory& operator=(const TemporaryDirectory&) = delete;
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
 std::string self_binary() {
   char path[4096];
   const ssize_t length = readlink("/proc/self/exe", path, sizeof path - 1);
@@ -499,6 +468,28 @@ int64_t distributed_iterations(const Options& options) {
   return options.iterations > 0 ? options.iterations : kDefaultDistributedIterations;
 }
 
+std::vector<std::vector<double>> time_iterations_together(World& world, const Options& options,
+                                                          const std::vector<torch::Device>& devices,
+                                                          const std::function<void()>& work,
+                                                          double work_per_iteration) {
+  DeviceTimer timer(devices, options.timer);
+  std::vector<std::vector<double>> seconds(distributed_repetitions(options));
+  const int64_t iterations = distributed_iterations(options);
+  for (size_t repetition = 0; repetition < seconds.size(); ++repetition) {
+    for (int64_t iteration = 0; iteration < iterations; ++iteration) {
+      const auto where =
+          "iteration " + std::to_string(iteration + 1) + " of repetition " + std::to_string(repetition + 1);
+      world.report_progress(where);
+      world.barrier(where);
+      timer.start();
+      work();
+      seconds[repetition].push_back(timer.stop() / work_per_iteration);
+    }
+  }
+  synchronize_devices(devices);
+  return seconds;
+}
+
 std::optional<ReportedRepetition> report_next_repetition(benchmark::State& state, const std::string& case_name,
                                                          int ranks, const Options& options,
                                                          const std::function<RankedRun(World&)>& run_rank) {
@@ -546,7 +537,7 @@ std::optional<ReportedRepetition> report_next_repetition(benchmark::State& state
 RankedRun launch_case(const std::string& binary, const std::vector<std::string>& arguments,
                       const std::string& case_name, int ranks, double timeout_s,
                       const std::map<std::string, std::string>& environment) {
-  TemporaryDirectory results;
+  TemporaryDirectory results("parbench-ranks");
   LaunchRequest request;
   request.binary = binary;
   request.arguments = {kWorkerFlag + case_name, kResultsFlag + results.path()};

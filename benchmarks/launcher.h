@@ -80,6 +80,14 @@ std::string format_label(const std::map<std::string, std::string>& facts);
 int distributed_repetitions(const Options& options);
 int64_t distributed_iterations(const Options& options);
 
+// Every rank times the same repetitions x iterations of `work`, each iteration started
+// together after a barrier, so the slowest rank's time is the iteration's. Each time is
+// divided by `work_per_iteration`. Seconds per repetition, per iteration.
+std::vector<std::vector<double>> time_iterations_together(World& world, const Options& options,
+                                                          const std::vector<torch::Device>& devices,
+                                                          const std::function<void()>& work,
+                                                          double work_per_iteration = 1.0);
+
 // A rank's part of a train/ddp case (benchmarks/distributed_runner.cpp).
 RankedRun run_training_rank(World& world, const CaseSpec& spec, const Options& options);
 

@@ -1,4 +1,6 @@
 // The parbench binary end to end: a short CPU run's JSON, and bad input.
+#include "benchmarks/temporary_directory.h"
+
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -34,27 +36,12 @@ Run run_parbench(const std::string& arguments) {
   return run;
 }
 
-// POSIX calls only: libtorch.so exports its own std::filesystem::remove_all, which crashes
-// when it interposes the one this test links.
-class TempDir {
- public:
-  TempDir() {
-    char pattern[] = "/tmp/parbench_test_XXXXXX";
-    path_ = mkdtemp(pattern);
-  }
-  ~TempDir() { std::system(("rm -rf '" + path_ + "'").c_str()); }
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
-
 bool exists(const std::string& path) { return access(path.c_str(), F_OK) == 0; }
 
 const char* kSmallRun = "--preset=cpu --models=tinycnn --batch=4 --image=16 --warmup=1 --repetitions=3 --iterations=2";
 
 TEST(Cli, ShortRunWritesJsonWithCountersAndContext) {
-  TempDir dir;
+  parbench::TemporaryDirectory dir("parbench-cli-test");
   const auto out = dir.file("run.json");
   const auto run = run_parbench(std::string(kSmallRun) + " --strategies=single,pipeline --split-sizes=2 --schedules=gpipe" +
                                 " --benchmark_out=" + out + " --benchmark_out_format=json");
@@ -118,7 +105,7 @@ void PrintTo(const BadInput& input, std::ostream* os) { *os << input.arguments; 
 class CliBadInput : public ::testing::TestWithParam<BadInput> {};
 
 TEST_P(CliBadInput, OneLineErrorNonZeroExitAndNoOutputFile) {
-  TempDir dir;
+  parbench::TemporaryDirectory dir("parbench-cli-test");
   const auto out = dir.file("bad.json");
   const auto run = run_parbench(GetParam().arguments + " --benchmark_out=" + out + " --benchmark_out_format=json");
   EXPECT_EQ(run.exit_code, 2) << run.output;

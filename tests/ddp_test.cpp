@@ -6,6 +6,8 @@
 #include "strategies/strategy.h"
 #include "strategies/training.h"
 
+#include "benchmarks/temporary_directory.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -29,37 +31,13 @@ const std::vector<std::string> kOptions = {"--strategies=ddp", "--models=tinycnn
                                            "--warmup=1",       "--repetitions=1",  "--iterations=2", "--steps=1",
                                            "--allreduce=off",  "--dist-timeout=30"};
 
-// A directory of plain files, removed with POSIX calls: std::filesystem::remove_all binds
-// to the copy libtorch.so exports, which crashes on a non-empty directory.
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = "/tmp/parbench_ddp_test_XXXXXX";
-    path_ = mkdtemp(pattern.data());
-  }
-  ~TempDir() {
-    if (DIR* dir = opendir(path_.c_str())) {
-      while (const dirent* entry = readdir(dir)) {
-        const std::string name = entry->d_name;
-        if (name != "." && name != "..") unlink((path_ + "/" + name).c_str());
-      }
-      closedir(dir);
-    }
-    rmdir(path_.c_str());
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
 struct DdpResult {
   std::map<std::string, std::string> facts;
   std::vector<std::vector<torch::Tensor>> ranks;  // per rank: parameters, then their gradients
 };
 
 DdpResult run_ddp(int ranks, const std::string& bucket_mib, const std::string& overlap) {
-  TempDir weights;
+  TemporaryDirectory weights("parbench-ddp-test");
   auto arguments = kOptions;
   arguments.push_back("--bucket-mib=" + bucket_mib);
   arguments.push_back("--overlap=" + overlap);

@@ -3,6 +3,8 @@
 // it, no process is left behind, and bad launcher variables get clear errors.
 #include "benchmarks/launcher.h"
 
+#include "benchmarks/temporary_directory.h"
+
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -54,30 +56,6 @@ std::vector<std::string> with(std::vector<std::string> arguments, const std::vec
   arguments.insert(arguments.end(), more.begin(), more.end());
   return arguments;
 }
-
-// A directory of plain files, removed with POSIX calls: std::filesystem::remove_all binds
-// to the copy libtorch.so exports, which crashes on a non-empty directory.
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = "/tmp/parbench_launcher_test_XXXXXX";
-    path_ = mkdtemp(pattern.data());
-  }
-  ~TempDir() {
-    if (DIR* dir = opendir(path_.c_str())) {
-      while (const dirent* entry = readdir(dir)) {
-        const std::string name = entry->d_name;
-        if (name != "." && name != "..") unlink((path_ + "/" + name).c_str());
-      }
-      closedir(dir);
-    }
-    rmdir(path_.c_str());
-  }
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
 
 // ---- parbench's launcher ---------------------------------------------------------------------
 
@@ -180,7 +158,7 @@ int free_port() {
 std::vector<RankRun> run_ranks(const std::vector<std::map<std::string, std::string>>& environments,
                                const std::vector<std::string>& arguments) {
   constexpr double kDeadline = 60;
-  TempDir dir;
+  TemporaryDirectory dir("parbench-launcher-test");
   std::vector<std::string> argv_strings{PARBENCH_BINARY};
   argv_strings.insert(argv_strings.end(), arguments.begin(), arguments.end());
   std::vector<char*> argv;
@@ -240,7 +218,7 @@ nlohmann::json read_json(const std::string& path) {
 
 TEST(ExternalLauncher, EveryRankRunsTheDistributedCasesAndRankZeroReports) {
   hide_gpus_from_ranks();
-  TempDir dir;
+  TemporaryDirectory dir("parbench-launcher-test");
   const int port = free_port();
   const auto runs =
       run_ranks({rank_environment(0, 2, port), rank_environment(1, 2, port)},
@@ -269,7 +247,7 @@ TEST(ExternalLauncher, EveryRankRunsTheDistributedCasesAndRankZeroReports) {
 
 TEST(ExternalLauncher, AMissingRankFailsTheCaseAndTheExitCodeWithinTheTimeout) {
   hide_gpus_from_ranks();
-  TempDir dir;
+  TemporaryDirectory dir("parbench-launcher-test");
   const auto runs = run_ranks(
       {rank_environment(0, 2, free_port())},
       with(kSmallDdp, {"--dist-timeout=3", "--benchmark_out=" + dir.file("run.json"), "--benchmark_out_format=json"}));
