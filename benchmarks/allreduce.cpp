@@ -1,5 +1,6 @@
 #include "benchmarks/allreduce.h"
 
+#include "benchmarks/cases.h"
 #include "benchmarks/device_timer.h"
 
 #include <algorithm>

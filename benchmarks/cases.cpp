@@ -49,12 +49,6 @@ std::vector<torch::Device> case_devices(const CaseSpec& spec) {
   return devices;
 }
 
-std::string join_label(const std::map<std::string, std::string>& facts) {
-  std::string label;
-  for (const auto& [key, value] : facts) label += (label.empty() ? "" : ";") + key + "=" + value;
-  return label;
-}
-
 // A set-up strategy kept across Google Benchmark's calls of one case (its repetitions), so
 // set-up and warm-up happen once per case.
 struct PreparedCase {
@@ -182,6 +176,12 @@ std::vector<CaseSpec> build_cases(const Options& options, int visible_gpus) {
   return cases;
 }
 
+std::string format_label(const std::map<std::string, std::string>& facts) {
+  std::string label;
+  for (const auto& [key, value] : facts) label += (label.empty() ? "" : ";") + key + "=" + value;
+  return label;
+}
+
 void set_training_counters(benchmark::State& state, const CaseSpec& spec, double seconds, int64_t steps,
                            double params, double forward_flops_per_image) {
   const double images = static_cast<double>(steps) * spec.global_batch;
@@ -231,7 +231,7 @@ void run_local_case(benchmark::State& state, const CaseSpec& spec, const Options
         state.counters["bubble_frac_dev" + std::to_string(i)] = 1.0 - busy;
       }
     }
-    state.SetLabel(join_label(prepared.strategy->describe()));
+    state.SetLabel(format_label(prepared.strategy->describe()));
   } catch (const std::exception& error) {
     release_prepared_case();
     std::string message = error.what();

@@ -6,6 +6,7 @@
 
 #include <benchmark/benchmark.h>
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,9 @@ void run_local_case(benchmark::State& state, const CaseSpec& spec, const Options
 // `steps` training steps.
 void set_training_counters(benchmark::State& state, const CaseSpec& spec, double seconds, int64_t steps,
                            double params, double forward_flops_per_image);
+
+// A benchmark label: key=value pairs joined by ';' (docs/JSON.md).
+std::string format_label(const std::map<std::string, std::string>& facts);
 
 // "[3/40] name" progress lines on stderr, with the elapsed time of the run.
 void report_progress(const CaseSpec& spec, size_t index, size_t total);

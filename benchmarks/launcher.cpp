@@ -441,12 +441,6 @@ RankedRun gather_run(World& world, const RankMeasurements& mine, RankedRun run) 
   return run;
 }
 
-std::string format_label(const std::map<std::string, std::string>& facts) {
-  std::string label;
-  for (const auto& [key, value] : facts) label += (label.empty() ? "" : ";") + key + "=" + value;
-  return label;
-}
-
 int distributed_repetitions(const Options& options) {
   // main hands Google Benchmark's flags to it alone; Options keeps the command line.
   const std::string flag = "--benchmark_repetitions=";

@@ -71,9 +71,6 @@ struct RankMeasurements {
 // params and FLOPs already set). Other ranks get `run` with their own measurements only.
 RankedRun gather_run(World& world, const RankMeasurements& mine, RankedRun run);
 
-// "key=value;key=value", keys in order.
-std::string format_label(const std::map<std::string, std::string>& facts);
-
 // The repetitions and iterations of every distributed case, the same on every rank:
 // --benchmark_repetitions if given, else --repetitions; --iterations, else
 // kDefaultDistributedIterations.

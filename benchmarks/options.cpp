@@ -2,6 +2,7 @@
 
 #include "models/model_zoo.h"
 #include "strategies/partition.h"
+#include "strategies/whole_number.h"
 
 #include <unistd.h>
 
@@ -26,20 +27,12 @@ std::vector<std::string> split_list(const std::string& text) {
 }
 
 int64_t parse_int(const std::string& flag, const std::string& text, int64_t minimum) {
-  size_t used = 0;
-  int64_t value = 0;
-  try {
-    value = std::stoll(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != text.size()) {
-    throw UsageError("--" + flag + "=" + text + " is not a whole number");
-  }
-  if (value < minimum) {
+  const auto value = parse_whole_number(text);
+  if (!value) throw UsageError("--" + flag + "=" + text + " is not a whole number");
+  if (*value < minimum) {
     throw UsageError("--" + flag + "=" + text + " must be at least " + std::to_string(minimum));
   }
-  return value;
+  return *value;
 }
 
 double parse_double(const std::string& flag, const std::string& text, double minimum_exclusive) {

@@ -1,6 +1,7 @@
 #include "strategies/distributed/world.h"
 
 #include "strategies/distributed/store_backend.h"
+#include "strategies/whole_number.h"
 #include "strategies/distributed/store_sync.h"
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
@@ -27,21 +28,13 @@ std::optional<std::string> environment(const char* name) {
 }
 
 int parse_variable(const char* name, const std::string& text, int minimum, int maximum) {
-  size_t used = 0;
-  long value = 0;
-  try {
-    value = std::stol(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != text.size()) {
-    throw std::invalid_argument(std::string(name) + "=" + text + " is not a whole number");
-  }
-  if (value < minimum || value > maximum) {
+  const auto value = parse_whole_number(text);
+  if (!value) throw std::invalid_argument(std::string(name) + "=" + text + " is not a whole number");
+  if (*value < minimum || *value > maximum) {
     throw std::invalid_argument(std::string(name) + "=" + text + " is outside " + std::to_string(minimum) + ".." +
                                 std::to_string(maximum));
   }
-  return static_cast<int>(value);
+  return static_cast<int>(*value);
 }
 
 // One launcher's names for rank, world size, local rank, and how many ranks share this node.
