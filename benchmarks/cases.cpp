@@ -231,6 +231,7 @@ void run_local_case(benchmark::State& state, const CaseSpec& spec, const Options
         state.counters["bubble_frac_dev" + std::to_string(i)] = 1.0 - busy;
       }
     }
+    for (const auto& [name, value] : prepared.strategy->counters()) state.counters[name] = value;
     state.SetLabel(format_label(prepared.strategy->describe()));
   } catch (const std::exception& error) {
     release_prepared_case();

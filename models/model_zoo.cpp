@@ -28,6 +28,20 @@ AutocastScope::~AutocastScope() {
   at::autocast::set_autocast_dtype(device_type_, previous_dtype_);
 }
 
+void copy_named_tensors(const torch::OrderedDict<std::string, torch::Tensor>& source,
+                        const torch::OrderedDict<std::string, torch::Tensor>& target,
+                        const std::optional<torch::Device>& device) {
+  TORCH_CHECK(source.keys() == target.keys(), "clone: the copy's tensors are not named as the original's");
+  for (const auto& item : source) {
+    const auto& tensor = item.value();
+    // The dictionaries hold handles to the modules' own tensors: set_data replaces their contents.
+    auto data = device && tensor.device() != *device ? tensor.to(*device) : tensor.clone();
+    auto handle = target[item.key()];
+    handle.set_data(data);
+    handle.set_requires_grad(tensor.requires_grad());
+  }
+}
+
 std::vector<std::string> model_names() {
   std::vector<std::string> names;
   for (const auto& variant : resnet_variants()) names.push_back(variant.name);

@@ -83,10 +83,15 @@ const std::vector<ResNetVariant>& resnet_variants() {
   return variants;
 }
 
-ResNetImpl::ResNetImpl(ResNetVariant variant, int64_t num_classes)
+ResNetImpl::ResNetImpl(ResNetVariant variant, int64_t num_classes, bool torchvision_init)
     : variant_(std::move(variant)), num_classes_(num_classes) {
   TORCH_CHECK(num_classes_ > 0, "num_classes must be positive, got ", num_classes_);
   reset();
+  if (torchvision_init) initialize_like_torchvision();
+}
+
+std::shared_ptr<ResNetImpl> ResNetImpl::same_architecture() const {
+  return std::make_shared<ResNetImpl>(variant_, num_classes_, /*torchvision_init=*/false);
 }
 
 int64_t ResNetImpl::expansion() const {
@@ -118,9 +123,11 @@ void ResNetImpl::reset() {
   layer3 = register_module("layer3", make_layer(in_planes, 256, blocks[2], /*stride=*/2));
   layer4 = register_module("layer4", make_layer(in_planes, 512, blocks[3], /*stride=*/2));
   fc = register_module("fc", torch::nn::Linear(512 * expansion(), num_classes_));
+}
 
-  // torchvision's initialisation: Kaiming-normal (fan_out, relu) convs, BN weight 1 and bias 0;
-  // fc keeps nn.Linear's default.
+// Not part of reset(): copies made by clone() (data_parallel's replicas) overwrite the weights.
+void ResNetImpl::initialize_like_torchvision() {
+  // Kaiming-normal (fan_out, relu) convs, BN weight 1 and bias 0; fc keeps nn.Linear's default.
   torch::NoGradGuard no_grad;
   for (auto& module : modules(/*include_self=*/false)) {
     if (auto* c = module->as<torch::nn::Conv2d>()) {

@@ -48,8 +48,10 @@ const std::vector<ResNetVariant>& resnet_variants();
 
 class ResNetImpl : public StagedModule<ResNetImpl> {
  public:
-  ResNetImpl(ResNetVariant variant, int64_t num_classes);
+  // torchvision_init: false leaves the weights as LibTorch's layers create them.
+  ResNetImpl(ResNetVariant variant, int64_t num_classes, bool torchvision_init = true);
   void reset() override;
+  std::shared_ptr<ResNetImpl> same_architecture() const;
 
   std::string name() const override { return variant_.name; }
   std::vector<Stage> stages() override;
@@ -63,6 +65,7 @@ class ResNetImpl : public StagedModule<ResNetImpl> {
   torch::nn::Linear fc{nullptr};
 
  private:
+  void initialize_like_torchvision();
   int64_t expansion() const;
   torch::nn::Sequential make_layer(int64_t& in_planes, int64_t planes, int64_t blocks, int64_t stride) const;
 

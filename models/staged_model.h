@@ -65,6 +65,12 @@ class StagedModel {
 
 using ModelPtr = std::shared_ptr<StagedModel>;
 
+// Sets every tensor of `target` to a copy of the tensor of the same name in `source`, on
+// `device` if given (else where the source lives). Throws if the names differ.
+void copy_named_tensors(const torch::OrderedDict<std::string, torch::Tensor>& source,
+                        const torch::OrderedDict<std::string, torch::Tensor>& target,
+                        const std::optional<torch::Device>& device);
+
 // Base for concrete models: torch::nn::Cloneable (needed by data_parallel's replicate) plus
 // the StagedModel interface.
 template <typename Derived>
@@ -78,6 +84,26 @@ class StagedModule : public torch::nn::Cloneable<Derived>, public StagedModel {
       input = stage.forward(input);
     }
     return input;
+  }
+
+  // A deep copy, as Cloneable's, built in one pass. data_parallel replicates the model through
+  // clone() every step, and Cloneable's clone re-runs reset() at every level of the module tree
+  // (model, then each block, then each layer), so ResNet-50's weights were built and randomly
+  // initialised on the CPU four times per replica; here the model is built once, then
+  // weights, buffers, train/eval modes and the autocast setting are copied in.
+  std::shared_ptr<torch::nn::Module> clone(
+      const std::optional<torch::Device>& device = std::nullopt) const override {
+    torch::NoGradGuard no_grad;
+    // Derived::same_architecture(): a new model built like this one; it may skip weight
+    // initialisation, the weights are overwritten next.
+    std::shared_ptr<Derived> copy = static_cast<const Derived&>(*this).same_architecture();
+    copy->set_autocast(autocast_dtype_);
+    copy_named_tensors(this->named_parameters(), copy->named_parameters(), device);
+    copy_named_tensors(this->named_buffers(), copy->named_buffers(), device);
+    // Pre-order, so a child's own mode overrides the one its parent's train() gave it.
+    const auto copied_modules = copy->named_modules();
+    for (const auto& item : this->named_modules()) copied_modules[item.key()]->train(item.value()->is_training());
+    return copy;
   }
 
   torch::Tensor data_parallel_forward(const torch::Tensor& input,

@@ -11,6 +11,7 @@ class TinyCnnImpl : public StagedModule<TinyCnnImpl> {
  public:
   explicit TinyCnnImpl(int64_t num_classes);
   void reset() override;
+  std::shared_ptr<TinyCnnImpl> same_architecture() const { return std::make_shared<TinyCnnImpl>(num_classes_); }
 
   std::string name() const override { return "tinycnn"; }
   std::vector<Stage> stages() override;

@@ -6,8 +6,12 @@
 // shard's statistics and its running-statistics updates are dropped with the replica: the
 // original module's running mean and variance never change (Python's DataParallel keeps
 // replica 0's updates). Training-mode outputs are unaffected; docs/STRATEGIES.md says more.
+#include "benchmarks/device_timer.h"
 #include "strategies/strategy.h"
 #include "strategies/training.h"
+
+#include <algorithm>
+#include <chrono>
 
 namespace parbench {
 namespace {
@@ -23,7 +27,10 @@ class DataParallel final : public Strategy {
     model_->module().to(devices.front());
     prepare_model(*model_, config.precision);
     optimizer_ = make_sgd(*model_, config.learning_rate);
+    replicate_ms_ = measure_replicate_ms();
   }
+
+  std::map<std::string, double> counters() const override { return {{"replicate_ms", replicate_ms_}}; }
 
   torch::Device input_device() const override { return devices_.front(); }
   torch::Device target_device() const override { return devices_.front(); }
@@ -38,7 +45,24 @@ class DataParallel final : public Strategy {
   }
 
  private:
+  // What the replicate part of every step costs: one clone() of the model per device, as
+  // torch::nn::parallel::replicate does. Median of 5 rounds after an untimed one.
+  double measure_replicate_ms() const {
+    constexpr int kRounds = 5;
+    std::vector<double> times;
+    for (int round = 0; round <= kRounds; ++round) {
+      synchronize_devices(devices_);
+      const auto start = std::chrono::steady_clock::now();
+      for (const auto& device : devices_) model_->module().clone(device);
+      synchronize_devices(devices_);
+      if (round > 0) times.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+    }
+    std::sort(times.begin(), times.end());
+    return times[kRounds / 2];
+  }
+
   RunConfig config_;
+  double replicate_ms_ = 0;
   std::unique_ptr<torch::optim::SGD> optimizer_;
 };
 

@@ -65,6 +65,9 @@ class Strategy {
 
   // Facts about the run for the benchmark label (cut used, schedule, backend, ...).
   virtual std::map<std::string, std::string> describe() const { return {}; }
+  // Strategy-specific measurements taken during setup, added to the benchmark's counters
+  // (docs/METRICS.md defines each).
+  virtual std::map<std::string, double> counters() const { return {}; }
 
   StagedModel& model() const { return *model_; }
   const std::vector<torch::Device>& devices() const { return devices_; }

@@ -81,6 +81,54 @@ TEST(ResNet, InitialisationFollowsTorchvision) {
   EXPECT_NEAR(resnet->conv1->weight.std().item<double>(), expected_std, 0.05 * expected_std);
 }
 
+// data_parallel's replicas come from clone(): it must be a deep copy equal to the original.
+TEST(ResNet, CloneCopiesWeightsBuffersModesAndAutocastIntoNewTensors) {
+  torch::manual_seed(0);
+  auto original = std::dynamic_pointer_cast<ResNetImpl>(make_model("resnet18", 10));
+  ASSERT_NE(original, nullptr);
+  original->set_autocast(torch::kBFloat16);
+  original->train();
+  original->layer2->eval();
+  {
+    torch::NoGradGuard no_grad;
+    original->bn1->running_mean.uniform_();  // buffers that differ from a fresh model's
+    original->fc->bias.fill_(0.25);
+  }
+  original->conv1->weight.set_requires_grad(false);
+
+  auto copy = std::dynamic_pointer_cast<ResNetImpl>(original->clone());
+  ASSERT_NE(copy, nullptr);
+  EXPECT_EQ(copy->autocast_dtype(), std::optional<c10::ScalarType>(torch::kBFloat16));
+  const auto originals = original->named_parameters();
+  const auto copies = copy->named_parameters();
+  ASSERT_EQ(copies.keys(), originals.keys());
+  for (const auto& item : originals) {
+    const auto& copied = copies[item.key()];
+    EXPECT_TRUE(torch::equal(copied, item.value())) << item.key();
+    EXPECT_NE(copied.data_ptr(), item.value().data_ptr()) << item.key();
+    EXPECT_EQ(copied.requires_grad(), item.value().requires_grad()) << item.key();
+  }
+  const auto original_buffers = original->named_buffers();
+  const auto copied_buffers = copy->named_buffers();
+  ASSERT_EQ(copied_buffers.keys(), original_buffers.keys());
+  for (const auto& item : original_buffers) {
+    EXPECT_TRUE(torch::equal(copied_buffers[item.key()], item.value())) << item.key();
+    EXPECT_NE(copied_buffers[item.key()].data_ptr(), item.value().data_ptr()) << item.key();
+  }
+  const auto copied_modules = copy->named_modules();
+  for (const auto& item : original->named_modules()) {
+    EXPECT_EQ(copied_modules[item.key()]->is_training(), item.value()->is_training()) << item.key();
+  }
+  EXPECT_FALSE(copy->layer2->is_training());
+  EXPECT_TRUE(copy->layer3->is_training());
+
+  // Training the copy leaves the original alone.
+  auto before = original->fc->weight.clone();
+  torch::NoGradGuard no_grad;
+  copy->fc->weight.add_(1.0);
+  EXPECT_TRUE(torch::equal(original->fc->weight, before));
+}
+
 TEST(Flops, Resnet50At224MatchesKnownMacs) {
   auto model = make_model("resnet50", 1000);
   const double macs = model->forward_flops_per_image(224) / 2;
