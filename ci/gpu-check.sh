@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Builds, tests and times parbench on a GPU machine in one call.
-#   ci/gpu-check.sh STEP...   steps, in order: build, test, smoke, reference, tutorial
+#   ci/gpu-check.sh STEP...   steps, in the order given: build, test, smoke, model_parallel,
+#                             data_parallel, reference (= model_parallel data_parallel), tutorial
 # The GPU machines have no network: Google Benchmark, GoogleTest and nlohmann/json come as
 # Debian packages in .deps/ (cp ../shared/device-deps/*.deb .deps/), unpacked into a prefix.
 # Everything (logs, JSON, figures, REPORT.md) goes to $OUT/results.tgz; the JSON files also
 # to $OUT directly. A failing step is reported and the later steps still run.
+# The machine's copy has no .git: run it as PARBENCH_GIT_SHA=<commit> ci/gpu-check.sh ... so the
+# JSON names the commit it was built from.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 # NVLink multicast stays off: on shared hosts it can take the GPUs out of service.
@@ -57,12 +60,25 @@ step_smoke() {
     --repetitions=3 --benchmark_min_time=0.2 --warmup=3
 }
 
-# The reference run behind reports/: split in three files so each survives on its own.
-step_reference() {
+# The reference run behind reports/, in files that each survive on their own.
+step_model_parallel() {
   bench model_parallel --strategies=single,model_parallel,pipeline --precision=fp32,bf16 --benchmark_min_time=0.2
+}
+
+step_data_parallel() {
+  local status=0
   bench data_parallel --strategies=single,data_parallel,ddp --precision=fp32,bf16 --overlap=on,off \
-    --bucket-mib=25,100 --benchmark_min_time=0.2
-  bench data_parallel_240 --strategies=single,data_parallel --batch=240 --precision=fp32,bf16 --benchmark_min_time=0.2
+    --bucket-mib=25,100 --benchmark_min_time=0.2 || status=1
+  bench data_parallel_240 --strategies=single,data_parallel --batch=240 --precision=fp32,bf16 \
+    --benchmark_min_time=0.2 || status=1
+  return $status
+}
+
+step_reference() {
+  local status=0
+  step_model_parallel || status=1
+  step_data_parallel || status=1
+  return $status
 }
 
 step_tutorial() {
