@@ -36,12 +36,15 @@ struct DdpResult {
   std::vector<std::vector<torch::Tensor>> ranks;  // per rank: parameters, then their gradients
 };
 
-DdpResult run_ddp(int ranks, const std::string& bucket_mib, const std::string& overlap) {
+DdpResult run_ddp(int ranks, const std::string& bucket_mib, const std::string& overlap,
+                  const std::string& precision = "fp32") {
   TemporaryDirectory weights("parbench-ddp-test");
   auto arguments = kOptions;
   arguments.push_back("--bucket-mib=" + bucket_mib);
   arguments.push_back("--overlap=" + overlap);
-  const auto name = "train/ddp/tinycnn/batch:3/image:16/precision:fp32/data:device/gpus:" + std::to_string(ranks) +
+  arguments.push_back("--precision=" + precision);
+  const auto name = "train/ddp/tinycnn/batch:3/image:16/precision:" + precision + "/data:device/gpus:" +
+                    std::to_string(ranks) +
                     "/bucket_mib:" + bucket_mib + "/overlap:" + overlap + "/scaling:weak";
   const auto run = launch_case(PARBENCH_BINARY, arguments, name, ranks, /*timeout_s=*/30,
                                {{"PARBENCH_TEST_SAVE_WEIGHTS", weights.path()}});
@@ -57,8 +60,9 @@ DdpResult run_ddp(int ranks, const std::string& bucket_mib, const std::string& o
 }
 
 // Single-device training on every rank's batch concatenated, from the seeded initial weights.
-std::vector<torch::Tensor> run_single(int ranks) {
+std::vector<torch::Tensor> run_single(int ranks, Precision precision) {
   RunConfig config;
+  config.precision = precision;
   config.model = "tinycnn";
   config.batch_size = kBatchPerRank * ranks;
   config.image_size = 16;
@@ -97,13 +101,14 @@ void expect_bitwise_equal(const std::vector<torch::Tensor>& value, const std::ve
     EXPECT_TRUE(torch::equal(value[i], reference[i])) << what << " tensor " << i;
 }
 
-void expect_matches_single(const DdpResult& ddp, int ranks) {
+void expect_matches_single(const DdpResult& ddp, int ranks, Precision precision = Precision::kFloat32,
+                           double tolerance = kTolerance) {
   for (int rank = 1; rank < ranks; ++rank)
     expect_bitwise_equal(ddp.ranks[rank], ddp.ranks[0], "rank " + std::to_string(rank));
-  const auto single = run_single(ranks);
+  const auto single = run_single(ranks, precision);
   ASSERT_EQ(ddp.ranks[0].size(), single.size());
   for (size_t i = 0; i < single.size(); ++i) {
-    EXPECT_LT(relative_difference(ddp.ranks[0][i], single[i]), kTolerance)
+    EXPECT_LT(relative_difference(ddp.ranks[0][i], single[i]), tolerance)
         << (i < single.size() / 2 ? "weight " : "gradient ") << i % (single.size() / 2);
   }
 }
@@ -127,6 +132,14 @@ TEST(Ddp, TwoRanksAgreeBitwiseAndMatchSingleDeviceWhateverTheBucketsAndOverlap) 
 TEST(Ddp, FourRanksMatchSingleDevice) {
   hide_gpus_from_ranks();
   expect_matches_single(run_ddp(4, "0.01", "on"), 4);
+}
+
+// bf16 keeps conv weights channels-last; their gradients must land in their buckets in that
+// layout. A scrambled layout would be off by O(1); bf16 rounding of a 6-image batch split in
+// two stays near bf16's epsilon (2^-8).
+TEST(Ddp, Bf16ChannelsLastWeightsMatchSingleDevice) {
+  hide_gpus_from_ranks();
+  expect_matches_single(run_ddp(2, "0.0001", "on", "bf16"), 2, Precision::kBFloat16, /*tolerance=*/2e-2);
 }
 
 TEST(Ddp, SetupOutsideADistributedRunSaysHowToStartIt) {

@@ -29,12 +29,22 @@ GradientBuckets::GradientBuckets(std::vector<torch::Tensor> parameters, c10::int
   for (size_t b = 0; b < members.size(); ++b) {
     int64_t numel = 0;
     for (size_t index : members[b]) {
-      slots_[index] = {b, numel, false};
+      slots_[index].bucket = b;
+      slots_[index].offset = numel;
       numel += parameters_[index].numel();
     }
     Bucket bucket;
     bucket.flat = torch::empty({numel}, parameters_[members[b].front()].options());
     bucket.members = members[b].size();
+    // Views made once: per-step narrow/view calls cost host time, and the host sets the pace.
+    // Each view has its parameter's strides (channels-last stays channels-last).
+    for (size_t index : members[b]) {
+      const auto& parameter = parameters_[index];
+      TORCH_CHECK(parameter.is_non_overlapping_and_dense(), "ddp needs dense parameters; parameter ", index,
+                  " is not");
+      slots_[index].view = bucket.flat.narrow(0, slots_[index].offset, parameter.numel())
+                               .as_strided(parameter.sizes(), parameter.strides());
+    }
     buckets_.push_back(std::move(bucket));
   }
 
@@ -46,11 +56,6 @@ GradientBuckets::GradientBuckets(std::vector<torch::Tensor> parameters, c10::int
 
 GradientBuckets::~GradientBuckets() {
   for (size_t index = 0; index < hooks_.size(); ++index) parameters_[index].remove_hook(hooks_[index]);
-}
-
-torch::Tensor GradientBuckets::slice(size_t index) const {
-  const auto& slot = slots_[index];
-  return buckets_[slot.bucket].flat.narrow(0, slot.offset, parameters_[index].numel()).view(parameters_[index].sizes());
 }
 
 void GradientBuckets::prepare() {
@@ -66,7 +71,7 @@ void GradientBuckets::prepare() {
 void GradientBuckets::on_gradient(size_t index, const torch::Tensor& gradient) {
   auto& slot = slots_[index];
   TORCH_CHECK(!slot.ready, "parameter ", index, " got a second gradient in one backward; ddp expects one");
-  slice(index).copy_(gradient);
+  slot.view.copy_(gradient);
   slot.ready = true;
   if (--buckets_[slot.bucket].pending == 0 && overlap_) start_ready_buckets();
 }
@@ -86,13 +91,13 @@ void GradientBuckets::finish() {
   torch::NoGradGuard no_grad;
   for (size_t index = 0; index < parameters_.size(); ++index) {
     if (slots_[index].ready) continue;
-    slice(index).zero_();
+    slots_[index].view.zero_();
     slots_[index].ready = true;
     --buckets_[slots_[index].bucket].pending;
   }
   start_ready_buckets();
   for (auto& bucket : buckets_) bucket.work->wait();
-  for (size_t index = 0; index < parameters_.size(); ++index) parameters_[index].mutable_grad() = slice(index);
+  for (size_t index = 0; index < parameters_.size(); ++index) parameters_[index].mutable_grad() = slots_[index].view;
 }
 
 }  // namespace parbench

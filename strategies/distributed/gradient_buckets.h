@@ -42,12 +42,12 @@ class GradientBuckets {
   struct Slot {
     size_t bucket = 0;
     int64_t offset = 0;
+    torch::Tensor view;  // the parameter's place in its bucket, shaped and strided like it
     bool ready = false;
   };
 
   void on_gradient(size_t index, const torch::Tensor& gradient);
   void start_ready_buckets();
-  torch::Tensor slice(size_t index) const;
 
   std::vector<torch::Tensor> parameters_;
   std::vector<Slot> slots_;  // per parameter
