@@ -27,6 +27,8 @@ parbench=./build-gpu/parbench
 step_build() {
   for deb in .deps/*.deb; do dpkg -x "$deb" "$deps"; done
   nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv | tee "$results/gpus.csv"
+  lscpu >"$results/lscpu.txt"
+  grep -E "^(Model name|CPU\(s\)|Thread\(s\) per core|NUMA node\(s\)|CPU max MHz)" "$results/lscpu.txt"
   PARBENCH_NO_APT=1 BUILD_DIR=build-gpu bash ci/build.sh "-Dbenchmark_DIR=$lib/cmake/benchmark" \
     "-DGTest_DIR=$lib/cmake/GTest" "-Dnlohmann_json_DIR=$deps/usr/share/cmake/nlohmann_json" >"$results/build.log" 2>&1
   local status=$?
