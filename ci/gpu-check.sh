@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds, tests and times parbench on a GPU machine in one call.
 #   ci/gpu-check.sh STEP...   steps, in the order given: build, test, smoke, model_parallel,
-#                             data_parallel, reference (= model_parallel data_parallel), tutorial
+#                             data_parallel, reference (= model_parallel data_parallel), tutorial,
+#                             concurrent_single
 # The GPU machines have no network: Google Benchmark, GoogleTest and nlohmann/json come as
 # Debian packages in .deps/ (cp ../shared/device-deps/*.deb .deps/), unpacked into a prefix.
 # Everything (logs, JSON, figures, REPORT.md) goes to $OUT/results.tgz; the JSON files also
@@ -73,6 +74,19 @@ step_data_parallel() {
     --bucket-mib=25,100 --benchmark_min_time=0.2 || status=1
   bench data_parallel_240 --strategies=single,data_parallel --batch=240 --precision=fp32,bf16 \
     --benchmark_min_time=0.2 || status=1
+  return $status
+}
+
+# single on both GPUs at once, one process each: single's speed under the host load ddp's two
+# ranks put on the machine, to tell host contention apart from communication.
+step_concurrent_single() {
+  local status=0
+  CUDA_VISIBLE_DEVICES=1 "$parbench" --strategies=single --precision=fp32,bf16 --benchmark_min_time=0.2 \
+    --benchmark_out="$results/concurrent_single_gpu1.json" --benchmark_out_format=json >/dev/null 2>&1 &
+  local other=$!
+  bench concurrent_single_gpu0 --strategies=single --precision=fp32,bf16 --benchmark_min_time=0.2 || status=1
+  wait "$other" || status=1
+  cp "$results/concurrent_single_gpu1.json" "$out/" 2>/dev/null
   return $status
 }
 
