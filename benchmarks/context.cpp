@@ -40,16 +40,22 @@ std::vector<std::pair<std::string, std::string>> run_context(const Options& opti
   std::vector<std::pair<std::string, std::string>> context;
   context.emplace_back("parbench_version", PARBENCH_VERSION);
   context.emplace_back("parbench_json_schema", kJsonSchemaVersion);
-  // The source tree as it is when the binary runs (where it is there); the SHA configured into
-  // the build otherwise.
-  const std::string git = "git -C '" PARBENCH_SOURCE_DIR "' ";
-  std::string sha = command_output(git + "rev-parse --verify -q HEAD 2>/dev/null");
-  if (sha.empty()) sha = std::string(PARBENCH_GIT_SHA).empty() ? "unknown" : PARBENCH_GIT_SHA;
+  // The source: as declared when the build was configured (CMakeLists.txt), else the checkout
+  // as it is when the binary runs. Dirty is only known where the checkout can be asked.
+  std::string sha = PARBENCH_DECLARED_GIT_SHA;
+  std::string dirty = "unknown";
+  if (sha.empty()) {
+    const std::string git = "git -C '" PARBENCH_SOURCE_DIR "' ";
+    sha = command_output(git + "rev-parse --verify -q HEAD 2>/dev/null");
+    if (sha.empty()) {
+      sha = "unknown";
+    } else {
+      const auto status = command_output(git + "status --porcelain --untracked-files=no 2>/dev/null || echo unknown");
+      if (status != "unknown") dirty = bool_text(!status.empty());
+    }
+  }
   context.emplace_back("git_sha", sha);
-  // Dirty is only known where the checkout is there to ask (not on a machine sent a copy).
-  const std::string git_status =
-      sha == "unknown" ? "unknown" : command_output(git + "status --porcelain --untracked-files=no 2>/dev/null || echo unknown");
-  context.emplace_back("git_dirty", git_status == "unknown" ? "unknown" : bool_text(!git_status.empty()));
+  context.emplace_back("git_dirty", dirty);
   context.emplace_back("argv", options.argv);
   context.emplace_back("preset", options.preset);
   context.emplace_back("timer", options.timer == TimerKind::kEvent ? "event" : "host");

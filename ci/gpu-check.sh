@@ -7,8 +7,8 @@
 # Debian packages in .deps/ (cp ../shared/device-deps/*.deb .deps/), unpacked into a prefix.
 # Everything (logs, JSON, figures, REPORT.md) goes to $OUT/results.tgz; the JSON files also
 # to $OUT directly. A failing step is reported and the later steps still run.
-# The machine's copy has no .git: run it as PARBENCH_GIT_SHA=<commit> ci/gpu-check.sh ... so the
-# JSON names the commit it was built from.
+# The machine's copy carries the .git of the last landed commit, not of the working tree sent:
+# run it as PARBENCH_GIT_SHA=<commit> ci/gpu-check.sh ... so the JSON names the source's commit.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 # NVLink multicast stays off: on shared hosts it can take the GPUs out of service.
