@@ -44,6 +44,7 @@ _STRATEGY_KEYS = {
     "ddp": ("gpus", "bucket_mib", "overlap", "scaling"),
 }
 _REQUIRED_TRAIN_COUNTERS = ("step_ms", "items_per_second")
+_REQUIRED_COMM_COUNTERS = ("real_time", "bytes", "algbw_gbps", "busbw_gbps")
 _BUBBLE_COUNTER = re.compile(r"^bubble_frac_dev(\d+)$")
 _MEMORY_COUNTER = re.compile(r"peak_mem_gib_dev(\d+)$")
 
@@ -347,13 +348,15 @@ def _add_entry(cases: dict[str, Case], path: str, index: int, entry) -> None:
     if entry.get("error_occurred"):
         case.errors.append(str(entry.get("error_message", "no error_message")))
         return
-    if case.family == "train":
-        for counter in _REQUIRED_TRAIN_COUNTERS:
-            value = entry.get(counter)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                raise ResultsError(f"{where} ({name}): counter '{counter}' is missing or not a finite number")
-        if not case.label and isinstance(entry.get("label"), str):
-            case.label = _parse_label(entry["label"])
+    required = {"train": _REQUIRED_TRAIN_COUNTERS, "comm": _REQUIRED_COMM_COUNTERS}.get(case.family, ())
+    for counter in required:
+        value = entry.get(counter)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ResultsError(f"{where} ({name}): counter '{counter}' is missing or not a finite number")
+    if case.family == "comm" and entry.get("time_unit") not in ("s", "ms", "us", "ns"):
+        raise ResultsError(f"{where} ({name}): time_unit '{entry.get('time_unit')}' is not s, ms, us or ns")
+    if not case.label and isinstance(entry.get("label"), str):
+        case.label = _parse_label(entry["label"])
     case.repetitions.append(entry)
 
 
@@ -362,7 +365,7 @@ def _parse_name(name: str, where: str) -> Case:
     if len(parts) < 2:
         raise ResultsError(f"{where}: name '{name}' is not family/strategy/...")
     family, strategy = parts[0], parts[1]
-    if family != "train":  # comm/allreduce and others: kept for counting, not summarised
+    if family != "train":  # comm/allreduce and others: no model, set-up or strategy fields
         return Case(name=name, family=family, strategy=strategy, model=None, fields={}, label={})
     if len(parts) < 3:
         raise ResultsError(f"{where}: name '{name}' has no model")

@@ -10,6 +10,7 @@ per-repetition entries:
   efficiency    images/s / (gpus x single's images/s)
   peak memory   highest peak_mem_gib_dev<i> over repetitions, per device
   best split    pipeline: the split_size with the lowest median step time, per schedule
+  all-reduce    comm/allreduce: median time, algbw and busbw per size and rank count
 and states the findings (highest throughput, lowest step time, best split) in sentences built
 from those numbers. Cases that did not run are listed with their reasons. REPORT.md and the
 figures are written to a staging folder and moved into place, so an error leaves none behind;
@@ -79,6 +80,12 @@ def build_report(results: pr.Results, rendered: plot.Rendered, generated: dateti
         lines += ["## Pipeline split sweep", ""]
         for setup, cases in sweeps.items():
             lines += [f"### {setup.describe()}", "", *sweep_table(cases), ""]
+    allreduces = [case for case in results.cases if case.family == "comm" and case.strategy == "allreduce" and case.ran]
+    if allreduces:
+        lines += ["## All-reduce", "",
+                  "Time per all-reduce of a float32 buffer across the ranks (median over repetitions); "
+                  "algbw = size / time, busbw = algbw × 2(n-1)/n (docs/METRICS.md).", "",
+                  *allreduce_table(allreduces), ""]
     lines += ["## Figures", ""]
     for name in rendered.written:
         lines += [f"![{FIGURE_CAPTIONS[name]}]({name}.png)", "",
@@ -88,7 +95,7 @@ def build_report(results: pr.Results, rendered: plot.Rendered, generated: dateti
         lines.append("")
     lines += ["## Cases that did not run", "", *not_run_table(results), ""]
     lines += ["## Environment", "", *environment(results), ""]
-    others = [case for case in results.cases if case.family != "train"]
+    others = [case for case in results.cases if case.family != "train" and case not in allreduces]
     if others:
         families = ", ".join(sorted({f"{case.family}/{case.strategy}" for case in others}))
         lines += [f"The input also holds {len(others)} {families} case(s); this report does not "
@@ -214,6 +221,34 @@ def sweep_table(cases: list[pr.Case]) -> list[str]:
                    "ideal bubble (S-1)/(M+S-1)"], rows)
 
 
+def allreduce_table(cases: list[pr.Case]) -> list[str]:
+    rows = []
+    for case in cases:
+        size = case.stats("bytes").median
+        ranks = dict(part.split(":", 1) for part in case.name.split("/") if part.startswith("ranks:"))["ranks"]
+        seconds = pr.Stats.of([entry["real_time"] * _SECONDS_PER_UNIT[entry["time_unit"]] for entry in case.repetitions])
+        rows.append(((int(ranks), size), [
+            ranks, case.label.get("backend", ""), f"{size:,.0f} ({_binary_size(size)})", str(len(case.repetitions)),
+            f"{seconds.median * 1e6:,.1f}", _bandwidth(case.stats("algbw_gbps").median),
+            _bandwidth(case.stats("busbw_gbps").median)]))
+    return _table(["ranks", "backend", "bytes", "reps", "time median (µs)", "algbw (GB/s)", "busbw (GB/s)"],
+                  [cells for _, cells in sorted(rows)])
+
+
+_SECONDS_PER_UNIT = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
+
+
+def _bandwidth(gbps: float) -> str:
+    return f"{gbps:,.1f}" if gbps >= 1 else f"{gbps:.3f}"
+
+
+def _binary_size(size: float) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if size >= scale:
+            return f"{size / scale:.4g} {unit}"
+    return f"{size:.0f} B"
+
+
 def not_run_table(results: pr.Results) -> list[str]:
     rows = []
     for case in results.train_cases():
@@ -267,11 +302,15 @@ def _bubbles(case: pr.Case) -> str:
 
 
 def _details(case: pr.Case) -> str:
-    """The label's facts that the name does not give (cut, backend, ...), and ddp's rank spread."""
+    """The label's facts that the name does not give (cut, backend, ...), ddp's rank spread and
+    data_parallel's replication time."""
     facts = [f"{key}={value}" for key, value in case.label.items() if key not in case.fields]
     rank_spread = case.stats("step_ms_rank_spread")
     if rank_spread is not None:
         facts.append(f"rank spread {rank_spread.median:.1%}")
+    replicate = case.stats("replicate_ms")
+    if replicate is not None:
+        facts.append(f"replicate {replicate.median:,.1f} ms")
     return "; ".join(facts)
 
 

@@ -171,6 +171,31 @@ def test_data_parallel_memory_shows_device_0_extra_load(gpu_report):
     assert peaks[0] > peaks[1]
 
 
+def test_data_parallel_details_give_the_replication_time(gpu_report):
+    _, report, _ = gpu_report
+    entries = repetitions(GPU_RUN)[MULTI.format("data_parallel", "fp32")]
+    cell = row(tables(report, "Summary")[FP32], "data_parallel")["details"]
+    assert number(cell.split("replicate", 1)[1]) == pytest.approx(median(entries, "replicate_ms"), abs=0.05)
+
+
+def test_allreduce_table_gives_medians_per_size(gpu_report):
+    _, report, _ = gpu_report
+    found = {name: entries for name, entries in repetitions(GPU_RUN).items() if name.startswith("comm/allreduce/")}
+    assert found
+    rows = [re.split(r"(?<!\\)\|", line.strip())[1:-1] for line in section(report, "All-reduce").splitlines()
+            if line.startswith("|")]
+    header = [cell.strip() for cell in rows[0]]
+    table = [dict(zip(header, (cell.strip() for cell in cells))) for cells in rows[2:]]
+    assert len(table) == len(found)
+    for entries, cells in zip(found.values(), table):
+        assert number(cells["bytes"]) == entries[0]["bytes"]
+        assert cells["reps"] == str(len(entries))
+        assert number(cells["time median (\u00b5s)"]) == pytest.approx(median(entries, "real_time") * 1e3, abs=0.05)
+        assert number(cells["busbw (GB/s)"]) == pytest.approx(median(entries, "busbw_gbps"), abs=0.05)
+        assert number(cells["algbw (GB/s)"]) == pytest.approx(median(entries, "algbw_gbps"), abs=0.05)
+    assert "comm/allreduce case(s)" not in report  # summarised, not just counted
+
+
 def test_weak_scaling_ddp_compares_with_single_at_the_per_rank_batch(gpu_report):
     _, report, _ = gpu_report
     reps = repetitions(GPU_RUN)
