@@ -11,14 +11,13 @@ namespace {
 
 constexpr int64_t kSmallestBytes = 1024;
 constexpr int64_t kLargestBytes = 256LL * 1024 * 1024;
-// Small all-reduces are timed in batches of about this many bytes (at most kMostPerIteration
-// all-reduces), so an iteration is long enough to time well.
+// An iteration is a run of back-to-back all-reduces: about kBytesPerIteration bytes' worth, so
+// small ones are long enough to time, and at least kLeastPerIteration (nccl-tests' default
+// -n), so the ranks' skew leaving the barrier before it is spread over many: with one
+// 102 MB all-reduce per iteration that skew had cost 15-25% of the measured bandwidth.
 constexpr int64_t kBytesPerIteration = 64LL * 1024 * 1024;
+constexpr int64_t kLeastPerIteration = 20;
 constexpr int64_t kMostPerIteration = 100;
-
-int64_t all_reduces_per_iteration(int64_t bytes) {
-  return std::clamp<int64_t>(kBytesPerIteration / bytes, 1, kMostPerIteration);
-}
 
 void all_reduce(c10d::Backend& backend, const torch::Tensor& buffer) {
   std::vector<at::Tensor> tensors{buffer};
@@ -26,6 +25,10 @@ void all_reduce(c10d::Backend& backend, const torch::Tensor& buffer) {
 }
 
 }  // namespace
+
+int64_t all_reduces_per_iteration(int64_t bytes) {
+  return std::clamp<int64_t>(kBytesPerIteration / bytes, kLeastPerIteration, kMostPerIteration);
+}
 
 std::vector<AllreduceCase> build_allreduce_cases(const Options& options, int gpus) {
   const bool ddp_runs = options.strategies.empty() || std::find(options.strategies.begin(), options.strategies.end(),

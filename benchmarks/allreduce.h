@@ -27,8 +27,12 @@ std::vector<AllreduceCase> build_allreduce_cases(const Options& options, int gpu
 
 void register_allreduce_cases(const std::vector<AllreduceCase>& cases, const Options& options);
 
-// One rank's part of a case: a checked all-reduce, warm-up, then the timed iterations, each
-// of several back-to-back all-reduces for small buffers (its time per all-reduce reported).
+// How many back-to-back all-reduces of `bytes` one timed iteration runs: about 64 MiB's worth,
+// at least 20 (spreading the ranks' start skew), at most 100.
+int64_t all_reduces_per_iteration(int64_t bytes);
+
+// One rank's part of a case: a checked all-reduce, warm-up, then the timed iterations of
+// all_reduces_per_iteration(bytes) all-reduces each (its time per all-reduce reported).
 RankedRun run_allreduce_rank(World& world, const AllreduceCase& allreduce, const Options& options);
 
 }  // namespace parbench

@@ -1,6 +1,7 @@
 // Starting ranks on the CPU, through parbench's launcher and as an external launcher would:
 // a rank that dies, hangs or never joins ends the run within the timeout with one line naming
 // it, no process is left behind, and bad launcher variables get clear errors.
+#include "benchmarks/allreduce.h"
 #include "benchmarks/launcher.h"
 
 #include "benchmarks/temporary_directory.h"
@@ -132,6 +133,14 @@ TEST(Launcher, AllreduceCaseRunsOnTheStoreBackend) {
   EXPECT_EQ(run.facts.at("all_reduces_per_iteration"), "100");
   ASSERT_EQ(run.repetitions.size(), 1u);
   EXPECT_EQ(run.repetitions[0].seconds.size(), 2u);
+}
+
+TEST(Allreduce, IterationsRunEnoughAllReducesToTimeAndToSpreadRankSkew) {
+  EXPECT_EQ(all_reduces_per_iteration(1024), 100);
+  EXPECT_EQ(all_reduces_per_iteration(1024 * 1024), 64);
+  EXPECT_EQ(all_reduces_per_iteration(4 * 1024 * 1024), 20);
+  EXPECT_EQ(all_reduces_per_iteration(kResNet50GradientBytes), 20);
+  EXPECT_EQ(all_reduces_per_iteration(256LL * 1024 * 1024), 20);
 }
 
 // ---- An external launcher's ranks --------------------------------------------------------------
