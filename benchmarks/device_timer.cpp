@@ -21,6 +21,20 @@ void synchronize_devices(const std::vector<torch::Device>& devices) {
   }
 }
 
+double median_synchronised_seconds(const std::vector<torch::Device>& devices, int repeats,
+                                   const std::function<void()>& work) {
+  std::vector<double> samples;
+  for (int run = 0; run <= repeats; ++run) {
+    synchronize_devices(devices);
+    const auto begin = std::chrono::steady_clock::now();
+    work();
+    synchronize_devices(devices);
+    if (run > 0) samples.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count());
+  }
+  std::sort(samples.begin(), samples.end());
+  return samples[samples.size() / 2];
+}
+
 DeviceTimer::DeviceTimer(std::vector<torch::Device> devices, TimerKind kind)
     : devices_(std::move(devices)), kind_(kind), events_(std::make_unique<CudaEvents>()) {
 #ifdef PARBENCH_WITH_CUDA

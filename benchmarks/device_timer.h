@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -40,5 +41,10 @@ class DeviceTimer {
 
 // Waits until every CUDA device in `devices` has finished its queued work.
 void synchronize_devices(const std::vector<torch::Device>& devices);
+
+// Host seconds `work` takes with `devices` synchronised before and after: the median of
+// `repeats` runs after one untimed run. For measurements made at set-up, outside the timed steps.
+double median_synchronised_seconds(const std::vector<torch::Device>& devices, int repeats,
+                                   const std::function<void()>& work);
 
 }  // namespace parbench

@@ -10,9 +10,6 @@
 #include "strategies/strategy.h"
 #include "strategies/training.h"
 
-#include <algorithm>
-#include <chrono>
-
 namespace parbench {
 namespace {
 
@@ -46,19 +43,12 @@ class DataParallel final : public Strategy {
 
  private:
   // What the replicate part of every step costs: one clone() of the model per device, as
-  // torch::nn::parallel::replicate does. Median of 5 rounds after an untimed one.
+  // torch::nn::parallel::replicate does.
   double measure_replicate_ms() const {
-    constexpr int kRounds = 5;
-    std::vector<double> times;
-    for (int round = 0; round <= kRounds; ++round) {
-      synchronize_devices(devices_);
-      const auto start = std::chrono::steady_clock::now();
-      for (const auto& device : devices_) model_->module().clone(device);
-      synchronize_devices(devices_);
-      if (round > 0) times.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
-    }
-    std::sort(times.begin(), times.end());
-    return times[kRounds / 2];
+    constexpr int kRepeats = 5;
+    return 1e3 * median_synchronised_seconds(devices_, kRepeats, [this] {
+             for (const auto& device : devices_) model_->module().clone(device);
+           });
   }
 
   RunConfig config_;

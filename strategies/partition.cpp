@@ -1,9 +1,9 @@
 #include "strategies/partition.h"
 
+#include "benchmarks/device_timer.h"
 #include "strategies/training.h"
 
 #include <algorithm>
-#include <chrono>
 #include <limits>
 #include <set>
 #include <sstream>
@@ -34,10 +34,6 @@ std::vector<std::string> names_of(const std::vector<Stage>& stages) {
   std::vector<std::string> names;
   for (const auto& stage : stages) names.push_back(stage.name);
   return names;
-}
-
-void synchronize(torch::Device device) {
-  if (device.is_cuda()) torch::cuda::synchronize(device.index());
 }
 
 }  // namespace
@@ -133,21 +129,14 @@ std::vector<double> measure_stage_seconds(StagedModel& model, const RunConfig& c
   std::vector<double> seconds;
   for (auto& stage : stages) {
     auto input = x.detach().requires_grad_();
-    std::vector<double> samples;
     torch::Tensor output;
-    for (int repeat = 0; repeat <= kRepeats; ++repeat) {
-      synchronize(device);
-      const auto begin = std::chrono::steady_clock::now();
+    seconds.push_back(median_synchronised_seconds({device}, kRepeats, [&] {
       {
         AutocastScope autocast(device.type(), copy->autocast_dtype());
         output = stage.forward(input);
       }
       output.backward(torch::ones_like(output));
-      synchronize(device);
-      if (repeat > 0) samples.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count());
-    }
-    std::sort(samples.begin(), samples.end());
-    seconds.push_back(samples[samples.size() / 2]);
+    }));
     x = output.detach();
   }
   return seconds;

@@ -186,6 +186,23 @@ TEST(Cut, StrategiesRejectABadCutAndTooManyDevices) {
                std::invalid_argument);
 }
 
+TEST(Cut, StageTimesArePositiveOnePerStageAndLeaveTheModelAlone) {
+  RunConfig config;
+  config.model = "tinycnn";
+  config.image_size = 16;
+  auto model = make_model(config.model, config.num_classes);
+  std::vector<torch::Tensor> before;
+  for (const auto& parameter : model->module().parameters()) before.push_back(parameter.detach().clone());
+  const auto seconds = measure_stage_seconds(*model, config, /*batch_size=*/4, torch::kCPU);
+  ASSERT_EQ(seconds.size(), model->stages().size());
+  for (double stage_seconds : seconds) EXPECT_GT(stage_seconds, 0.0);
+  const auto after = model->module().parameters();
+  for (size_t i = 0; i < before.size(); ++i) {
+    EXPECT_TRUE(torch::equal(after[i], before[i])) << i;
+    EXPECT_FALSE(after[i].grad().defined()) << i;
+  }
+}
+
 TEST(Cut, BalancedMinimisesTheSlowestPart) {
   const std::vector<std::string> stages = {"a", "b", "c", "d", "e", "f"};
   EXPECT_EQ(balanced_cut(stages, {1, 1, 1, 1, 1, 1}, 2), (Cut{{"a", "b", "c"}, {"d", "e", "f"}}));
