@@ -45,6 +45,7 @@ _STRATEGY_KEYS = {
 }
 _REQUIRED_TRAIN_COUNTERS = ("step_ms", "items_per_second")
 _REQUIRED_COMM_COUNTERS = ("real_time", "bytes", "algbw_gbps", "busbw_gbps")
+SECONDS_PER_UNIT = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}  # Google Benchmark's time_unit
 _BUBBLE_COUNTER = re.compile(r"^bubble_frac_dev(\d+)$")
 _MEMORY_COUNTER = re.compile(r"peak_mem_gib_dev(\d+)$")
 
@@ -353,8 +354,9 @@ def _add_entry(cases: dict[str, Case], path: str, index: int, entry) -> None:
         value = entry.get(counter)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             raise ResultsError(f"{where} ({name}): counter '{counter}' is missing or not a finite number")
-    if case.family == "comm" and entry.get("time_unit") not in ("s", "ms", "us", "ns"):
-        raise ResultsError(f"{where} ({name}): time_unit '{entry.get('time_unit')}' is not s, ms, us or ns")
+    if case.family == "comm" and entry.get("time_unit") not in SECONDS_PER_UNIT:
+        raise ResultsError(f"{where} ({name}): time_unit '{entry.get('time_unit')}' is not one of "
+                           f"{', '.join(SECONDS_PER_UNIT)}")
     if not case.label and isinstance(entry.get("label"), str):
         case.label = _parse_label(entry["label"])
     case.repetitions.append(entry)
@@ -365,18 +367,17 @@ def _parse_name(name: str, where: str) -> Case:
     if len(parts) < 2:
         raise ResultsError(f"{where}: name '{name}' is not family/strategy/...")
     family, strategy = parts[0], parts[1]
-    if family != "train":  # comm/allreduce and others: no model, set-up or strategy fields
+    if family == "comm":  # comm/allreduce/bytes:<n>/ranks:<N>: no model or set-up
+        fields = _parse_fields(parts[2:], name, where)
+        for key in ("bytes", "ranks"):
+            if not fields.get(key, "").isdigit():
+                raise ResultsError(f"{where}: name '{name}' lacks a whole-number {key}:")
+        return Case(name=name, family=family, strategy=strategy, model=None, fields=fields, label={})
+    if family != "train":  # others: kept for counting, not summarised
         return Case(name=name, family=family, strategy=strategy, model=None, fields={}, label={})
     if len(parts) < 3:
         raise ResultsError(f"{where}: name '{name}' has no model")
-    fields = {}
-    for part in parts[3:]:
-        key, colon, value = part.partition(":")
-        if part in _GBENCH_FLAGS or (colon and key in _GBENCH_KEYS):
-            continue
-        if not colon or not key or not value:
-            raise ResultsError(f"{where}: name '{name}': component '{part}' is not key:value")
-        fields[key] = value
+    fields = _parse_fields(parts[3:], name, where)
     missing = [key for key in _SETUP_KEYS + _STRATEGY_KEYS.get(strategy, ()) if key not in fields]
     if missing:
         raise ResultsError(f"{where}: name '{name}' lacks {', '.join(key + ':' for key in missing)}")
@@ -384,6 +385,19 @@ def _parse_name(name: str, where: str) -> Case:
         if key in fields and not fields[key].isdigit():
             raise ResultsError(f"{where}: name '{name}': {key} '{fields[key]}' is not a whole number")
     return Case(name=name, family=family, strategy=strategy, model=parts[2], fields=fields, label={})
+
+
+def _parse_fields(parts: list[str], name: str, where: str) -> dict[str, str]:
+    """The name's key:value components, without the ones Google Benchmark appends."""
+    fields = {}
+    for part in parts:
+        key, colon, value = part.partition(":")
+        if part in _GBENCH_FLAGS or (colon and key in _GBENCH_KEYS):
+            continue
+        if not colon or not key or not value:
+            raise ResultsError(f"{where}: name '{name}': component '{part}' is not key:value")
+        fields[key] = value
+    return fields
 
 
 def _parse_label(label: str) -> dict[str, str]:

@@ -225,17 +225,15 @@ def allreduce_table(cases: list[pr.Case]) -> list[str]:
     rows = []
     for case in cases:
         size = case.stats("bytes").median
-        ranks = dict(part.split(":", 1) for part in case.name.split("/") if part.startswith("ranks:"))["ranks"]
-        seconds = pr.Stats.of([entry["real_time"] * _SECONDS_PER_UNIT[entry["time_unit"]] for entry in case.repetitions])
+        ranks = case.fields["ranks"]
+        seconds = pr.Stats.of([entry["real_time"] * pr.SECONDS_PER_UNIT[entry["time_unit"]]
+                               for entry in case.repetitions])
         rows.append(((int(ranks), size), [
             ranks, case.label.get("backend", ""), f"{size:,.0f} ({_binary_size(size)})", str(len(case.repetitions)),
             f"{seconds.median * 1e6:,.1f}", _bandwidth(case.stats("algbw_gbps").median),
             _bandwidth(case.stats("busbw_gbps").median)]))
     return _table(["ranks", "backend", "bytes", "reps", "time median (µs)", "algbw (GB/s)", "busbw (GB/s)"],
                   [cells for _, cells in sorted(rows)])
-
-
-_SECONDS_PER_UNIT = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
 
 
 def _bandwidth(gbps: float) -> str:
