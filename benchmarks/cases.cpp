@@ -4,6 +4,7 @@
 #include "benchmarks/device_stats.h"
 #include "benchmarks/device_timer.h"
 #include "benchmarks/distributed_runner.h"
+#include "benchmarks/graphed_step.h"
 #include "models/model_zoo.h"
 
 #ifdef PARBENCH_WITH_CUDA
@@ -32,6 +33,15 @@ std::string format_number(double value) {
   return text;
 }
 
+// "single, ddp": the strategies whose step can be captured in a CUDA graph.
+std::string capturable_names() {
+  std::string names;
+  for (const auto* info : StrategyRegistry::instance().all()) {
+    if (info->graph_capturable) names += (names.empty() ? "" : ", ") + info->name;
+  }
+  return names;
+}
+
 std::vector<int64_t> split_sizes_for(const Options& options, int64_t batch) {
   std::vector<int64_t> sizes = options.split_sizes;
   if (sizes.empty()) {
@@ -55,9 +65,12 @@ struct PreparedCase {
   std::string name;
   std::unique_ptr<Strategy> strategy;
   std::unique_ptr<BatchSource> source;
+  std::unique_ptr<GraphedStep> graphed;  // set when the case replays a captured step
   double params = 0;
   double forward_flops_per_image = 0;
   std::optional<std::vector<double>> busy_seconds;
+
+  void step() { train_step(*strategy, graphed.get(), source->next()); }
 };
 
 std::unique_ptr<PreparedCase>& prepared_case() {
@@ -88,11 +101,70 @@ PreparedCase& prepare(const CaseSpec& spec, const Options& options) {
                                                 fresh->strategy->input_device(), fresh->strategy->target_device());
   for (const auto& parameter : fresh->strategy->model().module().parameters()) fresh->params += parameter.numel();
   fresh->forward_flops_per_image = fresh->strategy->model().forward_flops_per_image(spec.config.image_size);
-  for (int step = 0; step < options.warmup_steps; ++step) fresh->strategy->train_step(fresh->source->next());
+  for (int step = 0; step < options.warmup_steps; ++step) fresh->step();
+  if (spec.cuda_graph) fresh->graphed = std::make_unique<GraphedStep>(*fresh->strategy, fresh->source->next());
   synchronize_devices(devices);
-  fresh->busy_seconds = measure_busy_seconds(devices, [&] { fresh->strategy->train_step(fresh->source->next()); });
+  fresh->busy_seconds = measure_busy_seconds(devices, [&] { fresh->step(); });
   prepared = std::move(fresh);
   return *prepared;
+}
+
+// The cases of one strategy on one set-up (`spec`: model, batch, image, precision, data,
+// graph), one per value of the strategy's own options.
+void add_strategy_cases(CaseSpec spec, const Options& options, int visible_gpus, std::vector<CaseSpec>& cases) {
+  const auto& strategy = *spec.strategy;
+  const int multi_gpus = options.gpus > 0 ? options.gpus : std::max(visible_gpus, 2);
+  spec.gpus = strategy.min_devices > 1 || strategy.distributed ? multi_gpus : 1;
+  // Without GPUs the CPU is the one device single-device cases run on.
+  if (spec.gpus > std::max(visible_gpus, 1)) {
+    spec.skip_reason = "needs " + std::to_string(spec.gpus) + " GPUs, " + std::to_string(visible_gpus) + " visible";
+  } else if (spec.cuda_graph && visible_gpus == 0) {
+    spec.skip_reason = "CUDA graphs need a GPU, 0 visible";
+  }
+  const auto batch = spec.config.batch_size;
+  const auto base = base_name(strategy.name, spec.config, batch, spec.data);
+  const auto gpus = "/gpus:" + std::to_string(spec.gpus);
+  const std::string graph = spec.cuda_graph ? "/graph:on" : "";
+
+  if (spec.cuda_graph && !strategy.graph_capturable) {
+    spec.skip_reason = strategy.name + " cannot be captured in a CUDA graph (" + capturable_names() + " can)";
+    spec.name = (strategy.min_devices > 1 ? base + gpus : base) + graph;
+    cases.push_back(spec);
+  } else if (strategy.name == "pipeline") {
+    for (auto split : split_sizes_for(options, batch)) {
+      for (const auto& schedule : options.schedules) {
+        spec.config.split_size = split;
+        spec.config.schedule = schedule;
+        spec.name = base + gpus + "/split:" + std::to_string(split) + "/schedule:" + schedule + graph;
+        cases.push_back(spec);
+      }
+    }
+  } else if (strategy.distributed) {
+    for (auto bucket : options.bucket_mibs) {
+      for (bool overlap : options.overlaps) {
+        for (const auto& scaling : options.scalings) {
+          CaseSpec ranked = spec;
+          ranked.config.bucket_mib = bucket;
+          ranked.config.overlap = overlap;
+          ranked.scaling = scaling;
+          if (scaling == "weak") {
+            ranked.global_batch = batch * ranked.gpus;
+          } else {
+            ranked.config.batch_size = batch / ranked.gpus;
+            if (batch % ranked.gpus != 0 && ranked.skip_reason.empty()) {
+              ranked.skip_reason = "strong scaling needs a batch divisible by " + std::to_string(ranked.gpus) + " ranks";
+            }
+          }
+          ranked.name = base + gpus + "/bucket_mib:" + format_number(bucket) + "/overlap:" + (overlap ? "on" : "off") +
+                        "/scaling:" + scaling + graph;
+          cases.push_back(ranked);
+        }
+      }
+    }
+  } else {
+    spec.name = (strategy.min_devices > 1 ? base + gpus : base) + graph;
+    cases.push_back(spec);
+  }
 }
 
 }  // namespace
@@ -105,7 +177,6 @@ std::vector<CaseSpec> build_cases(const Options& options, int visible_gpus) {
   } else {
     for (const auto& name : options.strategies) strategies.push_back(&registry.get(name));
   }
-  const int multi_gpus = options.gpus > 0 ? options.gpus : std::max(visible_gpus, 2);
 
   std::vector<CaseSpec> cases;
   for (const auto* strategy : strategies) {
@@ -114,58 +185,22 @@ std::vector<CaseSpec> build_cases(const Options& options, int visible_gpus) {
         for (auto image : options.image_sizes) {
           for (auto precision : options.precisions) {
             for (auto data : options.data_modes) {
-              CaseSpec spec;
-              spec.strategy = strategy;
-              spec.data = data;
-              spec.config.model = model;
-              spec.config.batch_size = batch;
-              spec.config.image_size = image;
-              spec.config.precision = precision;
-              spec.config.loss = options.loss;
-              spec.config.cut = options.cut;
-              spec.gpus = strategy->min_devices > 1 || strategy->distributed ? multi_gpus : 1;
-              spec.global_batch = batch;
-              // Without GPUs the CPU is the one device single-device cases run on.
-              if (spec.gpus > std::max(visible_gpus, 1)) {
-                spec.skip_reason = "needs " + std::to_string(spec.gpus) + " GPUs, " + std::to_string(visible_gpus) +
-                                   " visible";
-              }
-              const auto base = base_name(strategy->name, spec.config, batch, data);
-              const auto gpus = "/gpus:" + std::to_string(spec.gpus);
-              if (strategy->name == "pipeline") {
-                for (auto split : split_sizes_for(options, batch)) {
-                  for (const auto& schedule : options.schedules) {
-                    spec.config.split_size = split;
-                    spec.config.schedule = schedule;
-                    spec.name = base + gpus + "/split:" + std::to_string(split) + "/schedule:" + schedule;
-                    cases.push_back(spec);
-                  }
-                }
-              } else if (strategy->distributed) {
-                for (auto bucket : options.bucket_mibs) {
-                  for (bool overlap : options.overlaps) {
-                    for (const auto& scaling : options.scalings) {
-                      CaseSpec ranked = spec;
-                      ranked.config.bucket_mib = bucket;
-                      ranked.config.overlap = overlap;
-                      ranked.scaling = scaling;
-                      if (scaling == "weak") {
-                        ranked.global_batch = batch * ranked.gpus;
-                      } else {
-                        ranked.config.batch_size = batch / ranked.gpus;
-                        if (batch % ranked.gpus != 0 && ranked.skip_reason.empty()) {
-                          ranked.skip_reason = "strong scaling needs a batch divisible by " + std::to_string(ranked.gpus) + " ranks";
-                        }
-                      }
-                      ranked.name = base + gpus + "/bucket_mib:" + format_number(bucket) +
-                                    "/overlap:" + (overlap ? "on" : "off") + "/scaling:" + scaling;
-                      cases.push_back(ranked);
-                    }
-                  }
-                }
-              } else {
-                spec.name = strategy->min_devices > 1 ? base + gpus : base;
-                cases.push_back(spec);
+              for (bool graph : options.cuda_graphs) {
+                // A strategy that cannot be captured is listed as skipped only when no case
+                // without a graph was asked for.
+                if (graph && !strategy->graph_capturable && options.cuda_graphs.size() > 1) continue;
+                CaseSpec spec;
+                spec.strategy = strategy;
+                spec.data = data;
+                spec.cuda_graph = graph;
+                spec.config.model = model;
+                spec.config.batch_size = batch;
+                spec.config.image_size = image;
+                spec.config.precision = precision;
+                spec.config.loss = options.loss;
+                spec.config.cut = options.cut;
+                spec.global_batch = batch;
+                add_strategy_cases(spec, options, visible_gpus, cases);
               }
             }
           }
@@ -211,9 +246,7 @@ void run_local_case(benchmark::State& state, const CaseSpec& spec, const Options
     double seconds = 0;
     for (auto _ : state) {
       timer.start();
-      for (int step = 0; step < options.steps_per_iteration; ++step) {
-        prepared.strategy->train_step(prepared.source->next());
-      }
+      for (int step = 0; step < options.steps_per_iteration; ++step) prepared.step();
       const double elapsed = timer.stop();
       state.SetIterationTime(elapsed);
       seconds += elapsed;

@@ -20,6 +20,7 @@ struct CaseSpec {
   int gpus = 1;              // devices the case uses (ddp: ranks)
   int64_t global_batch = 0;  // images per step over all devices and ranks
   std::string scaling;       // ddp: weak or strong
+  bool cuda_graph = false;   // the step is captured once and replayed (benchmarks/graphed_step.h)
   std::string skip_reason;   // non-empty: reported as skipped, not run
 };
 

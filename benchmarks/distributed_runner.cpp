@@ -3,6 +3,7 @@
 #include "benchmarks/batch_source.h"
 #include "benchmarks/device_stats.h"
 #include "benchmarks/device_timer.h"
+#include "benchmarks/graphed_step.h"
 #include "benchmarks/launcher.h"
 #include "models/model_zoo.h"
 
@@ -55,13 +56,19 @@ RankedRun run_training_rank(World& world, const CaseSpec& spec, const Options& o
       world.report_progress("warm-up step " + std::to_string(step + 1));
       strategy->train_step(source.next());
     }
+    std::unique_ptr<GraphedStep> graphed;
+    if (spec.cuda_graph) {
+      world.report_progress("capturing a step in a CUDA graph");
+      graphed = std::make_unique<GraphedStep>(*strategy, source.next());
+    }
+    const auto step = [&] { train_step(*strategy, graphed.get(), source.next()); };
     synchronize_devices(devices);
     world.report_progress("the busy-time step");
     world.barrier("the busy-time step");
-    const auto busy = measure_busy_seconds(devices, [&] { strategy->train_step(source.next()); });
+    const auto busy = measure_busy_seconds(devices, step);
 
     mine.seconds = time_iterations_together(world, options, devices, [&] {
-      for (int step = 0; step < options.steps_per_iteration; ++step) strategy->train_step(source.next());
+      for (int repeat = 0; repeat < options.steps_per_iteration; ++repeat) step();
     });
     save_weights_for_tests(strategy->model(), world.rank());
     const auto peaks = peak_memory_bytes(devices);

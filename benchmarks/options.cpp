@@ -158,6 +158,8 @@ Google Benchmark's own flags all work: --benchmark_filter=REGEX, --benchmark_rep
   --iterations=N         timed iterations per repetition; default: Google Benchmark's min-time rule
   --timer=NAME           event (synchronise, then CUDA events on every device) | host (host clock,
                          no device sync: the tutorial's); default event
+  --cuda-graph=LIST      off | on: capture one training step in a CUDA graph and replay it, so the
+                         host's dispatch cost leaves the step (single and ddp, on GPUs); default off
   --split-sizes=LIST     pipeline micro-batch sizes; default 1,3,5,8,10,12,20,40,60 and the full batch
   --schedules=LIST       pipeline schedules: tutorial, gpipe, 1f1b; default all three
   --cut=SPEC             stage placement for model_parallel/pipeline: balanced, or stages per device
@@ -217,6 +219,7 @@ Options parse_options(int argc, char** argv, bool has_gpu, std::vector<char*>* b
       {"repetitions", [&](auto& f, auto& v) { options.repetitions = static_cast<int>(parse_int(f, v, 1)); }},
       {"iterations", [&](auto& f, auto& v) { options.iterations = parse_int(f, v, 1); }},
       {"timer", [&](auto& f, auto& v) { options.timer = pick<TimerKind>(f, v, {{"event", TimerKind::kEvent}, {"host", TimerKind::kHost}}); }},
+      {"cuda-graph", [&](auto& f, auto& v) { options.cuda_graphs = pick_list(f, v, kOnOff); }},
       {"split-sizes", [&](auto& f, auto& v) { options.split_sizes = int_list(f, v, 1); }},
       {"schedules", [&](auto& f, auto& v) { options.schedules = pick_list<std::string>(f, v, {{"tutorial", "tutorial"}, {"gpipe", "gpipe"}, {"1f1b", "1f1b"}}); }},
       {"cut", [&](auto&, auto& v) { options.cut = v; }},

@@ -35,6 +35,8 @@ struct Options {
   int repetitions = 5;
   int64_t iterations = 0;  // fixed iterations per repetition; 0: Google Benchmark's min-time rule
   TimerKind timer = TimerKind::kEvent;
+  // Capture one training step in a CUDA graph and replay it (strategies that allow it).
+  std::vector<bool> cuda_graphs = {false};
   // pipeline
   std::vector<int64_t> split_sizes;  // empty: the tutorial's sweep plus the full batch
   std::vector<std::string> schedules = {"tutorial", "gpipe", "1f1b"};

@@ -90,7 +90,8 @@ class DistributedDataParallel final : public Strategy {
 
 PARBENCH_REGISTER_STRATEGY({"ddp", "one process per device; gradients averaged by bucketed all-reduce during backward",
                             /*order=*/4, /*min_devices=*/1, /*distributed=*/true,
-                            [] { return std::make_unique<DistributedDataParallel>(); }});
+                            [] { return std::make_unique<DistributedDataParallel>(); },
+                            /*graph_capturable=*/true});
 
 }  // namespace
 }  // namespace parbench

@@ -84,6 +84,9 @@ struct StrategyInfo {
   int min_devices = 1;      // devices one process needs
   bool distributed = false; // one process per device, started by the launcher
   std::function<std::unique_ptr<Strategy>()> create;
+  // train_step can be captured in a CUDA graph and replayed (benchmarks/graphed_step.h): one
+  // device per process, no host synchronisation, and the same work every step.
+  bool graph_capturable = false;
 };
 
 // The strategies linked into this binary. A function-local static, so registration from

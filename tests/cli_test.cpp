@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <set>
 
 namespace {
 
@@ -95,6 +96,48 @@ TEST(Cli, ShortRunWritesJsonWithCountersAndContext) {
   if (std::stoi(context["gpu_count"].get<std::string>()) < 2) EXPECT_TRUE(pipeline_skipped);
 }
 
+TEST(Cli, CudaGraphCasesAreNamedAndSkippedWithTheirReasons) {
+  parbench::TemporaryDirectory dir("parbench-cli-test");
+  const auto out = dir.file("graph.json");
+  const auto run = run_parbench(std::string(kSmallRun) + " --strategies=single,model_parallel,pipeline" +
+                                " --split-sizes=2 --schedules=gpipe --cuda-graph=off,on" +
+                                " --benchmark_out=" + out + " --benchmark_out_format=json");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  std::ifstream file(out);
+  const auto json = nlohmann::json::parse(file);
+  const int gpu_count = std::stoi(json["context"]["gpu_count"].get<std::string>());
+  const bool has_gpu = gpu_count > 0;
+  const auto gpus = "/gpus:" + std::to_string(std::max(gpu_count, 2));
+  std::set<std::string> names;
+  for (const auto& benchmark : json["benchmarks"]) {
+    const auto name = benchmark["run_name"].get<std::string>();
+    names.insert(name);
+    if (name.find("/graph:on") == std::string::npos || has_gpu) continue;
+    EXPECT_NE(benchmark["error_message"].get<std::string>().find("CUDA graphs need a GPU"), std::string::npos) << name;
+  }
+  // Strategies that cannot be captured run without a graph only.
+  const std::string single = "train/single/tinycnn/batch:4/image:16/precision:fp32/data:device";
+  const auto model_parallel = "train/model_parallel/tinycnn/batch:4/image:16/precision:fp32/data:device" + gpus;
+  const auto pipeline = "train/pipeline/tinycnn/batch:4/image:16/precision:fp32/data:device" + gpus;
+  EXPECT_EQ(names, (std::set<std::string>{single + "/iterations:2/manual_time",
+                                          single + "/graph:on/iterations:2/manual_time",
+                                          model_parallel + "/iterations:2/manual_time",
+                                          pipeline + "/split:2/schedule:gpipe/iterations:2/manual_time"}));
+
+  // Asked for graphs alone, such a strategy is listed as skipped, with the reason.
+  const auto only = run_parbench(std::string(kSmallRun) + " --strategies=pipeline --cuda-graph=on" +
+                                 " --benchmark_out=" + out + " --benchmark_out_format=json");
+  ASSERT_EQ(only.exit_code, 0) << only.output;
+  std::ifstream only_file(out);
+  const auto skipped = nlohmann::json::parse(only_file)["benchmarks"];
+  ASSERT_FALSE(skipped.empty());
+  for (const auto& benchmark : skipped) {
+    EXPECT_EQ(benchmark["run_name"], pipeline + "/graph:on/iterations:2/manual_time");
+    const auto reason = benchmark["error_message"].get<std::string>();
+    EXPECT_NE(reason.find("pipeline cannot be captured in a CUDA graph (single, ddp can)"), std::string::npos) << reason;
+  }
+}
+
 struct BadInput {
   std::string arguments;
   std::string expected;  // a phrase the one-line error must contain
@@ -128,6 +171,7 @@ INSTANTIATE_TEST_SUITE_P(
                       BadInput{"--gpus=64", "more GPUs than"},
                       BadInput{"--split-sizes=0", "at least 1"},
                       BadInput{"--schedules=zigzag", "tutorial, gpipe, 1f1b"},
+                      BadInput{"--cuda-graph=yes", "on, off"},
                       BadInput{"'--cut=stem,layer9|head'", "unknown stage 'layer9'"},
                       BadInput{"--preset=fast", "default, tutorial, cpu"},
                       BadInput{"--colour=blue", "unknown option --colour"}),
@@ -144,7 +188,7 @@ TEST(Cli, HelpListsEveryOption) {
   EXPECT_EQ(run.exit_code, 0);
   for (const char* option : {"--preset", "--models", "--strategies", "--batch", "--image", "--precision", "--data",
                              "--loss", "--gpus", "--warmup", "--steps", "--repetitions", "--iterations", "--timer",
-                             "--split-sizes", "--schedules", "--cut", "--bucket-mib", "--overlap", "--scaling",
+                             "--cuda-graph", "--split-sizes", "--schedules", "--cut", "--bucket-mib", "--overlap", "--scaling",
                              "--dist-timeout"}) {
     EXPECT_NE(run.output.find(option), std::string::npos) << option;
   }

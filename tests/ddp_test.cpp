@@ -1,6 +1,7 @@
 // ddp on the CPU (the store backend), ranks started by parbench's launcher: after a few steps
 // every rank holds bitwise the same weights, the same (within 1e-5) as single-device training
 // on all ranks' batches concatenated, and neither the bucket size nor overlap changes them.
+#include "benchmarks/graphed_step.h"
 #include "benchmarks/launcher.h"
 #include "models/model_zoo.h"
 #include "strategies/strategy.h"
@@ -27,9 +28,9 @@ void hide_gpus_from_ranks() { setenv("CUDA_VISIBLE_DEVICES", "", /*overwrite=*/1
 constexpr double kTolerance = 1e-5;  // relative, per tensor
 constexpr int64_t kBatchPerRank = 3;
 constexpr int kSteps = 3;  // one warm-up step and two timed iterations of one step
-const std::vector<std::string> kOptions = {"--strategies=ddp", "--models=tinycnn", "--batch=3",      "--image=16",
-                                           "--warmup=1",       "--repetitions=1",  "--iterations=2", "--steps=1",
-                                           "--allreduce=off",  "--dist-timeout=30"};
+const std::vector<std::string> kOptions = {"--strategies=ddp", "--models=tinycnn", "--batch=3",
+                                           "--image=16",       "--repetitions=1",  "--iterations=2",
+                                           "--steps=1",        "--allreduce=off",  "--dist-timeout=30"};
 
 struct DdpResult {
   std::map<std::string, std::string> facts;
@@ -37,15 +38,17 @@ struct DdpResult {
 };
 
 DdpResult run_ddp(int ranks, const std::string& bucket_mib, const std::string& overlap,
-                  const std::string& precision = "fp32") {
+                  const std::string& precision = "fp32", bool cuda_graph = false, int warmup_steps = 1) {
   TemporaryDirectory weights("parbench-ddp-test");
   auto arguments = kOptions;
   arguments.push_back("--bucket-mib=" + bucket_mib);
   arguments.push_back("--overlap=" + overlap);
   arguments.push_back("--precision=" + precision);
+  arguments.push_back("--warmup=" + std::to_string(warmup_steps));
+  if (cuda_graph) arguments.push_back("--cuda-graph=on");
   const auto name = "train/ddp/tinycnn/batch:3/image:16/precision:" + precision + "/data:device/gpus:" +
-                    std::to_string(ranks) +
-                    "/bucket_mib:" + bucket_mib + "/overlap:" + overlap + "/scaling:weak";
+                    std::to_string(ranks) + "/bucket_mib:" + bucket_mib + "/overlap:" + overlap + "/scaling:weak" +
+                    (cuda_graph ? "/graph:on" : "");
   const auto run = launch_case(PARBENCH_BINARY, arguments, name, ranks, /*timeout_s=*/30,
                                {{"PARBENCH_TEST_SAVE_WEIGHTS", weights.path()}});
   EXPECT_EQ(run.world_size, ranks);
@@ -140,6 +143,23 @@ TEST(Ddp, FourRanksMatchSingleDevice) {
 TEST(Ddp, Bf16ChannelsLastWeightsMatchSingleDevice) {
   hide_gpus_from_ranks();
   expect_matches_single(run_ddp(2, "0.0001", "on", "bf16"), 2, Precision::kBFloat16, /*tolerance=*/2e-2);
+}
+
+// On GPUs (NCCL): replaying a captured step, all-reduces included, trains as the eager steps do.
+TEST(Ddp, CudaGraphReplaysMatchEagerStepsOnGpus) {
+  const int gpus = torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0;
+  if (gpus < 2) GTEST_SKIP() << "needs 2 GPUs, " << gpus << " visible";
+  // Seven steps either way: warm-up, the busy-time step and two timed steps; with a graph,
+  // kGraphWarmupSteps of the warm-up run on the side stream before the capture.
+  const auto eager = run_ddp(2, "0.01", "on", "fp32", /*cuda_graph=*/false, /*warmup_steps=*/1 + kGraphWarmupSteps);
+  const auto graphed = run_ddp(2, "0.01", "on", "fp32", /*cuda_graph=*/true, /*warmup_steps=*/1);
+  EXPECT_EQ(graphed.facts.at("backend"), "nccl");
+  EXPECT_GT(std::stoi(graphed.facts.at("buckets")), 1);
+  expect_bitwise_equal(graphed.ranks[1], graphed.ranks[0], "graphed rank 1");
+  ASSERT_EQ(graphed.ranks[0].size(), eager.ranks[0].size());
+  for (size_t i = 0; i < eager.ranks[0].size(); ++i) {
+    EXPECT_LT(relative_difference(graphed.ranks[0][i], eager.ranks[0][i]), kTolerance) << "tensor " << i;
+  }
 }
 
 TEST(Ddp, SetupOutsideADistributedRunSaysHowToStartIt) {

@@ -1,0 +1,97 @@
+// A training step captured in a CUDA graph: replays train exactly as the same steps run
+// eagerly, and capture refuses a step that is not on one GPU.
+#include "benchmarks/graphed_step.h"
+#include "benchmarks/options.h"
+#include "models/model_zoo.h"
+#include "strategies/strategy.h"
+#include "strategies/training.h"
+
+#include <gtest/gtest.h>
+
+namespace parbench {
+namespace {
+
+constexpr int kReplays = 2;
+
+struct Trained {
+  double loss = 0;
+  std::vector<torch::Tensor> tensors;  // parameters, their gradients, buffers
+};
+
+std::unique_ptr<Strategy> make_single(const RunConfig& config, torch::Device device) {
+  auto strategy = StrategyRegistry::instance().get("single").create();
+  strategy->setup(
+      [&] {
+        torch::manual_seed(11);
+        return make_model(config.model, config.num_classes);
+      },
+      {device}, config);
+  return strategy;
+}
+
+Trained collect(Strategy& strategy, const torch::Tensor& loss) {
+  Trained trained{loss.item<double>(), {}};
+  const auto& module = strategy.model().module();
+  for (const auto& parameter : module.parameters()) trained.tensors.push_back(parameter.detach().cpu());
+  for (const auto& parameter : module.parameters()) trained.tensors.push_back(parameter.grad().cpu());
+  for (const auto& buffer : module.buffers()) trained.tensors.push_back(buffer.cpu());
+  return trained;
+}
+
+class GraphedSingle : public ::testing::TestWithParam<Precision> {};
+
+TEST_P(GraphedSingle, ReplaysTrainAsEagerStepsDo) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "needs a GPU, 0 visible";
+  // Deterministic kernels: eager and replayed steps then agree to the bit.
+  at::globalContext().setDeterministicCuDNN(true);
+  at::globalContext().setAllowTF32CuDNN(false);
+  at::globalContext().setAllowTF32CuBLAS(false);
+  RunConfig config;
+  config.model = "resnet50";  // batch-norm buffers, and under bf16 autocast's casts of the weights
+  config.num_classes = 10;
+  config.batch_size = 8;
+  config.image_size = 32;
+  config.precision = GetParam();
+  config.learning_rate = 0.1;  // large steps: a replay that used stale weights would show
+  const torch::Device gpu(torch::kCUDA, 0);
+  torch::manual_seed(3);
+  const auto first = make_random_batch(config, config.batch_size, gpu, gpu);
+  const auto second = make_random_batch(config, config.batch_size, gpu, gpu);
+
+  auto eager = make_single(config, gpu);
+  for (int step = 0; step < kGraphWarmupSteps; ++step) eager->train_step(first);
+  torch::Tensor eager_loss;
+  for (int step = 0; step < kReplays; ++step) eager_loss = eager->train_step(second);
+  const auto expected = collect(*eager, eager_loss);
+
+  auto strategy = make_single(config, gpu);
+  GraphedStep graphed(*strategy, {first.inputs.clone(), first.targets.clone()});  // warms up on `first`
+  torch::Tensor loss;
+  for (int step = 0; step < kReplays; ++step) loss = graphed.run(second);  // copied into the graph's input
+  const auto replayed = collect(*strategy, loss);
+
+  EXPECT_EQ(replayed.loss, expected.loss);
+  ASSERT_EQ(replayed.tensors.size(), expected.tensors.size());
+  for (size_t i = 0; i < expected.tensors.size(); ++i) {
+    EXPECT_TRUE(torch::equal(replayed.tensors[i], expected.tensors[i])) << "tensor " << i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Precisions, GraphedSingle, ::testing::Values(Precision::kFloat32, Precision::kBFloat16),
+                         [](const auto& info) { return to_string(info.param); });
+
+TEST(GraphedStep, RefusesAStepThatIsNotOnOneGpu) {
+  RunConfig config;
+  config.model = "tinycnn";
+  auto strategy = make_single(config, torch::kCPU);
+  const auto batch = make_random_batch(config, 2, torch::kCPU, torch::kCPU);
+  try {
+    GraphedStep graphed(*strategy, batch);
+    FAIL() << "captured a step on the CPU";
+  } catch (const std::invalid_argument& error) {
+    EXPECT_NE(std::string(error.what()).find("one GPU"), std::string::npos) << error.what();
+  }
+}
+
+}  // namespace
+}  // namespace parbench
