@@ -84,21 +84,25 @@ class Setup:
     image: int
     precision: str
     data: str
+    graph: str = "off"  # "on": each step is a replay of a captured CUDA graph
 
     def parts(self) -> dict[str, str]:
-        return {
+        parts = {
             "model": self.model,
             "batch": f"batch {self.batch}",
             "image": f"image {self.image}\u00d7{self.image}",
             "precision": self.precision,
             "data": f"data on {self.data}",
         }
+        if self.graph == "on":
+            parts["graph"] = "CUDA graph"
+        return parts
 
     def describe(self) -> str:
         return ", ".join(self.parts().values())
 
     def sort_key(self):
-        return (self.model, self.batch, self.image, _rank(self.precision, PRECISION_ORDER), self.data)
+        return (self.model, self.batch, self.image, _rank(self.precision, PRECISION_ORDER), self.data, self.graph)
 
 
 @dataclass
@@ -137,7 +141,7 @@ class Case:
     @property
     def setup(self) -> Setup:
         return Setup(self.model, self.reference_batch, int(self.fields["image"]),
-                     self.fields["precision"], self.fields["data"])
+                     self.fields["precision"], self.fields["data"], self.fields.get("graph", "off"))
 
     @property
     def series(self) -> tuple:
@@ -191,7 +195,7 @@ class Case:
             words.append(f"{self.fields['scaling']} scaling")
         if self.strategy == "ddp":
             words.append(f"per-rank batch {self.fields['batch']}")
-        described = set(_SETUP_KEYS) | {"gpus", "schedule", "split", "bucket_mib", "overlap", "scaling"}
+        described = set(_SETUP_KEYS) | {"gpus", "schedule", "split", "bucket_mib", "overlap", "scaling", "graph"}
         words += [f"{key} {value}" for key, value in self.fields.items() if key not in described]
         return ", ".join(words)
 

@@ -57,7 +57,7 @@ OTHER_COLOR = "#937860"
 MIN_SLOTS = 4
 # Name fields a bar's label shows (or the panel title has): others are added as "key value".
 TICK_FIELDS = {"batch", "image", "precision", "data", "gpus", "schedule", "split", "overlap",
-               "bucket_mib", "scaling"}
+               "bucket_mib", "scaling", "graph"}
 SCHEDULE_COLORS = {"tutorial": "#55a868", "gpipe": "#1f77b4", "1f1b": "#d62728"}
 DEVICE_COLORS = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3", "#8c8c8c")
 
@@ -256,7 +256,7 @@ def _figure(results, what, panels):
     panel's title what is its own; returns the figure, the axes and set-up -> panel title."""
     parts = [setup.parts() for setup in panels]
     common = {key: value for key, value in parts[0].items()
-              if key != "precision" and all(p[key] == value for p in parts)}
+              if key != "precision" and all(p.get(key) == value for p in parts)}
     figure = Figure(figsize=(FIGURE_WIDTH_IN, 0.9 + PANEL_HEIGHT_IN * len(panels)), layout="constrained")
     axes = figure.subplots(len(panels), 1, squeeze=False)[:, 0]
     subtitle = ", ".join(list(common.values()) + [_hardware(results)])

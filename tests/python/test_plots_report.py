@@ -345,3 +345,47 @@ def test_bubble_fractions_are_medians_and_ideal_follows_stages_and_micro_batches
     assert case.bubble_fractions() == pytest.approx({0: median_dev0, 1: 0.5})
     # 2 stages, 120 images in micro-batches of 20: M = 6, (S-1)/(M+S-1) = 1/7.
     assert case.ideal_bubble_fraction() == pytest.approx(1 / 7)
+
+
+def with_graph_copies(path, out_path, speedup):
+    """The file, plus a "/graph:on" copy of its fp32 single and ddp entries, `speedup` times faster."""
+    data = json.loads(Path(path).read_text())
+    copies = []
+    for entry in data["benchmarks"]:
+        if not re.match(r"train/(single|ddp)/.*precision:fp32/", entry["name"]):
+            continue
+        copy = dict(entry)
+        for key in ("name", "run_name"):
+            copy[key] = re.sub(r"(/repeats:\d+)?/manual_time", r"/graph:on\g<0>", entry[key], count=1)
+        for counter in ("step_ms", "real_time", "cpu_time"):
+            if counter in copy:
+                copy[counter] = entry[counter] / speedup
+        if "items_per_second" in copy:
+            copy["items_per_second"] = entry["items_per_second"] * speedup
+        copies.append(copy)
+    assert copies
+    data["benchmarks"] += copies
+    out_path.write_text(json.dumps(data))
+    return out_path
+
+
+def test_cuda_graph_cases_compare_with_single_under_a_graph(tmp_path):
+    files = [with_graph_copies(GPU_RUN[0], tmp_path / "gpu_run.json", 1.25),
+             with_graph_copies(GPU_RUN[1], tmp_path / "gpu_run_ddp.json", 1.6)]
+    out_dir = tmp_path / "out"
+    result = run(MAKE_REPORT, out_dir, files)
+    assert result.returncode == 0, result.stderr
+    report = (out_dir / "REPORT.md").read_text(encoding="utf-8")
+    summary = tables(report, "Summary")
+    graphed = summary[FP32 + ", CUDA graph"]
+    assert {r["strategy"] for r in graphed} == {"single", "ddp"}
+    reps = repetitions(files)
+    single = reps[SINGLE.format("fp32").replace("/manual_time", "/graph:on/manual_time")]
+    ddp = reps[DDP.format("on").replace("/repeats", "/graph:on/repeats")]
+    cells = row(graphed, "ddp", "overlap on")
+    assert number(cells["speedup vs single"]) == pytest.approx(
+        median(single, "step_ms") / median(ddp, "step_ms"), abs=0.005)
+    # The cases without a graph still compare with single without one.
+    eager = row(summary[FP32], "ddp", "overlap on")
+    assert number(eager["speedup vs single"]) == pytest.approx(
+        median(reps[SINGLE.format("fp32")], "step_ms") / median(reps[DDP.format("on")], "step_ms"), abs=0.005)
