@@ -2,7 +2,7 @@
 # Builds, tests and times parbench on a GPU machine in one call.
 #   ci/gpu-check.sh STEP...   steps, in the order given: build, test, smoke, model_parallel,
 #                             data_parallel, reference (= model_parallel data_parallel), tutorial,
-#                             concurrent_single
+#                             concurrent_single, graph
 # The GPU machines have no network: Google Benchmark, GoogleTest and nlohmann/json come as
 # Debian packages in .deps/ (cp ../shared/device-deps/*.deb .deps/), unpacked into a prefix.
 # Everything (logs, JSON, figures, REPORT.md) goes to $OUT/results.tgz; the JSON files also
@@ -37,11 +37,13 @@ step_build() {
   return $status
 }
 
+# PARBENCH_CTEST_REGEX=...: only the tests whose names match.
 step_test() {
-  ctest --test-dir build-gpu -j 8 --output-on-failure >"$results/ctest.log" 2>&1
+  ctest --test-dir build-gpu -j 8 --output-on-failure ${PARBENCH_CTEST_REGEX:+-R "$PARBENCH_CTEST_REGEX"} \
+    >"$results/ctest.log" 2>&1
   local status=$?
   grep -E "tests passed|tests failed|\(Failed\)|\(SEGFAULT\)|Skipped|\*\*\*" "$results/ctest.log" | tail -n 20
-  grep -B2 -A8 "MultiGpuEquivalence" "$results/ctest.log" | grep -E "Failure|SKIP|Passed|Failed" | head -n 10
+  grep -E "(MultiGpuEquivalence|GraphedSingle|CudaGraph).*(Passed|Failed|Skipped)" "$results/ctest.log" | head -n 10
   return $status
 }
 
@@ -88,6 +90,13 @@ step_concurrent_single() {
   wait "$other" || status=1
   cp "$results/concurrent_single_gpu1.json" "$out/" 2>/dev/null
   return $status
+}
+
+# Eager steps against replays of one captured step (--cuda-graph), for single and ddp: what the
+# host's dispatch costs each, and how ddp scales once it is gone.
+step_graph() {
+  bench graph --strategies=single,ddp --precision=fp32,bf16 --cuda-graph=off,on --bucket-mib=25,100 \
+    --overlap=on --allreduce=off --repetitions=10 --benchmark_min_time=0.2
 }
 
 step_reference() {
