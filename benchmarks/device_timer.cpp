@@ -53,8 +53,11 @@ DeviceTimer::~DeviceTimer() = default;
 DeviceTimer::DeviceTimer(DeviceTimer&&) noexcept = default;
 DeviceTimer& DeviceTimer::operator=(DeviceTimer&&) noexcept = default;
 
-void DeviceTimer::start() {
-  if (kind_ == TimerKind::kEvent) synchronize_devices(devices_);
+void DeviceTimer::start(const std::function<void()>& line_up) {
+  if (kind_ == TimerKind::kEvent) {
+    synchronize_devices(devices_);
+    if (line_up) line_up();
+  }
 #ifdef PARBENCH_WITH_CUDA
   if (use_events_) {
     for (size_t i = 0; i < devices_.size(); ++i) {

@@ -26,7 +26,9 @@ class DeviceTimer {
   DeviceTimer(const DeviceTimer&) = delete;
   DeviceTimer& operator=(const DeviceTimer&) = delete;
 
-  void start();
+  // `line_up`, when given, runs between the wait and the start events (kEvent only): the
+  // work it queues is not timed, the step behind it starts the clock on each device.
+  void start(const std::function<void()>& line_up = {});
   // Seconds since start(); waits for the end events.
   double stop();
 

@@ -78,7 +78,8 @@ int distributed_repetitions(const Options& options);
 int64_t distributed_iterations(const Options& options);
 
 // Every rank times the same repetitions x iterations of `work`, each iteration started
-// together after a barrier, so the slowest rank's time is the iteration's. Each time is
+// together: after a barrier, with the clocks behind an all-reduce that lines the ranks'
+// streams up (World::line_up_streams), so the slowest rank's time is the iteration's. Each time is
 // divided by `work_per_iteration`. Seconds per repetition, per iteration.
 std::vector<std::vector<double>> time_iterations_together(World& world, const Options& options,
                                                           const std::vector<torch::Device>& devices,

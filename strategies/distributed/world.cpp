@@ -258,6 +258,11 @@ void World::barrier(const std::string& what) {
   release_keys(*store_, prefix + "read", size(), keys);
 }
 
+void World::line_up_streams() {
+  std::vector<at::Tensor> token{torch::zeros({1}, torch::TensorOptions().device(device_))};
+  backend_->allreduce(token)->wait();
+}
+
 std::vector<std::string> World::gather_to_rank0(const std::string& value, const std::string& what) {
   const std::string prefix = "gather/" + std::to_string(next_sequence_++) + "/";
   store_->set(prefix + std::to_string(rank()), value);

@@ -74,6 +74,9 @@ class World {
 
   // Host-side barrier through the store; throws "rank 1 did not reach <what> within 60 s".
   void barrier(const std::string& what);
+  // Queues a one-element all-reduce on this rank's current stream: every rank's stream leaves
+  // it within microseconds of the others, which a host barrier cannot promise. Does not wait.
+  void line_up_streams();
   // Every rank's `value` in rank order on rank 0; an empty list on the other ranks.
   std::vector<std::string> gather_to_rank0(const std::string& value, const std::string& what);
   // Publishes what this rank is doing, so a launcher or a stalled peer can name the rank that
