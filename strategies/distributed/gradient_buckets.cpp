@@ -35,7 +35,7 @@ GradientBuckets::GradientBuckets(std::vector<torch::Tensor> parameters, c10::int
     }
     Bucket bucket;
     bucket.flat = torch::empty({numel}, parameters_[members[b].front()].options());
-    bucket.members = members[b].size();
+    bucket.members = members[b];
     // Views made once: per-step narrow/view calls cost host time, and the host sets the pace.
     // Each view has its parameter's strides (channels-last stays channels-last).
     for (size_t index : members[b]) {
@@ -60,9 +60,9 @@ GradientBuckets::~GradientBuckets() {
 
 void GradientBuckets::prepare() {
   for (auto& parameter : parameters_) parameter.mutable_grad().reset();
-  for (auto& slot : slots_) slot.ready = false;
+  for (auto& slot : slots_) slot.ready = slot.unused = false;
   for (auto& bucket : buckets_) {
-    bucket.pending = bucket.members;
+    bucket.pending = bucket.members.size();
     bucket.work.reset();
   }
   next_to_start_ = 0;
@@ -71,9 +71,24 @@ void GradientBuckets::prepare() {
 void GradientBuckets::on_gradient(size_t index, const torch::Tensor& gradient) {
   auto& slot = slots_[index];
   TORCH_CHECK(!slot.ready, "parameter ", index, " got a second gradient in one backward; ddp expects one");
-  slot.view.copy_(gradient);
   slot.ready = true;
-  if (--buckets_[slot.bucket].pending == 0 && overlap_) start_ready_buckets();
+  // Until its bucket is full, a gradient waits as its parameter's grad.
+  if (--buckets_[slot.bucket].pending > 0) return;
+  fill_bucket(slot.bucket, index, gradient);
+  if (overlap_) start_ready_buckets();
+}
+
+void GradientBuckets::fill_bucket(size_t bucket, size_t last_index, const torch::Tensor& last) {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> views, gradients;
+  for (size_t index : buckets_[bucket].members) {
+    if (slots_[index].unused) continue;
+    const auto& gradient = index == last_index ? last : parameters_[index].grad();
+    TORCH_CHECK(gradient.defined(), "parameter ", index, "'s gradient arrived but was not accumulated before its bucket filled");
+    views.push_back(slots_[index].view);
+    gradients.push_back(gradient);
+  }
+  if (!views.empty()) at::_foreach_copy_(views, gradients);
 }
 
 void GradientBuckets::start_ready_buckets() {
@@ -92,8 +107,8 @@ void GradientBuckets::finish() {
   for (size_t index = 0; index < parameters_.size(); ++index) {
     if (slots_[index].ready) continue;
     slots_[index].view.zero_();
-    slots_[index].ready = true;
-    --buckets_[slots_[index].bucket].pending;
+    slots_[index].ready = slots_[index].unused = true;
+    if (--buckets_[slots_[index].bucket].pending == 0) fill_bucket(slots_[index].bucket, index, {});
   }
   start_ready_buckets();
   for (auto& bucket : buckets_) bucket.work->wait();
