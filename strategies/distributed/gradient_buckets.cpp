@@ -92,13 +92,12 @@ void GradientBuckets::fill_bucket(size_t bucket, size_t last_index, const torch:
 }
 
 void GradientBuckets::start_ready_buckets() {
-  const double world_size = backend_->getSize();
+  c10d::AllreduceOptions average;
+  average.reduceOp = c10d::ReduceOp::AVG;  // the mean inside the collective (ncclAvg): no pass of its own
   while (next_to_start_ < buckets_.size() && buckets_[next_to_start_].pending == 0) {
     auto& bucket = buckets_[next_to_start_++];
-    // Dividing first keeps the sum in range; every rank divides the same way.
-    bucket.flat.div_(world_size);
     std::vector<at::Tensor> tensors{bucket.flat};
-    bucket.work = backend_->allreduce(tensors);
+    bucket.work = backend_->allreduce(tensors, average);
   }
 }
 

@@ -77,10 +77,14 @@ const at::Tensor& StoreBackend::single_cpu_tensor(const std::vector<at::Tensor>&
 
 c10::intrusive_ptr<c10d::Work> StoreBackend::allreduce(std::vector<at::Tensor>& tensors,
                                                        const c10d::AllreduceOptions& options) {
-  TORCH_CHECK(options.reduceOp.op_ == c10d::ReduceOp::SUM, "the store backend's all-reduce supports SUM only");
+  const auto op = options.reduceOp.op_;
+  TORCH_CHECK(op == c10d::ReduceOp::SUM || op == c10d::ReduceOp::AVG,
+              "the store backend's all-reduce supports SUM and AVG only");
   const at::Tensor tensor = single_cpu_tensor(tensors, "all-reduce");
   const uint64_t sequence = next_sequence_++;
-  return enqueue(c10d::OpType::ALLREDUCE, [this, tensor, sequence] { all_reduce_sum(tensor, sequence); });
+  const bool average = op == c10d::ReduceOp::AVG;
+  return enqueue(c10d::OpType::ALLREDUCE,
+                 [this, tensor, average, sequence] { all_reduce(tensor, average, sequence); });
 }
 
 c10::intrusive_ptr<c10d::Work> StoreBackend::broadcast(std::vector<at::Tensor>& tensors,
@@ -97,7 +101,7 @@ c10::intrusive_ptr<c10d::Work> StoreBackend::barrier(const c10d::BarrierOptions&
   return enqueue(c10d::OpType::BARRIER, [this, sequence] { barrier_all(sequence); });
 }
 
-void StoreBackend::all_reduce_sum(const at::Tensor& tensor, uint64_t sequence) {
+void StoreBackend::all_reduce(const at::Tensor& tensor, bool average, uint64_t sequence) {
   const std::string prefix = "allreduce/" + std::to_string(sequence) + "/";
   const at::Tensor mine = tensor.contiguous();
   store_->set(prefix + std::to_string(rank_), bytes_of(mine));
@@ -122,6 +126,7 @@ void StoreBackend::all_reduce_sum(const at::Tensor& tensor, uint64_t sequence) {
       sum.add_(part);
     }
   }
+  if (average) sum.div_(size_);
   tensor.copy_(sum);
   release_keys(*store_, prefix + "read", size_, keys);
 }

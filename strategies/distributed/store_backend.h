@@ -25,7 +25,7 @@ class StoreBackend final : public c10d::Backend {
   const std::string getBackendName() const override { return "store"; }
 
   // Operations run in order on one background thread, so an all-reduce started during
-  // backward overlaps with it as NCCL's would. CPU tensors only; SUM only.
+  // backward overlaps with it as NCCL's would. CPU tensors only; SUM and AVG.
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
                                            const c10d::AllreduceOptions& options = c10d::AllreduceOptions()) override;
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
@@ -41,7 +41,7 @@ class StoreBackend final : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, std::function<void()> operation);
   void run_queue();
   const at::Tensor& single_cpu_tensor(const std::vector<at::Tensor>& tensors, const char* operation) const;
-  void all_reduce_sum(const at::Tensor& tensor, uint64_t sequence);
+  void all_reduce(const at::Tensor& tensor, bool average, uint64_t sequence);
   void broadcast_from(const at::Tensor& tensor, int root, uint64_t sequence);
   void barrier_all(uint64_t sequence);
 
