@@ -95,8 +95,12 @@ step_concurrent_single() {
 # Eager steps against replays of one captured step (--cuda-graph), for single and ddp: what the
 # host's dispatch costs each, and how ddp scales once it is gone.
 step_graph() {
+  local status=0
   bench graph --strategies=single,ddp --precision=fp32,bf16 --cuda-graph=off,on --bucket-mib=25,100 \
-    --overlap=on --allreduce=off --repetitions=10 --benchmark_min_time=0.2
+    --overlap=on --allreduce=off --repetitions=10 --benchmark_min_time=0.2 || status=1
+  bench graph_buckets --strategies=single,ddp --precision=fp32 --cuda-graph=on --bucket-mib=5,10,25,50 \
+    --overlap=on,off --allreduce=off --repetitions=10 --benchmark_min_time=0.2 || status=1
+  return $status
 }
 
 step_reference() {
