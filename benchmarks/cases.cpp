@@ -127,6 +127,8 @@ void add_strategy_cases(CaseSpec spec, const Options& options, int visible_gpus,
   const std::string graph = spec.cuda_graph ? "/graph:on" : "";
 
   if (spec.cuda_graph && !strategy.graph_capturable) {
+    // Listed as skipped only when no case without a graph was asked for.
+    if (options.cuda_graphs.size() > 1) return;
     spec.skip_reason = strategy.name + " cannot be captured in a CUDA graph (" + capturable_names() + " can)";
     spec.name = (strategy.min_devices > 1 ? base + gpus : base) + graph;
     cases.push_back(spec);
@@ -186,9 +188,6 @@ std::vector<CaseSpec> build_cases(const Options& options, int visible_gpus) {
           for (auto precision : options.precisions) {
             for (auto data : options.data_modes) {
               for (bool graph : options.cuda_graphs) {
-                // A strategy that cannot be captured is listed as skipped only when no case
-                // without a graph was asked for.
-                if (graph && !strategy->graph_capturable && options.cuda_graphs.size() > 1) continue;
                 CaseSpec spec;
                 spec.strategy = strategy;
                 spec.data = data;
