@@ -3,11 +3,11 @@
 // on all ranks' batches concatenated, and neither the bucket size nor overlap changes them.
 #include "benchmarks/graphed_step.h"
 #include "benchmarks/launcher.h"
+#include "benchmarks/temporary_directory.h"
 #include "models/model_zoo.h"
 #include "strategies/strategy.h"
 #include "strategies/training.h"
-
-#include "benchmarks/temporary_directory.h"
+#include "tests/tensor_compare.h"
 
 #include <gtest/gtest.h>
 
@@ -90,11 +90,6 @@ std::vector<torch::Tensor> run_single(int ranks, Precision precision, int steps)
   for (const auto& parameter : parameters) tensors.push_back(parameter.detach().clone());
   for (const auto& parameter : parameters) tensors.push_back(parameter.grad().clone());
   return tensors;
-}
-
-double relative_difference(const torch::Tensor& value, const torch::Tensor& reference) {
-  const double scale = reference.norm().item<double>();
-  return (value - reference).norm().item<double>() / (scale > 0 ? scale : 1.0);
 }
 
 void expect_bitwise_equal(const std::vector<torch::Tensor>& value, const std::vector<torch::Tensor>& reference,

@@ -5,6 +5,7 @@
 #include "models/model_zoo.h"
 #include "strategies/strategy.h"
 #include "strategies/training.h"
+#include "tests/tensor_compare.h"
 
 #include <gtest/gtest.h>
 
@@ -38,11 +39,6 @@ Trained collect(Strategy& strategy, const torch::Tensor& loss) {
   for (const auto& parameter : module.parameters()) trained.tensors.push_back(parameter.grad().cpu());
   for (const auto& buffer : module.buffers()) trained.tensors.push_back(buffer.cpu());
   return trained;
-}
-
-double relative_difference(const torch::Tensor& value, const torch::Tensor& reference) {
-  const double scale = reference.to(torch::kDouble).norm().item<double>();
-  return (value - reference).to(torch::kDouble).norm().item<double>() / (scale > 0 ? scale : 1.0);
 }
 
 class GraphedSingle : public ::testing::TestWithParam<Precision> {};

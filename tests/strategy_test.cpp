@@ -4,6 +4,7 @@
 #include "strategies/partition.h"
 #include "strategies/strategy.h"
 #include "strategies/training.h"
+#include "tests/tensor_compare.h"
 
 #include <gtest/gtest.h>
 
@@ -35,11 +36,6 @@ StepResult one_step(const std::string& strategy_name, RunConfig config, size_t n
     result.weights[item.key()] = item.value().detach().clone();
   }
   return result;
-}
-
-double relative_difference(const torch::Tensor& value, const torch::Tensor& reference) {
-  const double scale = reference.norm().item<double>();
-  return (value - reference).norm().item<double>() / (scale > 0 ? scale : 1.0);
 }
 
 void expect_same_step(const StepResult& value, const StepResult& reference, const std::string& what) {
