@@ -1,5 +1,9 @@
 #include "strategies/distributed/gradient_buckets.h"
 
+#include <c10/core/Event.h>
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
+
 namespace parbench {
 
 GradientBuckets::GradientBuckets(std::vector<torch::Tensor> parameters, c10::intrusive_ptr<c10d::Backend> backend,
@@ -48,6 +52,9 @@ GradientBuckets::GradientBuckets(std::vector<torch::Tensor> parameters, c10::int
     buckets_.push_back(std::move(bucket));
   }
 
+  const auto device = parameters_.front().device();
+  if (device.is_cuda()) fill_stream_ = c10::impl::VirtualGuardImpl(device.type()).getStreamFromGlobalPool(device);
+
   for (size_t index = 0; index < parameters_.size(); ++index) {
     hooks_.push_back(parameters_[index].register_hook(
         [this, index](const torch::Tensor& gradient) { on_gradient(index, gradient); }));
@@ -80,6 +87,16 @@ void GradientBuckets::on_gradient(size_t index, const torch::Tensor& gradient) {
 
 void GradientBuckets::fill_bucket(size_t bucket, size_t last_index, const torch::Tensor& last) {
   torch::NoGradGuard no_grad;
+  std::optional<c10::StreamGuard> on_fill_stream;
+  if (fill_stream_) {
+    // After the gradients (and finish()'s zeroed views). The gradients stay alive until the
+    // next prepare(), which comes after finish() made the compute stream wait for the
+    // all-reduces, and so for the fills before them.
+    c10::Event gradients_ready(fill_stream_->device_type());
+    gradients_ready.record(c10::impl::VirtualGuardImpl(fill_stream_->device_type()).getStream(fill_stream_->device()));
+    fill_stream_->wait(gradients_ready);
+    on_fill_stream.emplace(*fill_stream_);
+  }
   std::vector<torch::Tensor> views, gradients;
   for (size_t index : buckets_[bucket].members) {
     if (slots_[index].unused) continue;
@@ -94,6 +111,8 @@ void GradientBuckets::fill_bucket(size_t bucket, size_t last_index, const torch:
 void GradientBuckets::start_ready_buckets() {
   c10d::AllreduceOptions average;
   average.reduceOp = c10d::ReduceOp::AVG;  // the mean inside the collective (ncclAvg): no pass of its own
+  std::optional<c10::StreamGuard> on_fill_stream;
+  if (fill_stream_) on_fill_stream.emplace(*fill_stream_);
   while (next_to_start_ < buckets_.size() && buckets_[next_to_start_].pending == 0) {
     auto& bucket = buckets_[next_to_start_++];
     std::vector<at::Tensor> tensors{bucket.flat};

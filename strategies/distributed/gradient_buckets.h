@@ -4,7 +4,8 @@
 //   into flat buckets of about `bucket_mib` MiB;
 // - a hook on every parameter counts its gradient in; when a bucket's last gradient arrives,
 //   all of the bucket's gradients are copied into it at once (one multi-tensor copy: a copy
-//   per parameter would be ~160 small kernels per step);
+//   per parameter would be ~160 small kernels per step). On GPUs the copy runs on a stream of
+//   its own: it is memory-bound, and on the compute stream it would hold up backward;
 // - a bucket's all-reduce starts when its last gradient has arrived (overlap on), or all
 //   start after backward (overlap off: what the overlap buys is then measurable);
 // - buckets start in index order on every rank, as collectives must.
@@ -13,6 +14,7 @@
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/torch.h>
 
+#include <optional>
 #include <vector>
 
 namespace parbench {
@@ -53,6 +55,7 @@ class GradientBuckets {
   // Copies the bucket's gradients into it: the parameters' grads, or `last` for `last_index`,
   // whose grad autograd has not set yet (hooks run before the gradient is accumulated).
   void fill_bucket(size_t bucket, size_t last_index, const torch::Tensor& last);
+  // All-reduces launched from the fill stream, where there is one, so that they wait for the fills.
   void start_ready_buckets();
 
   std::vector<torch::Tensor> parameters_;
@@ -60,6 +63,7 @@ class GradientBuckets {
   std::vector<Bucket> buckets_;
   std::vector<unsigned> hooks_;
   c10::intrusive_ptr<c10d::Backend> backend_;
+  std::optional<c10::Stream> fill_stream_;  // GPUs only
   bool overlap_;
   size_t next_to_start_ = 0;
 };
