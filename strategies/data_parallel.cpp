@@ -20,9 +20,7 @@ class DataParallel final : public Strategy {
     TORCH_CHECK(devices.size() >= 2, "data_parallel needs at least 2 devices, got ", devices.size());
     devices_ = devices;
     config_ = config;
-    model_ = make_model();
-    model_->module().to(devices.front());
-    prepare_model(*model_, config.precision);
+    model_ = make_model_on(make_model, devices.front(), config.precision);
     optimizer_ = make_sgd(*model_, config.learning_rate);
     replicate_ms_ = measure_replicate_ms();
   }

@@ -49,9 +49,7 @@ class DistributedDataParallel final : public Strategy {
                 world_->device());
     devices_ = devices;
     config_ = config;
-    model_ = make_model();
-    model_->module().to(devices.front());
-    prepare_model(*model_, config.precision);
+    model_ = make_model_on(make_model, devices.front(), config.precision);
     auto state = model_->module().parameters();
     for (const auto& buffer : model_->module().buffers()) state.push_back(buffer);
     broadcast_from_rank0(state, *world_->backend());

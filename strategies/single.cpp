@@ -12,9 +12,7 @@ class SingleDevice final : public Strategy {
     TORCH_CHECK(devices.size() == 1, "single runs on exactly one device, got ", devices.size());
     devices_ = devices;
     config_ = config;
-    model_ = make_model();
-    model_->module().to(devices.front());
-    prepare_model(*model_, config.precision);
+    model_ = make_model_on(make_model, devices.front(), config.precision);
     optimizer_ = make_sgd(*model_, config.learning_rate);
   }
 

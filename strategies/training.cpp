@@ -16,6 +16,13 @@ void prepare_model(StagedModel& model, Precision precision) {
   }
 }
 
+ModelPtr make_model_on(const ModelFactory& make_model, torch::Device device, Precision precision) {
+  auto model = make_model();
+  model->module().to(device);
+  prepare_model(*model, precision);
+  return model;
+}
+
 torch::Tensor to_input_layout(const torch::Tensor& inputs, Precision precision) {
   return precision == Precision::kBFloat16 ? inputs.contiguous(torch::MemoryFormat::ChannelsLast) : inputs;
 }

@@ -14,6 +14,9 @@ std::optional<c10::ScalarType> autocast_dtype(Precision precision);
 // conv weights. Call after the model is on its devices.
 void prepare_model(StagedModel& model, Precision precision);
 
+// A fresh model from `make_model`, whole on `device` and prepared for `precision`.
+ModelPtr make_model_on(const ModelFactory& make_model, torch::Device device, Precision precision);
+
 // Inputs in the layout the precision runs in (channels-last for bf16).
 torch::Tensor to_input_layout(const torch::Tensor& inputs, Precision precision);
 
