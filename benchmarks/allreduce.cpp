@@ -1,7 +1,7 @@
 #include "benchmarks/allreduce.h"
 
-#include "benchmarks/cases.h"
 #include "benchmarks/device_timer.h"
+#include "benchmarks/outcomes.h"
 
 #include <algorithm>
 #include <numeric>
@@ -54,14 +54,15 @@ std::vector<AllreduceCase> build_allreduce_cases(const Options& options, int gpu
   return cases;
 }
 
-void register_allreduce_cases(const std::vector<AllreduceCase>& cases, const Options& options) {
+void register_allreduce_cases(const std::vector<AllreduceCase>& cases, const Options& options, RunProgress& progress) {
   for (const auto& allreduce : cases) {
     auto* benchmark =
-        benchmark::RegisterBenchmark(allreduce.name.c_str(), [allreduce, &options](benchmark::State& state) {
+        benchmark::RegisterBenchmark(allreduce.name.c_str(), [allreduce, &options, &progress](benchmark::State& state) {
           if (!allreduce.skip_reason.empty()) {
-            state.SkipWithError(("skipped: " + allreduce.skip_reason).c_str());
+            state.SkipWithError(skipped_message(allreduce.skip_reason).c_str());
             return;
           }
+          progress.case_started(allreduce.name);
           const auto reported =
               report_next_repetition(state, allreduce.name, allreduce.ranks, options,
                                      [&](World& world) { return run_allreduce_rank(world, allreduce, options); });

@@ -2,6 +2,7 @@
 // nccl-tests' bandwidths (docs/DISTRIBUTED.md): algbw = bytes / time, busbw = algbw * 2(n-1)/n.
 #pragma once
 
+#include "benchmarks/cases.h"
 #include "benchmarks/launcher.h"
 #include "benchmarks/options.h"
 
@@ -25,7 +26,7 @@ struct AllreduceCase {
 // (the sweep times GPUs, so it is skipped without them).
 std::vector<AllreduceCase> build_allreduce_cases(const Options& options, int gpus);
 
-void register_allreduce_cases(const std::vector<AllreduceCase>& cases, const Options& options);
+void register_allreduce_cases(const std::vector<AllreduceCase>& cases, const Options& options, RunProgress& progress);
 
 // How many back-to-back all-reduces of `bytes` one timed iteration runs: about 64 MiB's worth,
 // at least 20 (spreading the ranks' start skew), at most 100.

@@ -5,6 +5,7 @@
 #include "benchmarks/device_timer.h"
 #include "benchmarks/distributed_runner.h"
 #include "benchmarks/graphed_step.h"
+#include "benchmarks/outcomes.h"
 #include "models/model_zoo.h"
 
 #ifdef PARBENCH_WITH_CUDA
@@ -14,6 +15,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <set>
 
 namespace parbench {
@@ -52,8 +54,9 @@ std::vector<int64_t> split_sizes_for(const Options& options, int64_t batch) {
   return {unique.begin(), unique.end()};
 }
 
+// Without GPUs every device of a case is the CPU (multi-device cases then run on CPU stand-ins).
 std::vector<torch::Device> case_devices(const CaseSpec& spec) {
-  if (!torch::cuda::is_available()) return {torch::Device(torch::kCPU)};
+  if (!torch::cuda::is_available()) return std::vector<torch::Device>(static_cast<size_t>(spec.gpus), torch::kCPU);
   std::vector<torch::Device> devices;
   for (int i = 0; i < spec.gpus; ++i) devices.emplace_back(torch::kCUDA, static_cast<c10::DeviceIndex>(i));
   return devices;
@@ -85,10 +88,18 @@ void release_prepared_case() {
 #endif
 }
 
+// A test hook (docs/DISTRIBUTED.md): PARBENCH_TEST_FAIL_CASE=NAME makes the case of that name
+// fail at set-up, as an exception or an out-of-memory error would.
+void fail_if_test_hook_names(const std::string& case_name) {
+  const char* name = std::getenv("PARBENCH_TEST_FAIL_CASE");
+  if (name != nullptr && case_name == name) throw std::runtime_error("failing on purpose (PARBENCH_TEST_FAIL_CASE)");
+}
+
 PreparedCase& prepare(const CaseSpec& spec, const Options& options) {
   auto& prepared = prepared_case();
   if (prepared && prepared->name == spec.name) return *prepared;
   release_prepared_case();
+  fail_if_test_hook_names(spec.name);
 
   const auto devices = case_devices(spec);
   reset_peak_memory(devices);
@@ -113,13 +124,12 @@ PreparedCase& prepare(const CaseSpec& spec, const Options& options) {
 // graph), one per value of the strategy's own options.
 void add_strategy_cases(CaseSpec spec, const Options& options, int visible_gpus, std::vector<CaseSpec>& cases) {
   const auto& strategy = *spec.strategy;
-  const int multi_gpus = options.gpus > 0 ? options.gpus : std::max(visible_gpus, 2);
-  spec.gpus = strategy.min_devices > 1 || strategy.distributed ? multi_gpus : 1;
-  // Without GPUs the CPU is the one device single-device cases run on.
-  if (spec.gpus > std::max(visible_gpus, 1)) {
-    spec.skip_reason = "needs " + std::to_string(spec.gpus) + " GPUs, " + std::to_string(visible_gpus) + " visible";
-  } else if (spec.cuda_graph && visible_gpus == 0) {
+  spec.gpus = strategy.min_devices > 1 || strategy.distributed ? multi_device_count(options, visible_gpus) : 1;
+  // Without GPUs every case runs on CPU devices (docs/JSON.md: devices=cpu).
+  if (spec.cuda_graph && visible_gpus == 0) {
     spec.skip_reason = "CUDA graphs need a GPU, 0 visible";
+  } else if (visible_gpus > 0 && spec.gpus > visible_gpus) {
+    spec.skip_reason = "needs " + std::to_string(spec.gpus) + " GPUs, " + std::to_string(visible_gpus) + " visible";
   }
   const auto batch = spec.config.batch_size;
   const auto base = base_name(strategy.name, spec.config, batch, spec.data);
@@ -135,10 +145,15 @@ void add_strategy_cases(CaseSpec spec, const Options& options, int visible_gpus,
   } else if (strategy.name == "pipeline") {
     for (auto split : split_sizes_for(options, batch)) {
       for (const auto& schedule : options.schedules) {
-        spec.config.split_size = split;
-        spec.config.schedule = schedule;
-        spec.name = base + gpus + "/split:" + std::to_string(split) + "/schedule:" + schedule + graph;
-        cases.push_back(spec);
+        for (auto lanes : options.stage_lanes) {
+          spec.config.split_size = split;
+          spec.config.schedule = schedule;
+          spec.config.stage_lanes = static_cast<int>(lanes);
+          // One lane is the default and keeps the names that baselines already hold.
+          const auto lanes_part = lanes == 1 ? std::string() : "/lanes:" + std::to_string(lanes);
+          spec.name = base + gpus + "/split:" + std::to_string(split) + "/schedule:" + schedule + lanes_part + graph;
+          cases.push_back(spec);
+        }
       }
     }
   } else if (strategy.distributed) {
@@ -170,6 +185,11 @@ void add_strategy_cases(CaseSpec spec, const Options& options, int visible_gpus,
 }
 
 }  // namespace
+
+int multi_device_count(const Options& options, int visible_gpus) {
+  if (options.gpus > 0) return options.gpus;
+  return visible_gpus > 0 ? std::max(visible_gpus, 2) : kCpuStandInDevices;
+}
 
 std::vector<CaseSpec> build_cases(const Options& options, int visible_gpus) {
   auto& registry = StrategyRegistry::instance();
@@ -210,6 +230,8 @@ std::vector<CaseSpec> build_cases(const Options& options, int visible_gpus) {
   return cases;
 }
 
+std::string device_kind(torch::Device device) { return c10::DeviceTypeName(device.type(), /*lower_case=*/true); }
+
 std::string format_label(const std::map<std::string, std::string>& facts) {
   std::string label;
   for (const auto& [key, value] : facts) label += (label.empty() ? "" : ";") + key + "=" + value;
@@ -230,11 +252,50 @@ void set_training_counters(benchmark::State& state, const CaseSpec& spec, double
   if (spec.strategy->name == "pipeline") state.counters["split_size"] = static_cast<double>(spec.config.split_size);
 }
 
-void report_progress(const CaseSpec& spec, size_t index, size_t total) {
-  static const auto run_start = std::chrono::steady_clock::now();
-  const auto elapsed = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - run_start).count();
-  std::fprintf(stderr, "[%zu/%zu %02lld:%02lld:%02lld] %s\n", index + 1, total, static_cast<long long>(elapsed / 3600),
-               static_cast<long long>(elapsed / 60 % 60), static_cast<long long>(elapsed % 60), spec.name.c_str());
+int64_t fixed_iterations(const CaseSpec& spec, const Options& options) {
+  if (options.iterations > 0) return options.iterations;
+  return spec.strategy->distributed ? kDefaultDistributedIterations : 0;
+}
+
+std::string benchmark_name(const std::string& case_name, int64_t fixed_iterations) {
+  return case_name + (fixed_iterations > 0 ? "/iterations:" + std::to_string(fixed_iterations) : "") + "/manual_time";
+}
+
+CaseFilter::CaseFilter(std::string filter) {
+  if (filter.empty() || filter == "all") filter = ".";
+  if (filter.front() == '-') {
+    negated_ = true;
+    filter.erase(0, 1);
+  }
+  try {
+    expression_ = std::regex(filter, std::regex::extended);
+  } catch (const std::regex_error& error) {
+    throw UsageError("--benchmark_filter=" + filter + " is not a valid extended regular expression: " + error.what());
+  }
+}
+
+bool CaseFilter::selects(const std::string& benchmark_name) const {
+  return std::regex_search(benchmark_name, expression_) != negated_;
+}
+
+RunProgress::RunProgress(size_t cases_to_run, bool print) : cases_to_run_(cases_to_run), print_(print) {}
+
+void RunProgress::case_started(const std::string& name) {
+  if (name == current_) return;
+  current_ = name;
+  ++started_;
+  if (!print_) return;
+  const auto clock = [](double seconds) {
+    const auto whole = static_cast<long long>(seconds + 0.5);
+    char text[32];
+    std::snprintf(text, sizeof text, "%02lld:%02lld:%02lld", whole / 3600, whole / 60 % 60, whole % 60);
+    return std::string(text);
+  };
+  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start_).count();
+  const size_t finished = started_ - 1;
+  const std::string left =
+      finished > 0 ? ", about " + clock(elapsed / finished * static_cast<double>(cases_to_run_ - finished)) + " left" : "";
+  std::fprintf(stderr, "[%zu/%zu %s%s] %s\n", started_, cases_to_run_, clock(elapsed).c_str(), left.c_str(), name.c_str());
 }
 
 void run_local_case(benchmark::State& state, const CaseSpec& spec, const Options& options) {
@@ -264,7 +325,9 @@ void run_local_case(benchmark::State& state, const CaseSpec& spec, const Options
       }
     }
     for (const auto& [name, value] : prepared.strategy->counters()) state.counters[name] = value;
-    state.SetLabel(format_label(prepared.strategy->describe()));
+    auto facts = prepared.strategy->describe();
+    facts["devices"] = device_kind(devices.front());
+    state.SetLabel(format_label(facts));
   } catch (const std::exception& error) {
     release_prepared_case();
     std::string message = error.what();
@@ -273,20 +336,15 @@ void run_local_case(benchmark::State& state, const CaseSpec& spec, const Options
   }
 }
 
-void register_cases(const std::vector<CaseSpec>& cases, const Options& options) {
-  for (size_t index = 0; index < cases.size(); ++index) {
-    const auto& spec = cases[index];
+void register_cases(const std::vector<CaseSpec>& cases, const Options& options, RunProgress& progress) {
+  for (const auto& spec : cases) {
     auto* benchmark = benchmark::RegisterBenchmark(
-        spec.name.c_str(), [spec, index, total = cases.size(), &options](benchmark::State& state) {
-          static std::string last_reported;
-          if (last_reported != spec.name) {
-            report_progress(spec, index, total);
-            last_reported = spec.name;
-          }
+        spec.name.c_str(), [spec, &options, &progress](benchmark::State& state) {
           if (!spec.skip_reason.empty()) {
-            state.SkipWithError(("skipped: " + spec.skip_reason).c_str());
+            state.SkipWithError(skipped_message(spec.skip_reason).c_str());
             return;
           }
+          progress.case_started(spec.name);
           if (spec.strategy->distributed) {
             run_distributed_case(state, spec, options);
           } else {
@@ -294,11 +352,7 @@ void register_cases(const std::vector<CaseSpec>& cases, const Options& options) 
           }
         });
     benchmark->UseManualTime()->Unit(benchmark::kMillisecond);
-    if (options.iterations > 0) {
-      benchmark->Iterations(options.iterations);
-    } else if (spec.strategy->distributed) {
-      benchmark->Iterations(kDefaultDistributedIterations);
-    }
+    if (const auto iterations = fixed_iterations(spec, options); iterations > 0) benchmark->Iterations(iterations);
   }
 }
 

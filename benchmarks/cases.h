@@ -6,7 +6,9 @@
 
 #include <benchmark/benchmark.h>
 
+#include <chrono>
 #include <map>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -24,13 +26,60 @@ struct CaseSpec {
   std::string skip_reason;   // non-empty: reported as skipped, not run
 };
 
+// Without GPUs, multi-device strategies run on this many CPU devices and ddp on as many CPU
+// ranks: they show the code paths and the harness, not what the strategies achieve on GPUs.
+inline constexpr int kCpuStandInDevices = 2;
+
+// Devices of a multi-device case and ranks of a ddp case: --gpus, else every visible GPU but at
+// least 2 (a case that needs more than are visible is skipped), else kCpuStandInDevices.
+int multi_device_count(const Options& options, int visible_gpus);
+
 std::vector<CaseSpec> build_cases(const Options& options, int visible_gpus);
 
+// The iterations of each repetition where they are fixed (--iterations; distributed cases
+// always), else 0: Google Benchmark's min-time rule decides.
+int64_t fixed_iterations(const CaseSpec& spec, const Options& options);
+
+// The name Google Benchmark reports for a case registered as `case_name`: with the suffixes it
+// appends (docs/JSON.md), as --benchmark_filter sees it.
+std::string benchmark_name(const std::string& case_name, int64_t fixed_iterations);
+
+// --benchmark_filter, applied by parbench as Google Benchmark applies it (an extended regular
+// expression searched for in the benchmark name; a leading '-' selects the names it does not
+// match; empty or "all" selects all), so that parbench knows which cases will run.
+class CaseFilter {
+ public:
+  explicit CaseFilter(std::string filter);  // throws UsageError for an invalid expression
+  bool selects(const std::string& benchmark_name) const;
+
+ private:
+  std::regex expression_;
+  bool negated_ = false;
+};
+
+// "[3/12 00:01:23, about 00:04:10 left] name" on stderr as each case that runs starts (skipped
+// cases print nothing): its number among them, the time since the run started and, from the
+// second case on, the average time of the cases so far times the cases left.
+class RunProgress {
+ public:
+  RunProgress(size_t cases_to_run, bool print);
+  // Google Benchmark calls a case once per repetition: only its first call counts.
+  void case_started(const std::string& name);
+
+ private:
+  size_t cases_to_run_;
+  bool print_;
+  size_t started_ = 0;
+  std::string current_;
+  std::chrono::steady_clock::time_point run_start_ = std::chrono::steady_clock::now();
+};
+
 // Registers every case; train cases run through run_local_case or, for distributed
-// strategies, run_distributed_case (benchmarks/distributed_runner.h).
+// strategies, run_distributed_case (benchmarks/distributed_runner.h). A skipped case reports
+// skipped_message(reason) (benchmarks/outcomes.h).
 // Repetitions come from Google Benchmark's --benchmark_repetitions (main sets it from
 // --repetitions), so case names carry no "/repeats:N" suffix.
-void register_cases(const std::vector<CaseSpec>& cases, const Options& options);
+void register_cases(const std::vector<CaseSpec>& cases, const Options& options, RunProgress& progress);
 
 void run_local_case(benchmark::State& state, const CaseSpec& spec, const Options& options);
 
@@ -39,10 +88,10 @@ void run_local_case(benchmark::State& state, const CaseSpec& spec, const Options
 void set_training_counters(benchmark::State& state, const CaseSpec& spec, double seconds, int64_t steps,
                            double params, double forward_flops_per_image);
 
+// "cuda" or "cpu": the label's `devices` fact (docs/JSON.md).
+std::string device_kind(torch::Device device);
+
 // A benchmark label: key=value pairs joined by ';' (docs/JSON.md).
 std::string format_label(const std::map<std::string, std::string>& facts);
-
-// "[3/40] name" progress lines on stderr, with the elapsed time of the run.
-void report_progress(const CaseSpec& spec, size_t index, size_t total);
 
 }  // namespace parbench

@@ -76,6 +76,8 @@ std::vector<std::pair<std::string, std::string>> run_context(const Options& opti
   context.emplace_back("nccl_version", nccl);
   context.emplace_back("gpu_count", std::to_string(gpu_count));
   context.emplace_back("gpu_names", gpu_names.empty() ? "none" : gpu_names);
+  // Without GPUs every case runs on CPU devices, multi-device ones on CPU stand-ins (docs/JSON.md).
+  context.emplace_back("devices", gpu_count > 0 ? "cuda" : "cpu");
   context.emplace_back("tf32_cudnn", bool_text(at::globalContext().allowTF32CuDNN()));
   context.emplace_back("tf32_matmul", bool_text(at::globalContext().allowTF32CuBLAS()));
   std::array<char, 256> host{};

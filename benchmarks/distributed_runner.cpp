@@ -77,6 +77,7 @@ RankedRun run_training_rank(World& world, const CaseSpec& spec, const Options& o
 
     run.facts = strategy->describe();
     run.facts["scaling"] = spec.scaling;
+    run.facts["devices"] = device_kind(world.device());
     for (const auto& parameter : strategy->model().module().parameters()) run.params += parameter.numel();
     run.forward_flops_per_image = strategy->model().forward_flops_per_image(config.image_size);
   }

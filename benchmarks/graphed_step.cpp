@@ -5,6 +5,7 @@
 #ifdef PARBENCH_WITH_CUDA
 #include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #endif
@@ -15,10 +16,21 @@ namespace parbench {
 
 #ifdef PARBENCH_WITH_CUDA
 
+// The graph spans every device of the step: its capture begins on the first device's
+// capture stream, and the other devices' capture streams join it through events. Each device's
+// allocations during the capture go to one private pool id, on each device.
 struct GraphedStep::Captured {
-  explicit Captured(torch::Device device) : device(device) {}
-  torch::Device device;
+  explicit Captured(std::vector<torch::Device> devices) : devices(std::move(devices)) {}
+  ~Captured() {
+    graph.reset();  // releases the pool on the first device
+    if (!pool_ended) return;
+    for (size_t d = 1; d < devices.size(); ++d) c10::cuda::CUDACachingAllocator::releasePool(devices[d].index(), pool);
+  }
+  std::vector<torch::Device> devices;
   at::cuda::CUDAGraph graph;
+  c10::MempoolId_t pool{0, 0};
+  c10::CaptureId_t capture_id = 0;
+  bool pool_ended = false;  // the other devices' pools were begun and ended: release them
   Batch input;
   torch::Tensor loss;
 };
@@ -42,58 +54,106 @@ void copy_unless_same(torch::Tensor& destination, const torch::Tensor& source) {
   if (!destination.is_same(source)) destination.copy_(source, /*non_blocking=*/true);
 }
 
+// `waiter` queues behind the work queued so far on `stream`.
+void wait_for(const c10::cuda::CUDAStream& waiter, const c10::cuda::CUDAStream& stream) {
+  at::cuda::CUDAEvent event;
+  event.record(stream);
+  event.block(waiter);
+}
+
 }  // namespace
 
 GraphedStep::GraphedStep(Strategy& strategy, Batch example) {
   const auto& devices = strategy.devices();
-  if (devices.size() != 1 || !devices.front().is_cuda()) {
-    throw std::invalid_argument("a CUDA graph captures a step on one GPU; this strategy runs on " +
-                                std::to_string(devices.size()) + " device(s)" +
-                                (devices.empty() ? "" : ", the first " + devices.front().str()));
+  for (size_t d = 0; d < devices.size(); ++d) {
+    if (!devices[d].is_cuda()) {
+      throw std::invalid_argument("a CUDA graph captures a step on GPUs; this strategy runs on " + devices[d].str());
+    }
+    for (size_t e = 0; e < d; ++e) {
+      if (devices[d] == devices[e]) throw std::invalid_argument("a CUDA graph captures a step on distinct GPUs");
+    }
   }
-  const auto device = devices.front();
-  c10::cuda::CUDAGuard on_device(device);
-  captured_ = std::make_unique<Captured>(device);
+  if (devices.empty()) throw std::invalid_argument("a CUDA graph captures a step on GPUs; this strategy has no device");
+  const auto primary = devices.front();
+  c10::cuda::CUDAGuard on_primary(primary);
+  captured_ = std::make_unique<Captured>(devices);
   captured_->input = std::move(example);
 
-  const auto caller = c10::cuda::getCurrentCUDAStream(device.index());
-  const auto side = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index());
-  at::cuda::CUDAEvent caller_done;
-  caller_done.record(caller);
-  caller_done.block(side);
+  // On each device a side stream behind the caller's current one becomes current: the warm-up
+  // steps and the capture run there.
+  std::vector<c10::cuda::CUDAStream> callers, sides;
+  for (const auto& device : devices) {
+    callers.push_back(c10::cuda::getCurrentCUDAStream(device.index()));
+    sides.push_back(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index()));
+    wait_for(sides.back(), callers.back());
+  }
   {
-    c10::cuda::CUDAStreamGuard on_side(side);
+    c10::cuda::CUDAMultiStreamGuard on_sides(sides);
     for (int step = 0; step < kGraphWarmupSteps; ++step) strategy.train_step(captured_->input);
     AutocastCacheOff no_cached_casts;
-    // Thread-local mode: other threads' CUDA calls (NCCL's watchdog polling its events) stay
-    // legal while this thread captures.
-    captured_->graph.capture_begin(/*pool=*/{0, 0}, cudaStreamCaptureModeThreadLocal);
+    auto& captured = *captured_;
+    captured.pool = at::cuda::graph_pool_handle();
+    // As CUDAGraph does for its own device: routed to the pool before the capture begins, so
+    // an autograd thread's free cannot race the capture's start.
+    for (size_t d = 1; d < devices.size(); ++d) {
+      c10::cuda::CUDACachingAllocator::beginAllocateToPool(
+          devices[d].index(), captured.pool, [&captured](cudaStream_t stream) {
+            cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+            unsigned long long id = 0;
+            return cudaStreamGetCaptureInfo(stream, &status, &id) == cudaSuccess &&
+                   status == cudaStreamCaptureStatusActive && id == captured.capture_id;
+          });
+    }
+    const auto end_pools = [&captured] {
+      if (captured.pool_ended) return;
+      for (size_t d = 1; d < captured.devices.size(); ++d) {
+        c10::cuda::CUDACachingAllocator::endAllocateToPool(captured.devices[d].index(), captured.pool);
+      }
+      captured.pool_ended = true;
+    };
+    // Thread-local mode: other threads' CUDA calls (NCCL's watchdog polling its events, a
+    // pipeline stage's host thread) stay legal while this thread captures.
     try {
-      captured_->loss = strategy.train_step(captured_->input);
+      captured.graph.capture_begin(captured.pool, cudaStreamCaptureModeThreadLocal);
+      cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+      C10_CUDA_CHECK(cudaStreamGetCaptureInfo(sides.front(), &status, &captured.capture_id));
+      // The other devices' side streams join the capture behind its start.
+      for (size_t d = 1; d < sides.size(); ++d) wait_for(sides[d], sides.front());
+      captured.loss = strategy.train_step(captured.input);
+      for (size_t d = 1; d < sides.size(); ++d) wait_for(sides.front(), sides[d]);
     } catch (...) {
-      // End the capture so the stream and the allocator work again for the cases after this one.
+      // End the capture so the streams and the allocator work again for the cases after this one.
       try {
-        captured_->graph.capture_end();
+        captured.graph.capture_end();
       } catch (const std::exception&) {
         // The step's own error is the one to report.
       }
+      end_pools();
       throw;
     }
-    captured_->graph.capture_end();
+    captured.graph.capture_end();
+    end_pools();
   }
-  at::cuda::CUDAEvent side_done;
-  side_done.record(side);
-  side_done.block(caller);
+  for (size_t d = 0; d < devices.size(); ++d) wait_for(callers[d], sides[d]);
 }
 
 GraphedStep::~GraphedStep() = default;
 
 torch::Tensor GraphedStep::run(const Batch& batch) {
-  c10::cuda::CUDAGuard on_device(captured_->device);
-  copy_unless_same(captured_->input.inputs, batch.inputs);
-  copy_unless_same(captured_->input.targets, batch.targets);
-  captured_->graph.replay();
-  return captured_->loss;
+  auto& captured = *captured_;
+  copy_unless_same(captured.input.inputs, batch.inputs);
+  copy_unless_same(captured.input.targets, batch.targets);
+  // The graph launches on the first device's current stream, behind every device's current
+  // work, and every device's current stream then waits for the whole graph.
+  const auto& devices = captured.devices;
+  const auto primary = c10::cuda::getCurrentCUDAStream(devices.front().index());
+  for (size_t d = 1; d < devices.size(); ++d) wait_for(primary, c10::cuda::getCurrentCUDAStream(devices[d].index()));
+  {
+    c10::cuda::CUDAGuard on_primary(devices.front());
+    captured.graph.replay();
+  }
+  for (size_t d = 1; d < devices.size(); ++d) wait_for(c10::cuda::getCurrentCUDAStream(devices[d].index()), primary);
+  return captured.loss;
 }
 
 #else
@@ -101,7 +161,7 @@ torch::Tensor GraphedStep::run(const Batch& batch) {
 struct GraphedStep::Captured {};
 
 GraphedStep::GraphedStep(Strategy&, Batch) {
-  throw std::invalid_argument("a CUDA graph captures a step on one GPU, and this parbench was built without CUDA");
+  throw std::invalid_argument("a CUDA graph captures a step on GPUs, and this parbench was built without CUDA");
 }
 
 GraphedStep::~GraphedStep() = default;

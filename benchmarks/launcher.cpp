@@ -343,12 +343,6 @@ RankedRun run_as_external_rank(ExternalRank& external, int ranks, const std::fun
   }
 }
 
-class SilentReporter final : public benchmark::BenchmarkReporter {
- public:
-  bool ReportContext(const Context& /*context*/) override { return true; }
-  void ReportRuns(const std::vector<Run>& /*reports*/) override {}
-};
-
 }  // namespace
 
 std::string launch_ranks(const LaunchRequest& request) {
@@ -665,7 +659,5 @@ int finish_external_launch() {
   external->world.reset();
   return status;
 }
-
-std::unique_ptr<benchmark::BenchmarkReporter> make_silent_reporter() { return std::make_unique<SilentReporter>(); }
 
 }  // namespace parbench

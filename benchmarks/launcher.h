@@ -147,7 +147,4 @@ std::optional<RankInfo> external_launch(Options& options, int visible_gpus);
 // trusted, so the later ones were skipped), else 0.
 int finish_external_launch();
 
-// A reporter that prints nothing: ranks other than 0 run the cases without reporting.
-std::unique_ptr<benchmark::BenchmarkReporter> make_silent_reporter();
-
 }  // namespace parbench

@@ -4,23 +4,69 @@
 #include "benchmarks/context.h"
 #include "benchmarks/launcher.h"
 #include "benchmarks/options.h"
+#include "benchmarks/outcomes.h"
 
 #include <benchmark/benchmark.h>
 #include <torch/torch.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <map>
 #include <optional>
 #include <string>
+
+namespace parbench {
+namespace {
+
+// Exit status (README.md, "Exit status"; --help).
+constexpr int kExitAllRan = 0;        // every case ran or was skipped
+constexpr int kExitCaseFailed = 1;    // a case failed, or the output could not be written
+constexpr int kExitBadInput = 2;      // nothing ran: a bad command line or launcher variables
+
+void check_cut(const Options& options, int visible_gpus) {
+  if (options.cut.empty() || options.cut == "balanced") return;
+  const int devices = multi_device_count(options, visible_gpus);
+  const bool multi_device_cases_run = visible_gpus == 0 || devices <= visible_gpus;
+  const auto parts = std::count(options.cut.begin(), options.cut.end(), '|') + 1;
+  if (multi_device_cases_run && parts != devices) {
+    throw UsageError("--cut=" + options.cut + " places stages on " + std::to_string(parts) + " devices but " +
+                     std::to_string(devices) + " are used (" +
+                     (visible_gpus > 0 ? "set --gpus, or give one part per GPU"
+                                       : "without GPUs multi-device cases run on " +
+                                             std::to_string(kCpuStandInDevices) + " CPU devices") +
+                     ")");
+  }
+}
+
+// Keeps the cases --benchmark_filter selects; parbench applies it itself so that the progress
+// lines know how many cases will run.
+template <typename Case, typename IterationsOf>
+void keep_selected(std::vector<Case>& cases, const CaseFilter& filter, IterationsOf iterations_of) {
+  cases.erase(std::remove_if(cases.begin(), cases.end(),
+                             [&](const Case& spec) {
+                               return !filter.selects(benchmark_name(spec.name, iterations_of(spec)));
+                             }),
+              cases.end());
+}
+
+template <typename Case>
+size_t count_to_run(const std::vector<Case>& cases) {
+  return static_cast<size_t>(
+      std::count_if(cases.begin(), cases.end(), [](const Case& spec) { return spec.skip_reason.empty(); }));
+}
+
+}  // namespace
+}  // namespace parbench
 
 int main(int argc, char** argv) {
   using namespace parbench;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
       std::fputs(usage().c_str(), stdout);
-      return 0;
+      return kExitAllRan;
     }
   }
 
@@ -37,15 +83,10 @@ int main(int argc, char** argv) {
       throw UsageError("--gpus=" + std::to_string(options.gpus) + " asks for more GPUs than the " +
                        std::to_string(visible_gpus) + " visible");
     }
-    const int multi_gpus = options.gpus > 0 ? options.gpus : visible_gpus;
-    const auto cut_parts = std::count(options.cut.begin(), options.cut.end(), '|') + 1;
-    if (!options.cut.empty() && options.cut != "balanced" && multi_gpus >= 2 && cut_parts != multi_gpus) {
-      throw UsageError("--cut=" + options.cut + " places stages on " + std::to_string(cut_parts) + " devices but " +
-                       std::to_string(multi_gpus) + " GPUs are used (set --gpus, or give one part per GPU)");
-    }
+    check_cut(options, visible_gpus);
   } catch (const UsageError& error) {
     std::fprintf(stderr, "parbench: %s\n", error.what());
-    return 2;
+    return kExitBadInput;
   }
   if (worker) return run_worker(*worker, options, visible_gpus);
 
@@ -75,7 +116,7 @@ int main(int argc, char** argv) {
   if (!user_set_repetitions) benchmark_args.push_back(repetitions_flag.data());
   int benchmark_argc = static_cast<int>(benchmark_args.size());
   benchmark::Initialize(&benchmark_argc, benchmark_args.data());
-  if (benchmark::ReportUnrecognizedArguments(benchmark_argc, benchmark_args.data())) return 2;
+  if (benchmark::ReportUnrecognizedArguments(benchmark_argc, benchmark_args.data())) return kExitBadInput;
 
   // Under an external launcher every process is one rank: only the distributed cases run, and
   // the launcher's ranks stand in for the visible GPUs.
@@ -89,32 +130,44 @@ int main(int argc, char** argv) {
                    external->world_size, external->source.c_str());
     }
   }
-  std::map<std::string, std::pair<int, std::string>> skipped;  // strategy: cases, reason
-  for (const auto& spec : cases) {
-    if (spec.skip_reason.empty()) continue;
-    auto& entry = skipped[spec.strategy->name];
-    ++entry.first;
-    entry.second = spec.skip_reason;
+  auto allreduce_cases = build_allreduce_cases(options, visible_gpus > 0 ? case_gpus : 0);
+  const size_t built = cases.size() + allreduce_cases.size();
+  try {
+    const CaseFilter filter(benchmark::GetBenchmarkFilter());
+    keep_selected(cases, filter, [&](const CaseSpec& spec) { return fixed_iterations(spec, options); });
+    keep_selected(allreduce_cases, filter, [&](const AllreduceCase&) { return distributed_iterations(options); });
+    if (cases.empty() && allreduce_cases.empty()) {
+      throw UsageError(built == 0 ? std::string("no case to run: under a launcher only distributed cases (ddp) run")
+                                  : "--benchmark_filter=" + benchmark::GetBenchmarkFilter() +
+                                        " selects no case of the " + std::to_string(built) + " this run has");
+    }
+  } catch (const UsageError& error) {
+    std::fprintf(stderr, "parbench: %s\n", error.what());
+    return kExitBadInput;
   }
-  for (const auto& [strategy, entry] : skipped) {
-    std::fprintf(stderr, "parbench: skipping %s (%d case%s): %s\n", strategy.c_str(), entry.first,
-                 entry.first == 1 ? "" : "s", entry.second.c_str());
-  }
-  register_cases(cases, options);
-  register_allreduce_cases(build_allreduce_cases(options, visible_gpus > 0 ? case_gpus : 0), options);
+
+  RunProgress progress(count_to_run(cases) + count_to_run(allreduce_cases), writes_output);
+  register_cases(cases, options, progress);
+  register_allreduce_cases(allreduce_cases, options, progress);
   add_run_context(options);
-  if (writes_output) {
-    benchmark::RunSpecifiedBenchmarks();
-  } else {
-    const auto silent = make_silent_reporter();
-    benchmark::RunSpecifiedBenchmarks(silent.get());
-  }
+  CaseOutcomes outcomes;
+  const auto reporter =
+      make_outcome_reporter(writes_output ? benchmark::CreateDefaultDisplayReporter() : nullptr, outcomes);
+  // The cases registered are the ones the filter selects.
+  benchmark::RunSpecifiedBenchmarks(reporter.get(), ".");
   benchmark::Shutdown();
 
+  int status = outcomes.any_failed() ? kExitCaseFailed : kExitAllRan;
+  status = std::max(status, finish_external_launch());
+  // A listing (--benchmark_list_tests) ran nothing: there is nothing to sum up.
+  if (writes_output && !outcomes.empty()) {
+    for (const auto& line : outcomes.summary()) std::fprintf(stderr, "%s\n", line.c_str());
+  }
   if (!partial_path.empty() && std::rename(partial_path.c_str(), options.benchmark_out.c_str()) != 0) {
     std::fprintf(stderr, "parbench: could not move %s to %s: %s\n", partial_path.c_str(),
                  options.benchmark_out.c_str(), std::strerror(errno));
-    return 1;
+    unlink(partial_path.c_str());
+    return kExitCaseFailed;
   }
-  return finish_external_launch();
+  return status;
 }

@@ -4,6 +4,7 @@
 #include "strategies/partition.h"
 #include "strategies/whole_number.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -111,7 +112,12 @@ std::string writability_problem(const std::string& path) {
   const auto slash = path.rfind('/');
   const std::string directory = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
   if (access(directory.c_str(), W_OK) != 0) return "directory '" + directory + "': " + std::strerror(errno);
-  if (access(path.c_str(), F_OK) == 0 && access(path.c_str(), W_OK) != 0) return std::strerror(errno);
+  // The run writes <path>.partial, then renames it to <path> (benchmarks/main.cpp).
+  for (const auto& file : {path, path + ".partial"}) {
+    struct stat info {};
+    if (stat(file.c_str(), &info) == 0 && S_ISDIR(info.st_mode)) return "'" + file + "' is a directory";
+    if (access(file.c_str(), F_OK) == 0 && access(file.c_str(), W_OK) != 0) return "'" + file + "': " + std::strerror(errno);
+  }
   return "";
 }
 
@@ -162,6 +168,8 @@ Google Benchmark's own flags all work: --benchmark_filter=REGEX, --benchmark_rep
                          host's dispatch cost leaves the step (single and ddp, on GPUs); default off
   --split-sizes=LIST     pipeline micro-batch sizes; default 1,3,5,8,10,12,20,40,60 and the full batch
   --schedules=LIST       pipeline schedules: tutorial, gpipe, 1f1b; default all three
+  --stage-lanes=LIST     pipeline on GPUs: compute streams per stage, 1 | 2 (micro-batches take the
+                         two in turn, so a forward can overlap a backward); default 1
   --cut=SPEC             stage placement for model_parallel/pipeline: balanced, or stages per device
                          such as stem,layer1,layer2|layer3,layer4,head; default the tutorial's cut on
                          2 devices, balanced otherwise
@@ -171,6 +179,16 @@ Google Benchmark's own flags all work: --benchmark_filter=REGEX, --benchmark_rep
   --dist-timeout=SECONDS ddp: how long any rank waits for the others before failing; default 60
   --allreduce=on|off     run the comm/allreduce sweep with ddp; default on
   --help                 this text
+
+Exit status:
+  0  every case ran, or was skipped before it started: too few GPUs, or a combination that
+     does not apply (a CUDA graph of pipeline); the skips are listed once, at the end
+  1  a case failed (an exception, out of memory, a rank that died, hung or timed out) or the
+     output file could not be moved into place; the other cases still ran and the JSON
+     records the failure
+  2  bad input: the command line, the launcher's variables, an unwritable --benchmark_out or a
+     --benchmark_filter that selects no case; nothing ran and no output file was written
+The last line on stderr sums the run up: "parbench: 12 ran, 9 skipped (...), 1 failed: CASE: WHY".
 )";
 }
 
@@ -221,6 +239,7 @@ Options parse_options(int argc, char** argv, bool has_gpu, std::vector<char*>* b
       {"timer", [&](auto& f, auto& v) { options.timer = pick<TimerKind>(f, v, {{"event", TimerKind::kEvent}, {"host", TimerKind::kHost}}); }},
       {"cuda-graph", [&](auto& f, auto& v) { options.cuda_graphs = pick_list(f, v, kOnOff); }},
       {"split-sizes", [&](auto& f, auto& v) { options.split_sizes = int_list(f, v, 1); }},
+      {"stage-lanes", [&](auto& f, auto& v) { options.stage_lanes = pick_list<int64_t>(f, v, {{"1", 1}, {"2", 2}}); }},
       {"schedules", [&](auto& f, auto& v) { options.schedules = pick_list<std::string>(f, v, {{"tutorial", "tutorial"}, {"gpipe", "gpipe"}, {"1f1b", "1f1b"}}); }},
       {"cut", [&](auto&, auto& v) { options.cut = v; }},
       {"bucket-mib", [&](auto& f, auto& v) {

@@ -40,6 +40,7 @@ struct Options {
   // pipeline
   std::vector<int64_t> split_sizes;  // empty: the tutorial's sweep plus the full batch
   std::vector<std::string> schedules = {"tutorial", "gpipe", "1f1b"};
+  std::vector<int64_t> stage_lanes = {1};
   std::string cut;
   // ddp
   std::vector<double> bucket_mibs = {25.0};

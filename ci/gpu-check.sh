@@ -2,9 +2,12 @@
 # Builds, tests and times parbench on a GPU machine in one call.
 #   ci/gpu-check.sh STEP...   steps, in the order given: build, test, smoke, model_parallel,
 #                             data_parallel, reference (= model_parallel data_parallel), tutorial,
-#                             concurrent_single, graph
+#                             concurrent_single, graph, pipeline, fault
 # The GPU machines have no network: Google Benchmark, GoogleTest and nlohmann/json come as
-# Debian packages in .deps/ (cp ../shared/device-deps/*.deb .deps/), unpacked into a prefix.
+# files in .deps/: Debian packages (cp ../shared/device-deps/*.deb .deps/), unpacked into a
+# prefix, and Google Benchmark's source, built in Release there (seconds), as ci/setup.sh builds
+# it everywhere. `bash ci/setup.sh`, run once on a machine with network, leaves that source
+# (.deps/benchmark_1.7.1.orig.tar.gz) in .deps/.
 # Everything (logs, JSON, figures, REPORT.md) goes to $OUT/results.tgz; the JSON files also
 # to $OUT directly. A failing step is reported and the later steps still run.
 # The machine's copy carries the .git of the last landed commit, not of the working tree sent:
@@ -30,8 +33,10 @@ step_build() {
   nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv | tee "$results/gpus.csv"
   lscpu >"$results/lscpu.txt"
   grep -E "^(Model name|CPU\(s\)|Thread\(s\) per core|NUMA node\(s\)|CPU max MHz)" "$results/lscpu.txt"
-  PARBENCH_NO_APT=1 BUILD_DIR=build-gpu bash ci/build.sh "-Dbenchmark_DIR=$lib/cmake/benchmark" \
-    "-DGTest_DIR=$lib/cmake/GTest" "-Dnlohmann_json_DIR=$deps/usr/share/cmake/nlohmann_json" >"$results/build.log" 2>&1
+  # Google Benchmark is built under $deps, from .deps/'s tarball, whatever .deps/ carries built.
+  PARBENCH_NO_APT=1 PARBENCH_BENCHMARK_PREFIX="$deps/benchmark-release" BUILD_DIR=build-gpu \
+    BUILD_LOG="$results/cmake.log" bash ci/build.sh "-DGTest_DIR=$lib/cmake/GTest" \
+    "-Dnlohmann_json_DIR=$deps/usr/share/cmake/nlohmann_json" >"$results/build.log" 2>&1
   local status=$?
   tail -n 3 "$results/build.log"
   return $status
@@ -101,6 +106,78 @@ step_graph() {
   bench graph_buckets --strategies=single,ddp --precision=fp32 --cuda-graph=on --bucket-mib=5,10,25,50 \
     --overlap=on,off --allreduce=off --repetitions=10 --benchmark_min_time=0.2 || status=1
   return $status
+}
+
+# The pipeline targets (issue 14): graph pipelines over the split sizes, schedules and both cuts
+# against single-graph, graph model_parallel, and the eager pipeline at split 20, each set-up's
+# cases in one process with the single cases they are compared with.
+step_pipeline() {
+  local status=0
+  local common=(--strategies=single,model_parallel,pipeline --precision=fp32 --repetitions=5 --benchmark_min_time=0.2)
+  bench pipeline_128 "${common[@]}" --cuda-graph=off,on --split-sizes=10,12,15,20,24,30,40,60 \
+    --benchmark_filter='single|model_parallel|graph:on|split:20/' || status=1
+  bench pipeline_128_balanced "${common[@]}" --cut=balanced --cuda-graph=on --split-sizes=10,12,15,20,24,30,40,60 || status=1
+  bench pipeline_224 "${common[@]}" --image=224 --batch=128 --cuda-graph=off,on --split-sizes=8,16,32,64 \
+    --benchmark_filter='single|model_parallel|graph:on' || status=1
+  bench pipeline_224_balanced "${common[@]}" --image=224 --batch=128 --cut=balanced --cuda-graph=on \
+    --split-sizes=8,16,32,64 || status=1
+  return $status
+}
+
+# One ddp rank killed mid-case (README.md, "Exit status"): parbench must fail that case, run the
+# next, record the failure in its JSON and exit 1. Prints the exit status, how long the launcher
+# took to notice and how long the run took to end after the kill.
+step_fault() {
+  local json="$results/fault.json" stderr="$results/fault.stderr" marker="parbench-fault-$$"
+  PARBENCH_FAULT_CHECK=$marker "$parbench" --strategies=ddp --precision=fp32 --overlap=on,off --allreduce=off \
+    --repetitions=3 --iterations=200 --dist-timeout=20 --benchmark_out="$json" --benchmark_out_format=json \
+    >"$results/fault.txt" 2>"$stderr" &
+  local parbench_pid=$! rank="" child
+  for _ in $(seq 1200); do  # rank 1 of the first case: the child of parbench with RANK=1
+    for child in $(pgrep -P "$parbench_pid"); do
+      tr '\0' '\n' <"/proc/$child/environ" 2>/dev/null | grep -qx RANK=1 && rank=$child
+    done
+    [[ -n $rank ]] && break
+    sleep 0.1
+  done
+  if [[ -z $rank ]]; then
+    echo "fault: no rank 1 appeared"; kill "$parbench_pid"; wait "$parbench_pid"; return 1
+  fi
+  sleep 8  # into the case: set-up, warm-up or its 3 x 200 timed steps
+  kill -9 "$rank"
+  local killed_at noticed_at="" status
+  killed_at=$(date +%s.%N)
+  while kill -0 "$parbench_pid" 2>/dev/null; do
+    [[ -z $noticed_at ]] && grep -q '^\[2/2' "$stderr" && noticed_at=$(date +%s.%N)
+    sleep 0.05
+  done
+  wait "$parbench_pid"
+  status=$?
+  local ended_at left
+  ended_at=$(date +%s.%N)
+  left=$(grep -l "PARBENCH_FAULT_CHECK=$marker" /proc/[0-9]*/environ 2>/dev/null | grep -v "^/proc/$$/" | wc -l)
+  local noticed="never"
+  [[ -n $noticed_at ]] && noticed="$(awk -v a="$killed_at" -v b="$noticed_at" 'BEGIN { printf "%.1f s after the kill", b - a }')"
+  echo "fault: parbench exit status $status (1 expected); the next case started: $noticed; the run ended" \
+    "$(awk -v a="$killed_at" -v b="$ended_at" 'BEGIN { printf "%.1f", b - a }') s after the kill;" \
+    "rank processes left: $left (0 expected)"
+  echo "fault: last line on stderr: $(tail -n 1 "$stderr")"
+  python3 - "$json" <<'PY'
+import json, sys
+outcomes = {}
+for entry in json.load(open(sys.argv[1]))["benchmarks"]:
+    if entry["run_type"] == "iteration":
+        outcomes.setdefault(entry["run_name"].split("/iterations:")[0], []).append(entry.get("error_message", ""))
+for name, errors in outcomes.items():
+    print(f"fault: {name}: {len(errors)} repetitions, error: {errors[0] or 'none'}")
+killed = [errors for name, errors in outcomes.items() if "overlap:on" in name]
+ran = [errors for name, errors in outcomes.items() if "overlap:off" in name]
+ok = (killed and all("rank 1 was killed by signal 9" in e for e in killed[0])
+      and ran and not any(ran[0]))
+sys.exit(0 if ok else 1)
+PY
+  local recorded=$?
+  [[ $status == 1 && $recorded == 0 && $left == 0 ]]
 }
 
 step_reference() {

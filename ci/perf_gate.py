@@ -41,14 +41,16 @@ REGRESSION = "REGRESSION"
 SLOWER_NOT_SIGNIFICANT = "slower, not significant"
 FASTER_NOT_SIGNIFICANT = "faster, not significant"
 TOO_FEW_REPETITIONS = "too few repetitions"
-ONLY_IN_BASELINE = "only in baseline"
+# The baseline measured the benchmark and the candidate did not: it is absent, or every
+# repetition errored (failed, or skipped: "skipped: <reason>"). Both fail unless --allow-missing.
+MISSING_IN_CANDIDATE = "MISSING in candidate"
+FAILED_IN_CANDIDATE = "FAILED in candidate"
+LOST_VERDICTS = {MISSING_IN_CANDIDATE, FAILED_IN_CANDIDATE}
+ONLY_IN_BASELINE = "only in baseline"  # and not measured there either
 ONLY_IN_CANDIDATE = "only in candidate"
 ERROR_IN_BASELINE = "error in baseline"
-ERROR_IN_CANDIDATE = "error in candidate"
 ERROR_IN_BOTH = "error in both"
 NO_METRIC = "no metric"
-# Verdicts that mean one side measured the benchmark and the other did not.
-UNMATCHED_VERDICTS = {ONLY_IN_BASELINE, ONLY_IN_CANDIDATE, ERROR_IN_BASELINE, ERROR_IN_CANDIDATE}
 COMPARED_VERDICTS = {PASS, IMPROVED, REGRESSION, SLOWER_NOT_SIGNIFICANT, FASTER_NOT_SIGNIFICANT}
 
 
@@ -79,6 +81,7 @@ class Row:
     baseline_repetitions: int = 0
     candidate_repetitions: int = 0
     threshold_only: bool = False  # too few repetitions for the U test: judged by the threshold alone
+    candidate_error: str | None = None  # why the candidate has no measurement: its error messages
 
 
 @dataclass
@@ -92,7 +95,7 @@ class Report:
     candidate_context: dict = field(default_factory=dict)
 
     def failing_rows(self) -> list:
-        failing = {REGRESSION} | (UNMATCHED_VERDICTS if self.settings.fail_on_missing else set())
+        failing = {REGRESSION} | (set() if self.settings.allow_missing else LOST_VERDICTS)
         return [row for row in self.rows if row.verdict in failing]
 
     @property
@@ -239,7 +242,7 @@ def judge(name: str, base: list, cand: list, settings: argparse.Namespace) -> Ro
 def unjudged_verdict(name: str, baseline: Run, candidate: Run) -> str | None:
     """The verdict of a benchmark that cannot be compared, or None when it can."""
     if name not in candidate.names:
-        return ONLY_IN_BASELINE
+        return MISSING_IN_CANDIDATE if name in baseline.samples else ONLY_IN_BASELINE
     if name not in baseline.names:
         return ONLY_IN_CANDIDATE
     base_measured, cand_measured = name in baseline.samples, name in candidate.samples
@@ -250,7 +253,7 @@ def unjudged_verdict(name: str, baseline: Run, candidate: Run) -> str | None:
     if not base_measured:
         return ERROR_IN_BASELINE
     if not cand_measured:
-        return ERROR_IN_CANDIDATE
+        return FAILED_IN_CANDIDATE
     return None
 
 
@@ -268,10 +271,12 @@ def compare(baseline: Run, candidate: Run, settings: argparse.Namespace) -> Repo
             report.rows.append(judge(name, baseline.samples[name], candidate.samples[name], settings))
         else:
             base, cand = baseline.samples.get(name, []), candidate.samples.get(name, [])
+            errors = sorted(set(candidate.errors.get(name, [])))
             report.rows.append(Row(name=name, verdict=verdict,
                                    baseline_median=statistics.median(base) if base else None,
                                    candidate_median=statistics.median(cand) if cand else None,
-                                   baseline_repetitions=len(base), candidate_repetitions=len(cand)))
+                                   baseline_repetitions=len(base), candidate_repetitions=len(cand),
+                                   candidate_error="; ".join(errors) if errors else None))
 
     for side, run in (("baseline", baseline), ("candidate", candidate)):
         for name, messages in run.errors.items():
@@ -283,7 +288,9 @@ def compare(baseline: Run, candidate: Run, settings: argparse.Namespace) -> Repo
     if too_few:
         report.unusable.append(f"{len(too_few)} benchmark(s) have fewer than {MIN_REPETITIONS_FOR_U_TEST} "
                                "repetitions a side for the U test (--too-few-repetitions=fail)")
-    if not any(row.verdict in COMPARED_VERDICTS | {TOO_FEW_REPETITIONS} for row in report.rows):
+    # A candidate that lost every benchmark the baseline measured failed: that is a verdict, not unusable input.
+    judged = COMPARED_VERDICTS | {TOO_FEW_REPETITIONS} | (set() if settings.allow_missing else LOST_VERDICTS)
+    if not any(row.verdict in judged for row in report.rows):
         report.unusable.append("no benchmark has measurements on both sides: nothing was compared")
     return report
 
@@ -337,8 +344,13 @@ def notes(report: Report) -> list:
     """Lines under the verdict: why unusable, warnings, unmatched benchmarks, errored repetitions."""
     lines = [f"unusable: {reason}" for reason in report.unusable]
     lines += [f"warning: {warning}" for warning in report.warnings]
-    missing_effect = "fails (--fail-on-missing)" if report.settings.fail_on_missing else "does not fail"
-    lines += [f"{row.verdict}: {row.name} ({missing_effect})" for row in report.rows if row.verdict in UNMATCHED_VERDICTS]
+    lost_effect = "reported only (--allow-missing)" if report.settings.allow_missing else "fails the gate"
+    for row in report.rows:
+        if row.verdict in LOST_VERDICTS:
+            why = f": {row.candidate_error}" if row.candidate_error else ""
+            lines.append(f"{row.verdict}: {row.name}{why} ({lost_effect})")
+        elif row.verdict in {ONLY_IN_BASELINE, ONLY_IN_CANDIDATE, ERROR_IN_BASELINE}:
+            lines.append(f"{row.verdict}: {row.name} (does not fail)")
     lines += [f"errored: {error}" for error in report.errors]
     return lines
 
@@ -389,7 +401,7 @@ def render_json(report: Report) -> dict:
         "alpha": settings.alpha,
         "too_few_repetitions": settings.too_few_repetitions,
         "min_repetitions_for_u_test": MIN_REPETITIONS_FOR_U_TEST,
-        "fail_on_missing": settings.fail_on_missing,
+        "allow_missing": settings.allow_missing,
         "unusable": report.unusable,
         "warnings": report.warnings,
         "errors": report.errors,
@@ -428,7 +440,8 @@ def parse_arguments(argv: list | None) -> argparse.Namespace:
         prog="perf-gate",
         description="Compare a candidate parbench (Google Benchmark) JSON run against a baseline and fail "
                     "on performance regressions. See docs/PERF_GATE.md.",
-        epilog="exit codes: 0 pass, 1 regression (or unmatched benchmark with --fail-on-missing), "
+        epilog="exit codes: 0 pass, 1 regression, or a benchmark the baseline measured is missing or failed "
+               "in the candidate (unless --allow-missing), "
                "2 unusable input (unreadable or malformed file, unknown schema major, context mismatch, "
                "too few repetitions with --too-few-repetitions=fail, nothing compared, bad option)")
     parser.add_argument("baseline", help="baseline JSON, from a trusted run on the same GPUs")
@@ -443,8 +456,9 @@ def parse_arguments(argv: list | None) -> argparse.Namespace:
     parser.add_argument("--too-few-repetitions", choices=["threshold", "fail"], default="threshold",
                         help=f"with fewer than {MIN_REPETITIONS_FOR_U_TEST} repetitions a side: judge by the threshold "
                              "alone (threshold) or declare the input unusable, exit 2 (fail); default %(default)s")
-    parser.add_argument("--fail-on-missing", action="store_true",
-                        help="exit 1 when a benchmark is in one file only or has no error-free repetition on one side")
+    parser.add_argument("--allow-missing", action="store_true",
+                        help="report a benchmark the baseline measured but the candidate did not (missing, failed "
+                             "or skipped) without failing; by default it fails the gate (exit 1)")
     parser.add_argument("--allow-context-mismatch", action="store_true",
                         help=f"compare even when {', '.join(CONTEXT_KEYS_THAT_MUST_MATCH)} differ (reported as warnings)")
     parser.add_argument("--json-out", metavar="FILE", help="write the comparison as JSON to FILE")

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what parbench builds and runs with. Idempotent: a second run changes nothing.
-#   - Debian packages: compiler, CMake, Ninja, Google Benchmark, GoogleTest, nlohmann/json.
+#   - Debian packages: compiler, CMake, Ninja, GoogleTest, nlohmann/json.
+#   - Google Benchmark, built in Release from Debian's source into .deps/ (see below).
 #   - Python: an importable torch (the GPU machines bring 2.11.0+cu130) or, failing that, a
 #     torch wheel pinned to 2.11.0 in the project-local .venv; matplotlib, scipy and pytest there too.
 # Prints the python to use as its last line (ci/build.sh reads it).
@@ -8,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 readonly TORCH_VERSION=2.11.0
-readonly DEBIAN_PACKAGES=(g++ cmake ninja-build git libbenchmark-dev libgtest-dev libgmock-dev nlohmann-json3-dev python3-venv)
+readonly DEBIAN_PACKAGES=(g++ cmake ninja-build git libgtest-dev libgmock-dev nlohmann-json3-dev python3-venv)
 
 # PARBENCH_NO_APT=1: the libraries come from elsewhere (the GPU machines have no network;
 # ci/gpu-check.sh unpacks them from .deps/).
@@ -21,6 +22,63 @@ if ((${#missing[@]})); then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq >&2
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+fi
+
+# Google Benchmark in Release, static, into a project-local prefix: Debian's libbenchmark is
+# built without NDEBUG, so every run warned "Library was built as DEBUG" and the JSON said so.
+# The source is the upstream tarball of Debian's source package (bookworm's, pinned), fetched
+# once into .deps/ through a private apt configuration (the system's sources stay as they are)
+# and kept there: machines without network (PARBENCH_NO_APT=1) build from the copy carried in .deps/.
+# PARBENCH_BENCHMARK_PREFIX: where to install it (ci/build.sh reads the same variable).
+readonly BENCHMARK_DEBIAN_VERSION=1.7.1-1
+readonly BENCHMARK_SOURCE=.deps/benchmark_${BENCHMARK_DEBIAN_VERSION%-*}.orig.tar.gz
+benchmark_prefix=${PARBENCH_BENCHMARK_PREFIX:-$PWD/.deps/benchmark-release}
+# Names the source a prefix was built from, so a new pin rebuilds and nothing else does.
+benchmark_stamp=$benchmark_prefix/parbench-built-from
+
+fetch_benchmark_source() {
+  local apt_dir
+  apt_dir=$(mktemp -d /tmp/parbench-apt.XXXX)
+  mkdir -p "$apt_dir/lists/partial" "$apt_dir/cache/archives/partial" .deps
+  echo "deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian bookworm main" \
+    >"$apt_dir/sources.list"
+  local apt_options=(-qq -o "Dir::Etc::SourceList=$apt_dir/sources.list" -o Dir::Etc::SourceParts=/dev/null
+                     -o "Dir::State::Lists=$apt_dir/lists" -o "Dir::Cache=$apt_dir/cache" -o Dir::Cache::pkgcache=
+                     -o Dir::Cache::srcpkgcache= -o APT::Sandbox::User=root)
+  echo "setup: fetching Google Benchmark's source (Debian benchmark $BENCHMARK_DEBIAN_VERSION) into .deps/" >&2
+  apt-get "${apt_options[@]}" update >&2
+  (cd .deps && apt-get "${apt_options[@]}" source --download-only "benchmark=$BENCHMARK_DEBIAN_VERSION") >&2
+  # apt has checked the upstream tarball against the signed index; Debian's packaging is not used.
+  rm -rf "$apt_dir" ".deps/benchmark_$BENCHMARK_DEBIAN_VERSION.dsc" ".deps/benchmark_$BENCHMARK_DEBIAN_VERSION.debian.tar.xz"
+}
+
+# Built outside the work tree (its CMake would read this repository's git tags as its version)
+# and installed under a temporary name, so an interrupted build is never taken for a finished one.
+build_benchmark_release() {
+  local work
+  work=$(mktemp -d /tmp/parbench-benchmark.XXXX)
+  rm -rf "$benchmark_prefix.partial"
+  tar xzf "$BENCHMARK_SOURCE" -C "$work" --strip-components=1
+  echo "setup: building Google Benchmark (Release) into $benchmark_prefix" >&2
+  cmake -S "$work" -B "$work/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBENCHMARK_ENABLE_TESTING=OFF \
+    -DBENCHMARK_ENABLE_WERROR=OFF -DBENCHMARK_INSTALL_DOCS=OFF -DBUILD_SHARED_LIBS=OFF \
+    -DCMAKE_POSITION_INDEPENDENT_CODE=ON -DCMAKE_INSTALL_LIBDIR=lib "-DCMAKE_INSTALL_PREFIX=$benchmark_prefix.partial" >/dev/null
+  cmake --build "$work/build" -j "$(nproc)" >/dev/null
+  cmake --install "$work/build" >/dev/null
+  echo "$BENCHMARK_DEBIAN_VERSION Release" >"$benchmark_prefix.partial/parbench-built-from"
+  rm -rf "$benchmark_prefix" "$work"
+  mv "$benchmark_prefix.partial" "$benchmark_prefix"
+}
+
+if [[ ! -f $BENCHMARK_SOURCE && ${PARBENCH_NO_APT:-0} != 1 ]]; then
+  fetch_benchmark_source
+fi
+if [[ $(cat "$benchmark_stamp" 2>/dev/null) != "$BENCHMARK_DEBIAN_VERSION Release" ]]; then
+  if [[ ! -f $BENCHMARK_SOURCE ]]; then
+    echo "setup: $BENCHMARK_SOURCE is missing and PARBENCH_NO_APT=1 forbids fetching it; ci/gpu-check.sh's header says how to put it there" >&2
+    exit 1
+  fi
+  build_benchmark_release
 fi
 
 # A system python that already imports torch (the GPU machines) is used as it is.

@@ -11,6 +11,10 @@ What it computes:
 - each case's set-up (model, batch, image, precision, data) and single-GPU reference, the
   speedup (single's median step time / the case's) and the scaling efficiency
   (images/s / (gpus x single's images/s)), and the best pipeline split (lowest median step time).
+- what each case ran on: CUDA devices, or CPU devices (the label's `devices` fact, else the
+  context's `devices`; files older than both ran only single without GPUs). Multi-device cases
+  on CPU devices are stand-ins: they show the code paths and the harness, not GPU performance.
+- whether a case that did not run was skipped (`skipped: <reason>`) or failed.
 
 A file that cannot be read as parbench output raises ResultsError, whose message names the file.
 """
@@ -47,7 +51,9 @@ _REQUIRED_TRAIN_COUNTERS = ("step_ms", "items_per_second")
 _REQUIRED_COMM_COUNTERS = ("real_time", "bytes", "algbw_gbps", "busbw_gbps")
 SECONDS_PER_UNIT = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}  # Google Benchmark's time_unit
 _BUBBLE_COUNTER = re.compile(r"^bubble_frac_dev(\d+)$")
+_BUSY_COUNTER = re.compile(r"^busy_frac_dev(\d+)$")
 _MEMORY_COUNTER = re.compile(r"peak_mem_gib_dev(\d+)$")
+SKIP_PREFIX = "skipped: "  # a case's error_message when it was skipped, not failed (docs/JSON.md)
 
 
 class ResultsError(Exception):
@@ -113,6 +119,7 @@ class Case:
     model: str | None
     fields: dict[str, str]
     label: dict[str, str]
+    devices: str = "cuda"  # what it ran on: "cuda" or "cpu"
     files: list[str] = field(default_factory=list)
     repetitions: list[dict] = field(default_factory=list)  # per-repetition entries that ran
     errors: list[str] = field(default_factory=list)  # error_message of each failed repetition
@@ -122,8 +129,29 @@ class Case:
         return bool(self.repetitions)
 
     @property
+    def skipped(self) -> bool:
+        """Did not run because it was skipped before it started (not a failure)."""
+        return not self.ran and bool(self.errors) and all(e.startswith(SKIP_PREFIX) for e in self.errors)
+
+    def reasons(self) -> list[str]:
+        """Why its repetitions did not run, each once, without the skip prefix."""
+        return list(dict.fromkeys(e.removeprefix(SKIP_PREFIX) for e in self.errors))
+
+    @property
     def gpus(self) -> int:
+        """Devices (or ranks) the case used: GPUs, or CPU devices where devices is "cpu"."""
         return int(self.fields.get("gpus", 1))
+
+    @property
+    def cpu_stand_in(self) -> bool:
+        """A multi-device strategy on CPU devices: its numbers show the code paths, not GPUs."""
+        return self.devices == "cpu" and self.strategy != "single"
+
+    def device_count(self) -> str:
+        """'2 GPUs', or on CPU devices '2 CPU devices' ('2 CPU ranks' for ddp)."""
+        if self.devices != "cpu":
+            return f"{self.gpus} GPUs"
+        return f"{self.gpus} CPU {'ranks' if self.strategy == 'ddp' else 'devices'}"
 
     @property
     def split_size(self) -> int | None:
@@ -167,22 +195,41 @@ class Case:
 
     def bubble_fractions(self) -> dict[int, float]:
         """Device index -> median bubble_frac_dev<i> over the repetitions (CUDA runs only)."""
+        return self._per_device_medians(_BUBBLE_COUNTER, "bubble_frac_dev")
+
+    def busy_fractions(self) -> dict[int, float]:
+        """Device index -> median busy_frac_dev<i> over the repetitions (CUDA runs only)."""
+        return self._per_device_medians(_BUSY_COUNTER, "busy_frac_dev")
+
+    def _per_device_medians(self, pattern: re.Pattern, prefix: str) -> dict[int, float]:
         devices = sorted({int(match.group(1)) for entry in self.repetitions for key in entry
-                          if (match := _BUBBLE_COUNTER.match(key))})
-        return {device: self.stats(f"bubble_frac_dev{device}").median for device in devices}
+                          if (match := pattern.match(key))})
+        return {device: self.stats(f"{prefix}{device}").median for device in devices}
+
+    def micro_batches(self) -> int | None:
+        """M: the pipeline's micro-batches per step, ceil(batch / split_size)."""
+        if self.split_size is None:
+            return None
+        return -(-int(self.fields["batch"]) // self.split_size)
 
     def ideal_bubble_fraction(self) -> float | None:
         """(S-1)/(M+S-1) for a pipeline of S stages and M equal micro-batches (docs/METRICS.md)."""
         if self.split_size is None:
             return None
-        micro_batches = -(-int(self.fields["batch"]) // self.split_size)
-        return (self.gpus - 1) / (micro_batches + self.gpus - 1)
+        return (self.gpus - 1) / (self.micro_batches() + self.gpus - 1)
+
+    def ideal_speedup(self) -> float | None:
+        """S*M/(M+S-1): a pipeline's speedup over single with balanced stages and free copies
+        (docs/METRICS.md), i.e. S x (1 - the ideal bubble)."""
+        if self.split_size is None:
+            return None
+        return self.gpus * (1 - self.ideal_bubble_fraction())
 
     def config(self) -> str:
         """The case's fields beyond the set-up, as words: '2 GPUs, gpipe, split 20'."""
         words = []
         if self.strategy != "single":
-            words.append(f"{self.gpus} GPUs")
+            words.append(self.device_count())
         if "schedule" in self.fields:
             words.append(self.fields["schedule"])
         if "split" in self.fields:
@@ -193,9 +240,12 @@ class Case:
             words.append(f"overlap {self.fields['overlap']}")
         if "scaling" in self.fields:
             words.append(f"{self.fields['scaling']} scaling")
+        if "replicate" in self.fields:
+            words.append(f"replicate {self.fields['replicate']}")
         if self.strategy == "ddp":
             words.append(f"per-rank batch {self.fields['batch']}")
-        described = set(_SETUP_KEYS) | {"gpus", "schedule", "split", "bucket_mib", "overlap", "scaling", "graph"}
+        described = set(_SETUP_KEYS) | {"gpus", "schedule", "split", "bucket_mib", "overlap", "scaling", "graph",
+                                         "replicate"}
         words += [f"{key} {value}" for key, value in self.fields.items() if key not in described]
         return ", ".join(words)
 
@@ -204,9 +254,10 @@ class Case:
         return f"{self.strategy} ({config})" if config else self.strategy
 
     def sort_key(self):
+        # Numbers in the series (bucket sizes, ...) in numeric order: 5 before 25 before 100.
+        series = tuple((key, (0, int(value), "") if value.isdigit() else (1, 0, value)) for key, value in self.series)
         return (_rank(self.strategy, STRATEGY_ORDER), self.strategy, self.gpus,
-                _rank(self.fields.get("schedule", ""), SCHEDULE_ORDER), self.split_size or 0,
-                self.series)
+                _rank(self.fields.get("schedule", ""), SCHEDULE_ORDER), self.split_size or 0, series)
 
 
 @dataclass
@@ -238,6 +289,16 @@ class Results:
         """The distinct values of a context key over the files, in file order."""
         return list(dict.fromkeys(run.context.get(key, "unknown") for run in self.runs))
 
+    def describe_machines(self) -> str:
+        """The hardware and the commit of every file, distinct ones once:
+        '2× NVIDIA H200, commit 00bd117c0f (dirty)'."""
+        return " | ".join(dict.fromkeys(
+            f"{describe_hardware(run.context)}, {describe_commit(run.context)}" for run in self.runs))
+
+    def cpu_stand_ins(self) -> list[Case]:
+        """Training cases that ran as multi-device strategies on CPU devices."""
+        return [case for case in self.train_cases() if case.ran and case.cpu_stand_in]
+
 
 def describe_gpus(gpu_names: str) -> str:
     """context.gpu_names as '2\u00d7 NVIDIA H100 80GB HBM3', or 'CPU only'."""
@@ -247,6 +308,27 @@ def describe_gpus(gpu_names: str) -> str:
     for gpu in gpu_names.split(";"):
         counts[gpu] = counts.get(gpu, 0) + 1
     return " + ".join(f"{count}\u00d7 {gpu}" for gpu, count in counts.items())
+
+
+def describe_hardware(context: dict) -> str:
+    """The GPUs of one file's context or, without any, its CPUs: 'no GPU, 8 CPUs'."""
+    gpus = describe_gpus(str(context.get("gpu_names", "unknown")))
+    return f"no GPU, {context.get('num_cpus', '?')} CPUs" if gpus == "CPU only" else gpus
+
+
+def describe_commit(context: dict) -> str:
+    """'commit 00bd117c0f', with ' (dirty)' where the working tree had changes."""
+    sha = str(context.get("git_sha", "unknown"))
+    dirty = " (dirty)" if context.get("git_dirty") == "true" else ""
+    return f"commit {sha[:10]}{dirty}"
+
+
+def case_devices(context: dict, strategy: str) -> str:
+    """What a case ran (or was to run) on where its label does not say: the context's `devices`;
+    in files before that key, "cpu" for single where no GPU was visible (only single ran then)."""
+    if context.get("devices") in ("cuda", "cpu"):
+        return context["devices"]
+    return "cpu" if str(context.get("gpu_count")) == "0" and strategy == "single" else "cuda"
 
 
 def single_reference(cases: list[Case]) -> Case | None:
@@ -294,7 +376,7 @@ def load(paths: list[str]) -> Results:
         document = _read_document(path)
         runs.append(Run(path, document["context"]))
         for index, entry in enumerate(document["benchmarks"]):
-            _add_entry(cases, path, index, entry)
+            _add_entry(cases, path, index, entry, document["context"])
     for case in cases.values():
         if case.family == "train" and not case.repetitions and not case.errors:
             raise ResultsError(f"{case.files[0]}: {case.name} has aggregates but no per-repetition "
@@ -332,7 +414,7 @@ def _read_document(path: str) -> dict:
     return document
 
 
-def _add_entry(cases: dict[str, Case], path: str, index: int, entry) -> None:
+def _add_entry(cases: dict[str, Case], path: str, index: int, entry, context: dict) -> None:
     where = f"{path}: benchmarks[{index}]"
     if not isinstance(entry, dict):
         raise ResultsError(f"{where} is not an object")
@@ -346,6 +428,7 @@ def _add_entry(cases: dict[str, Case], path: str, index: int, entry) -> None:
     case = cases.get(name)
     if case is None:
         case = cases[name] = _parse_name(name, where)
+        case.devices = case_devices(context, case.strategy)
     if path not in case.files:
         case.files.append(path)
     if run_type == "aggregate":
@@ -363,6 +446,8 @@ def _add_entry(cases: dict[str, Case], path: str, index: int, entry) -> None:
                            f"{', '.join(SECONDS_PER_UNIT)}")
     if not case.label and isinstance(entry.get("label"), str):
         case.label = _parse_label(entry["label"])
+        if case.label.get("devices") in ("cuda", "cpu"):
+            case.devices = case.label["devices"]
     case.repetitions.append(entry)
 
 

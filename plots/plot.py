@@ -4,12 +4,16 @@
 
 step_time   step time per strategy: mean and sample standard deviation of the step_ms counter
             over repetitions; one panel per set-up (precision, ...); pipeline at its best split.
-split_size  pipeline step time (mean, standard deviation) against split_size per schedule, the
-            single-GPU time as a reference line, the best split (lowest median) marked.
+split_size  pipeline speedup over single (images/s / single's images/s, median over repetitions)
+            against split_size on a log axis, one curve per schedule, the ideal S*M/(M+S-1) and
+            single's 1.0 as references, the best split (lowest median step time) marked. Cases
+            with a CUDA graph are drawn against single with one, dashed, in the same panel.
 throughput  images/s (median of items_per_second, standard deviation) per strategy against the
-            ideal, gpus x single's images/s; scaling efficiency = images/s / ideal on each bar.
+            ideal, gpus x single's images/s; scaling efficiency = images/s / ideal beside each bar.
 memory      peak allocated GiB per device: the highest peak_mem_gib_dev<i> over repetitions.
 
+Bars lie horizontal, one row per case, so any number of cases keeps its labels apart. Every
+figure names the hardware and the commit of its files (docs/METRICS.md, "Figures").
 Missing data (a case that did not run, one repetition, no memory counters) is left out with a
 note on stderr and on the figure; a figure without any data is not written. A file that is not
 readable parbench output exits with status 2 and one line on stderr, having written nothing.
@@ -17,6 +21,7 @@ readable parbench output exits with status 2 and one line on stderr, having writ
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import textwrap
 from dataclasses import dataclass, field
@@ -25,14 +30,19 @@ from pathlib import Path
 from matplotlib import rc_context
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
+from matplotlib.text import Annotation
+from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
 
 import parbench_results as pr
 
-FIGURE_NAMES = ("step_time", "split_size", "throughput", "memory")
 FORMATS = ("png", "svg")
 # 8.6 in at 100 dpi is about 870 px, a README column: the PNG shows at 100 %, fonts at their size.
 FIGURE_WIDTH_IN = 8.6
-PANEL_HEIGHT_IN = 3.6
+TITLE_HEIGHT_IN = 0.9
+SPLIT_PANEL_HEIGHT_IN = 3.6
+BAR_PANEL_HEIGHT_IN = 0.9  # a bar panel's title, legend and axis, before its rows
+BAR_ROW_IN = 0.45  # one case's row: room for its two-line label
+BAR_HEIGHT = 0.62  # of a row
 DPI = 100
 STYLE = {
     "font.size": 10,
@@ -54,12 +64,15 @@ STRATEGY_COLORS = {
     "ddp": "#8172b3",
 }
 OTHER_COLOR = "#937860"
-MIN_SLOTS = 4
 # Name fields a bar's label shows (or the panel title has): others are added as "key value".
 TICK_FIELDS = {"batch", "image", "precision", "data", "gpus", "schedule", "split", "overlap",
-               "bucket_mib", "scaling", "graph"}
+               "bucket_mib", "scaling", "graph", "replicate"}
 SCHEDULE_COLORS = {"tutorial": "#55a868", "gpipe": "#1f77b4", "1f1b": "#d62728"}
 DEVICE_COLORS = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3", "#8c8c8c")
+# A speedup axis whose values span more than this factor is drawn on a log scale.
+LOG_SPEEDUP_RANGE = 4.0
+CPU_STAND_IN_NOTE = ("No GPU: multi-device strategies ran on CPU stand-in devices; their numbers show "
+                     "the code paths and the harness, not what the strategies achieve on GPUs.")
 
 
 @dataclass
@@ -74,13 +87,13 @@ class Rendered:
                 + [f"{name}: {reason}; figure not written" for name, reason in self.skipped.items()])
 
 
-def render_figures(results: pr.Results, out_dir: Path) -> Rendered:
-    """Writes every figure that has data into out_dir."""
+def draw_figures(results: pr.Results) -> tuple[dict[str, Figure], Rendered]:
+    """Every figure that has data, by name (laid out, not saved), and what they leave out."""
+    figures = {}
     rendered = Rendered()
     groups = results.by_setup()
     with rc_context(STYLE):
-        for name, draw in (("step_time", _draw_step_time), ("split_size", _draw_split_size),
-                           ("throughput", _draw_throughput), ("memory", _draw_memory)):
+        for name, draw in FIGURES.items():
             notes: list[tuple[pr.Setup | None, str]] = []
             figure = draw(results, groups, notes)
             for setup, text in notes:
@@ -89,6 +102,16 @@ def render_figures(results: pr.Results, out_dir: Path) -> Rendered:
             if figure is None:
                 rendered.skipped[name] = "; ".join(text for setup, text in notes if setup is None)
                 continue
+            _fit_texts(figure)
+            figures[name] = figure
+    return figures, rendered
+
+
+def render_figures(results: pr.Results, out_dir: Path) -> Rendered:
+    """Writes every figure that has data into out_dir."""
+    figures, rendered = draw_figures(results)
+    with rc_context(STYLE):
+        for name, figure in figures.items():
             for extension in FORMATS:
                 figure.savefig(out_dir / f"{name}.{extension}", dpi=DPI, bbox_inches="tight",
                                metadata={"Date": None} if extension == "svg" else None)
@@ -100,7 +123,7 @@ def remove_stale_figures(out_dir: Path, written: list[str]) -> list[str]:
     """Deletes this tool's figures in out_dir that this run did not draw, so none is mistaken
     for this run's; returns notes on what went."""
     notes = []
-    for name in FIGURE_NAMES:
+    for name in FIGURES:
         for extension in FORMATS:
             path = out_dir / f"{name}.{extension}"
             if name not in written and path.exists():
@@ -116,68 +139,120 @@ def _draw_step_time(results, groups, notes):
     panels = _headline_panels(groups, notes)
     if not panels:
         return None
-    figure, axes, titles = _figure(results, "Training step time per strategy", panels)
+    figure, axes, titles = _figure(results, "Training step time per strategy", panels, _bar_heights(panels))
     for ax, (setup, shown) in zip(axes, panels.items()):
         stats = [case.stats("step_ms") for case in shown]
-        _bars(ax, shown, [s.mean for s in stats], [s.stddev for s in stats], "{:.1f}")
+        _bars(ax, shown, [s.mean for s in stats], [s.stddev for s in stats], "{:,.1f} ms")
         _note_one_repetition(setup, shown, stats, notes)
-        ax.set_ylabel("step time (ms)")
+        ax.set_xlabel("step time (ms)")
     _footer(figure, "Bars: mean over repetitions; error bars: \u00b11 sample standard deviation; "
                     "pipeline at its best split (lowest median step time).", notes, titles)
     return figure
 
 
 def _draw_split_size(results, groups, notes):
-    panels = {setup: [case for case in cases if case.strategy == "pipeline" and case.ran]
-              for setup, cases in groups.items()}
-    panels = {setup: pipeline for setup, pipeline in panels.items() if pipeline}
-    if not panels:
-        notes.append((None, "no pipeline case ran"))
-        return None
-    figure, axes, titles = _figure(results, "Pipeline step time against split_size", panels)
-    for ax, (setup, pipeline) in zip(axes, panels.items()):
-        for best in sorted(pr.best_splits(pipeline).values(), key=pr.Case.sort_key):
-            points = sorted((case for case in pipeline if case.series == best.series),
-                            key=lambda case: case.split_size)
-            stats = [case.stats("step_ms") for case in points]
-            color = SCHEDULE_COLORS.get(best.fields["schedule"], OTHER_COLOR)
-            ax.errorbar([case.split_size for case in points], [s.mean for s in stats],
-                        yerr=[s.stddev or 0.0 for s in stats], marker="o", capsize=3, color=color,
-                        label=_series_name(best, pipeline))
-            best_mean = best.stats("step_ms").mean
-            ax.plot([best.split_size], [best_mean], marker="*", markersize=16, color=color,
-                    markeredgecolor="black", zorder=5)
-            ax.annotate(f"best {best.split_size}", (best.split_size, best_mean), xytext=(0, -14),
-                        textcoords="offset points", ha="center", va="top", fontsize=9, color=color)
-            _note_one_repetition(setup, points, stats, notes)
-        single = pr.single_reference(groups[setup])
+    """One panel per set-up apart from the CUDA graph: eager curves against eager single, graph
+    curves against single with a graph."""
+    panels: dict[pr.Setup, list[tuple[pr.Setup, list[pr.Case], pr.Case]]] = {}
+    for setup, cases in groups.items():
+        pipeline = [case for case in cases if case.strategy == "pipeline" and case.ran]
+        if not pipeline:
+            continue
+        single = pr.single_reference(cases)
         if single is None:
-            notes.append((setup, "no single-GPU case ran, so no reference line"))
-        else:
-            reference = single.stats("step_ms")
-            ax.axhline(reference.mean, color="0.35", linestyle="--",
-                       label=f"single GPU ({reference.mean:.1f} ms)")
-            if reference.stddev is not None:
-                ax.axhspan(reference.mean - reference.stddev, reference.mean + reference.stddev,
-                           color="0.35", alpha=0.12, linewidth=0)
-        splits = sorted({case.split_size for case in pipeline})
+            notes.append((setup, "no single case ran, so no speedup: its pipeline cases are not drawn"))
+            continue
+        panels.setdefault(dataclasses.replace(setup, graph="off"), []).append((setup, pipeline, single))
+    if not panels:
+        ran = any(case.strategy == "pipeline" and case.ran for cases in groups.values() for case in cases)
+        notes.append((None, "no pipeline case ran beside a single case" if ran else "no pipeline case ran"))
+        return None
+    figure, axes, titles = _figure(results, "Pipeline speedup over single against split_size", panels,
+                                   [SPLIT_PANEL_HEIGHT_IN] * len(panels))
+    for ax, modes in zip(axes, panels.values()):
+        speedups = [1.0]
+        for setup, pipeline, single in modes:
+            speedups += _draw_speedup_curves(ax, setup, pipeline, single, notes)
+        speedups += _draw_ideal_speedup(ax, [case for _, pipeline, _ in modes for case in pipeline])
+        reference = "single, same mode (eager or CUDA graph)" if len(modes) > 1 else "single"
+        ax.axhline(1.0, color="0.35", linestyle="--", linewidth=1.2, label=f"{reference} = 1.0")
+        splits = sorted({case.split_size for _, pipeline, _ in modes for case in pipeline})
         ax.set_xscale("log", base=2)
         ax.set_xticks(splits, [str(split) for split in splits])
-        ax.minorticks_off()
+        ax.xaxis.set_minor_locator(NullLocator())
         ax.set_xlabel("split_size (images per micro-batch, log scale)")
-        ax.set_ylabel("step time (ms)")
-        ax.margins(x=0.08, y=0.15)
-        ax.legend(loc="best")
-    _footer(figure, "Points: mean over repetitions; error bars and grey band: \u00b11 sample "
-                    "standard deviation; \u2605 the split with the lowest median step time.", notes, titles)
+        _speedup_axis(ax, speedups)
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, borderaxespad=0.0)
+    graphs = any(setup.graph == "on" for modes in panels.values() for setup, _, _ in modes)
+    _footer(figure, "Speedup: the case's median images/s / single's median images/s in the same set-up"
+                    + (" (dashed: both with --cuda-graph=on)" if graphs else "") + "; error bars: \u00b11 "
+                    "sample standard deviation of the case's images/s, in the same units; \u2605 each curve's "
+                    "best split (lowest median step time); dotted: the ideal S\u00b7M/(M+S\u22121) of S "
+                    "balanced stages with free copies and M = \u2308batch/split_size\u2309 micro-batches "
+                    "(docs/METRICS.md).", notes, titles)
     return figure
+
+
+def _draw_speedup_curves(ax, setup, pipeline, single, notes) -> list[float]:
+    """One curve per pipeline series against single; returns the speedups drawn."""
+    graph = setup.graph == "on"
+    single_ips = single.stats("items_per_second").median
+    drawn = []
+    for best in sorted(pr.best_splits(pipeline).values(), key=pr.Case.sort_key):
+        points = sorted((case for case in pipeline if case.series == best.series),
+                        key=lambda case: case.split_size)
+        stats = [case.stats("items_per_second") for case in points]
+        speedups = [s.median / single_ips for s in stats]
+        best_speedup = speedups[points.index(best)]
+        color = SCHEDULE_COLORS.get(best.fields["schedule"], OTHER_COLOR)
+        name = _series_name(best, pipeline) + (", CUDA graph" if graph else "")
+        ax.errorbar([case.split_size for case in points], speedups,
+                    yerr=[(s.stddev or 0.0) / single_ips for s in stats], marker="o", markersize=4,
+                    capsize=3, color=color, linestyle="--" if graph else "-",
+                    label=f"{name}: best split {best.split_size}, {best_speedup:.2f}\u00d7")
+        ax.plot([best.split_size], [best_speedup], linestyle="none", marker="*", markersize=15,
+                color=color, markeredgecolor="black", zorder=5)
+        _note_one_repetition(setup, points, stats, notes)
+        drawn += speedups
+    return drawn
+
+
+def _draw_ideal_speedup(ax, pipeline) -> list[float]:
+    """The ideal S*M/(M+S-1) at each split, one dotted line per stage count and batch."""
+    lines: dict[tuple[int, str], dict[int, float]] = {}
+    for case in pipeline:
+        lines.setdefault((case.gpus, case.fields["batch"]), {})[case.split_size] = case.ideal_speedup()
+    for (stages, batch), ideal in sorted(lines.items()):
+        splits = sorted(ideal)
+        label = f"ideal, {stages} stages: S\u00b7M/(M+S\u22121)"
+        if len(lines) > 1:
+            label += f", batch {batch}"
+        ax.plot(splits, [ideal[split] for split in splits], color="black", linestyle=":", marker=".",
+                label=label)
+    return [value for ideal in lines.values() for value in ideal.values()]
+
+
+def _speedup_axis(ax, values):
+    """A linear axis from 0, or a log one where the values span more than LOG_SPEEDUP_RANGE."""
+    low, high = min(values), max(values)
+    if high / low > LOG_SPEEDUP_RANGE:
+        ax.set_yscale("log")
+        ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        ax.yaxis.set_minor_locator(NullLocator())
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+        ax.set_ylim(low / 1.5, high * 1.5)
+        ax.set_ylabel("speedup over single (log scale)")
+    else:
+        ax.set_ylim(0, high * 1.15)
+        ax.set_ylabel("speedup over single")
 
 
 def _draw_throughput(results, groups, notes):
     panels = _headline_panels(groups, notes)
     if not panels:
         return None
-    figure, axes, titles = _figure(results, "Throughput per strategy against ideal scaling", panels)
+    figure, axes, titles = _figure(results, "Throughput per strategy against ideal scaling", panels,
+                                   _bar_heights(panels))
     for ax, (setup, shown) in zip(axes, panels.items()):
         stats = [case.stats("items_per_second") for case in shown]
         heights = [s.median for s in stats]
@@ -187,17 +262,17 @@ def _draw_throughput(results, groups, notes):
             _bars(ax, shown, heights, [s.stddev for s in stats], "{:,.0f}")
         else:
             ideal = [case.gpus * single.stats("items_per_second").median for case in shown]
-            ax.bar(range(len(shown)), ideal, width=0.7, facecolor="none", edgecolor="0.3",
-                   linestyle="--", linewidth=1.2, zorder=1)
+            ax.barh(range(len(shown)), ideal, height=BAR_HEIGHT, facecolor="none", edgecolor="0.3",
+                    linestyle="--", linewidth=1.2, zorder=1)
             texts = [f"{height:,.0f} (reference)" if case is single
-                     else f"{pr.scaling_efficiency(case, single):.0%} of ideal"
+                     else f"{height:,.0f}, {pr.scaling_efficiency(case, single):.0%} of ideal"
                      for case, height in zip(shown, heights)]
             _bars(ax, shown, heights, [s.stddev for s in stats], texts, floor=ideal)
             _legend_above(ax, [Patch(facecolor="0.6", label="measured (median)"),
                                Patch(facecolor="none", edgecolor="0.3", linestyle="--",
                                      label="ideal: gpus \u00d7 single")])
         _note_one_repetition(setup, shown, stats, notes)
-        ax.set_ylabel("throughput (images/s)")
+        ax.set_xlabel("throughput (images/s)")
     _footer(figure, "Bars: median images/s over repetitions; error bars: \u00b11 sample standard "
                     "deviation; efficiency = images/s / (gpus \u00d7 single's images/s).", notes, titles)
     return figure
@@ -215,25 +290,28 @@ def _draw_memory(results, groups, notes):
         for case in pr.headline_cases(cases):
             if not case.peak_memory_gib():
                 notes.append((setup, f"{case.title()} has no memory counters"))
-    figure, axes, titles = _figure(results, "Peak allocated memory per device", panels)
+    figure, axes, titles = _figure(results, "Peak allocated memory per device", panels, _bar_heights(panels))
     for ax, shown in zip(axes, panels.values()):
         devices = sorted({device for case in shown for device in case.peak_memory_gib()})
         colors = {device: DEVICE_COLORS[device % len(DEVICE_COLORS)] for device in devices}
-        width = 0.8 / len(devices)
-        for x, case in enumerate(shown):
+        height = BAR_HEIGHT / len(devices)
+        for y, case in enumerate(shown):
             peaks = case.peak_memory_gib()
             for slot, (device, peak) in enumerate(peaks.items()):
-                position = x + (slot - (len(peaks) - 1) / 2) * width  # centred on the case's tick
-                ax.bar(position, peak, width=width, color=colors[device])
-                ax.annotate(f"{peak:.1f}", (position, peak), xytext=(0, 2), textcoords="offset points",
-                            ha="center", va="bottom", fontsize=9)
-        _strategy_ticks(ax, shown)
-        ax.margins(y=0.15)
-        ax.set_ylabel("peak allocated (GiB)")
+                position = y + (slot - (len(peaks) - 1) / 2) * height  # centred on the case's row
+                ax.barh(position, peak, height=height, color=colors[device])
+                ax.annotate(f"{peak:.1f}", (peak, position), xytext=(3, 0), textcoords="offset points",
+                            ha="left", va="center", fontsize=8)
+        _case_rows(ax, shown)
+        ax.set_xlabel("peak allocated (GiB)")
         _legend_above(ax, [Patch(color=color, label=f"device {device}") for device, color in colors.items()])
     _footer(figure, "Peak allocated GiB on each device since the case's set-up, highest over "
                     "repetitions; pipeline at its best split.", notes, titles)
     return figure
+
+
+FIGURES = {"step_time": _draw_step_time, "split_size": _draw_split_size,
+           "throughput": _draw_throughput, "memory": _draw_memory}
 
 
 def _headline_panels(groups, notes):
@@ -251,16 +329,23 @@ def _headline_panels(groups, notes):
     return panels
 
 
-def _figure(results, what, panels):
-    """A figure with one panel per set-up, stacked. The title says what all panels share, each
-    panel's title what is its own; returns the figure, the axes and set-up -> panel title."""
+def _bar_heights(panels):
+    return [BAR_PANEL_HEIGHT_IN + BAR_ROW_IN * len(shown) for shown in panels.values()]
+
+
+def _figure(results, what, panels, heights):
+    """A figure with one panel per set-up, stacked, each `heights` inches tall. The title says
+    what all panels share and where the files ran (hardware, commit), each panel's title what is
+    its own; returns the figure, the axes and set-up -> panel title."""
     parts = [setup.parts() for setup in panels]
     common = {key: value for key, value in parts[0].items()
               if key != "precision" and all(p.get(key) == value for p in parts)}
-    figure = Figure(figsize=(FIGURE_WIDTH_IN, 0.9 + PANEL_HEIGHT_IN * len(panels)), layout="constrained")
-    axes = figure.subplots(len(panels), 1, squeeze=False)[:, 0]
-    subtitle = ", ".join(list(common.values()) + [_hardware(results)])
-    figure.suptitle(f"{what}\n{textwrap.fill(subtitle, 100)}")
+    figure = Figure(figsize=(FIGURE_WIDTH_IN, TITLE_HEIGHT_IN + sum(heights)), layout="constrained")
+    axes = figure.subplots(len(panels), 1, squeeze=False, height_ratios=heights)[:, 0]
+    lines = [what, textwrap.fill(", ".join(common.values()), 100), textwrap.fill(_machines(results), 100)]
+    if results.cpu_stand_ins():
+        lines.append(textwrap.fill(CPU_STAND_IN_NOTE, 100))
+    figure.suptitle("\n".join(lines))
     titles = {}
     for ax, setup, part in zip(axes, panels, parts):
         titles[setup] = ", ".join(value for key, value in part.items() if key not in common)
@@ -268,67 +353,106 @@ def _figure(results, what, panels):
     return figure, axes, titles
 
 
-def _hardware(results):
-    """The GPUs the files ran on, and the timer where it is not device-synchronised."""
-    text = " | ".join(map(pr.describe_gpus, results.context_values("gpu_names")))
-    if "host" in results.context_values("timer"):
+def _machines(results):
+    """The hardware and commit of the files, and the timer where it is not device-synchronised."""
+    text = results.describe_machines()
+    if "host" in results.context_values("timer") and set(results.context_values("gpu_count")) - {"0"}:
         text += " (host-clock timer, no device sync)"
     return text
 
 
-def _bars(ax, cases, heights, stddevs, texts, floor=None):
-    """One bar per case, error bars where there is a spread, and a text above each bar: texts is
-    a format for the height or one string per bar; floor, per bar, the lowest the text may sit."""
-    xs = range(len(cases))
-    ax.bar(xs, heights, width=0.7, color=[STRATEGY_COLORS.get(c.strategy, OTHER_COLOR) for c in cases],
-           zorder=2)
-    spread = [(x, height, stddev) for x, height, stddev in zip(xs, heights, stddevs) if stddev is not None]
+def _bars(ax, cases, widths, stddevs, texts, floor=None):
+    """One horizontal bar per case, error bars where there is a spread, and a text after each bar:
+    texts is a format for the width or one string per bar; floor, per bar, where the text may
+    start at the earliest."""
+    ys = range(len(cases))
+    ax.barh(ys, widths, height=BAR_HEIGHT, color=[STRATEGY_COLORS.get(c.strategy, OTHER_COLOR) for c in cases],
+            zorder=2)
+    spread = [(y, width, stddev) for y, width, stddev in zip(ys, widths, stddevs) if stddev is not None]
     if spread:
-        x, height, stddev = zip(*spread)
-        ax.errorbar(x, height, yerr=stddev, fmt="none", ecolor="black", capsize=4, zorder=3)
+        y, width, stddev = zip(*spread)
+        ax.errorbar(width, y, xerr=stddev, fmt="none", ecolor="black", capsize=3, zorder=3)
     if isinstance(texts, str):
-        texts = [texts.format(height) for height in heights]
-    for x, height, stddev, text in zip(xs, heights, stddevs, texts):
-        top = max(height + (stddev or 0.0), floor[x] if floor else 0.0)
+        texts = [texts.format(width) for width in widths]
+    for y, width, stddev, text in zip(ys, widths, stddevs, texts):
+        end = max(width + (stddev or 0.0), floor[y] if floor else 0.0)
         if stddev is None:
-            text += "\n(1 repetition)"
-        ax.annotate(text, (x, top), xytext=(0, 3), textcoords="offset points", ha="center",
-                    va="bottom", fontsize=9)
-    _strategy_ticks(ax, cases)
-    ax.margins(y=0.2)
+            text += " (1 repetition)"
+        ax.annotate(text, (end, y), xytext=(4, 0), textcoords="offset points", ha="left", va="center",
+                    fontsize=9)
+    _case_rows(ax, cases)
 
 
-def _strategy_ticks(ax, cases):
-    ax.set_xticks(range(len(cases)), [_tick_label(case) for case in cases])
-    # Room for at least MIN_SLOTS bars, so one or two bars are not drawn a panel wide.
-    padding = max(0.0, (MIN_SLOTS - len(cases)) / 2)
-    ax.set_xlim(-0.6 - padding, len(cases) - 0.4 + padding)
+def _case_rows(ax, cases):
+    """The cases' labels on the rows, the first case on top."""
+    ax.set_yticks(range(len(cases)), [_tick_label(case) for case in cases])
+    ax.set_ylim(len(cases) - 0.5, -0.5)
+    ax.tick_params(axis="y", length=0)
+
+
+def _fit_texts(figure):
+    """After layout: widens each bar panel's value axis so the texts after the bars end inside
+    it, and leaves out x tick labels that would touch their left neighbour (close split sizes)."""
+    figure.draw_without_rendering()
+    for ax in figure.axes:
+        _fit_bar_texts(ax)
+        _thin_x_ticks(ax)
+
+
+def _fit_bar_texts(ax):
+    """A panel w pixels wide fits a text t pixels wide after a bar ending at value v where
+    v * w / X + t <= w, so X = v * w / (w - t)."""
+    annotations = [text for text in ax.texts if isinstance(text, Annotation)]
+    if not annotations or ax.get_xscale() != "linear":
+        return
+    width = ax.get_window_extent().width
+    left, right = ax.get_xlim()
+    needed = right
+    for annotation in annotations:
+        reach = annotation.get_window_extent().x1 - ax.transData.transform((annotation.xy[0], 0))[0]
+        value = annotation.xy[0] - left
+        needed = max(needed, left + value * width / max(width - reach - 6, 1))
+    ax.set_xlim(left, needed)
+
+
+def _thin_x_ticks(ax):
+    labels = [label for label in ax.get_xticklabels() if label.get_text()]
+    kept, last_right = [], None
+    for label in sorted(labels, key=lambda label: label.get_position()[0]):
+        extent = label.get_window_extent()
+        if last_right is None or extent.x0 >= last_right + 2:
+            kept.append(label)
+            last_right = extent.x1
+    if len(kept) < len(labels):
+        ax.set_xticks([label.get_position()[0] for label in kept], [label.get_text() for label in kept])
 
 
 def _tick_label(case):
-    """A short multi-line bar label: strategy, GPUs, then the fields that tell variants apart."""
+    """A two-line row label: the strategy, then the devices and the fields that tell variants apart."""
     fields = case.fields
-    lines = [case.strategy]
+    details = []
     if case.strategy != "single":
-        lines.append(f"{case.gpus} GPUs")
+        details.append(case.device_count())
     if "schedule" in fields:
-        lines.append(fields["schedule"])
+        details.append(fields["schedule"])
     if "split" in fields:
-        lines.append(f"best split {fields['split']}")
+        details.append(f"best split {fields['split']}")
+    if "replicate" in fields:
+        details.append(f"replicate: {fields['replicate']}")
     if "overlap" in fields:
-        lines.append(f"overlap {fields['overlap']}")
+        details.append(f"overlap {fields['overlap']}")
     if "bucket_mib" in fields:  # ddp, whose names always carry scaling too
-        lines.append(f"{fields['bucket_mib']} MiB, {fields['scaling']}")
-    lines += [f"{key} {value}" for key, value in fields.items() if key not in TICK_FIELDS]
-    return "\n".join(lines)
+        details.append(f"{fields['bucket_mib']} MiB, {fields['scaling']}")
+    details += [f"{key} {value}" for key, value in fields.items() if key not in TICK_FIELDS]
+    return "\n".join([case.strategy, ", ".join(details)]) if details else case.strategy
 
 
 def _series_name(case, pipeline_cases):
-    """A pipeline series' legend entry: its schedule, plus the GPU count where that varies."""
+    """A pipeline series' legend entry: its schedule, plus the device count where that varies."""
     name = case.fields["schedule"]
     if len({c.gpus for c in pipeline_cases}) > 1:
-        name += f", {case.gpus} GPUs"
-    extra = [f"{key} {value}" for key, value in case.series if key not in ("gpus", "schedule")]
+        name += f", {case.device_count()}"
+    extra = [f"{key} {value}" for key, value in case.series if key not in ("gpus", "schedule", "graph")]
     return ", ".join([name] + extra)
 
 
@@ -339,9 +463,20 @@ def _legend_above(ax, handles):
 
 
 def _note_not_run(setup, cases, notes):
+    """One note per reason, naming the cases it kept from running (a strategy's several cases
+    by their number; REPORT.md lists each)."""
+    by_reason: dict[str, list[pr.Case]] = {}
     for case in cases:
         if not case.ran:
-            notes.append((setup, f"{case.title()} did not run: {'; '.join(dict.fromkeys(case.errors))}"))
+            verb = "skipped" if case.skipped else "did not run"
+            by_reason.setdefault(f"{verb}: {'; '.join(case.reasons())}", []).append(case)
+    for reason, not_run in by_reason.items():
+        by_strategy: dict[str, list[pr.Case]] = {}
+        for case in not_run:
+            by_strategy.setdefault(case.strategy, []).append(case)
+        named = [group[0].title() if len(group) == 1 else f"{strategy} ({len(group)} cases)"
+                 for strategy, group in by_strategy.items()]
+        notes.append((setup, f"{reason}: {', '.join(named)}"))
 
 
 def _note_one_repetition(setup, cases, stats, notes):
@@ -354,7 +489,8 @@ def _footer(figure, caption, notes, titles):
     """The caption and notes under the panels, each note under its panel's title; savefig's tight
     bounding box grows to take them in."""
     lines = [caption] + [f"{titles.get(setup, setup.describe())}: {text}" for setup, text in notes]
-    wrapped = [textwrap.fill(line, 110, subsequent_indent="  ") for line in dict.fromkeys(lines)]
+    wrapped = [textwrap.fill(line, 110, subsequent_indent="  ", break_on_hyphens=False)
+               for line in dict.fromkeys(lines)]
     figure.text(0.0, 0.0, "\n".join(wrapped), ha="left", va="top", fontsize=9)
 
 

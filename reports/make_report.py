@@ -11,8 +11,11 @@ per-repetition entries:
   peak memory   highest peak_mem_gib_dev<i> over repetitions, per device
   best split    pipeline: the split_size with the lowest median step time, per schedule
   all-reduce    comm/allreduce: median time, algbw and busbw per size and rank count
-and states the findings (highest throughput, lowest step time, best split) in sentences built
-from those numbers. Cases that did not run are listed with their reasons. REPORT.md and the
+and states the findings (highest throughput, lowest step time, best split, every strategy ranked
+by images/s) in sentences built from those numbers. Multi-device cases that ran on CPU devices
+(no GPU visible) are called CPU stand-ins, at the top and in each finding: they show the code
+paths and the harness, not what the strategies achieve on GPUs. Skipped cases are listed once
+per reason, failed ones one by one with their errors. REPORT.md and the
 figures are written to a staging folder and moved into place, so an error leaves none behind;
 a file that is not readable parbench output exits with status 2 and one line on stderr.
 """
@@ -31,7 +34,7 @@ import plot  # noqa: E402
 
 FIGURE_CAPTIONS = {
     "step_time": "Step time per strategy (mean \u00b1 standard deviation over repetitions)",
-    "split_size": "Pipeline step time against split_size, single GPU as reference",
+    "split_size": "Pipeline speedup over single against split_size, with the ideal S\u00b7M/(M+S\u22121)",
     "throughput": "Images/s per strategy against ideal scaling, with scaling efficiency",
     "memory": "Peak allocated memory per device",
 }
@@ -39,6 +42,7 @@ ENVIRONMENT_ROWS = (
     ("date", "date"),
     ("host", "host"),
     ("GPUs", "gpu_names"),
+    ("devices", "devices"),
     ("parbench", "parbench_version"),
     ("JSON schema", "parbench_json_schema"),
     ("git", "git_sha"),
@@ -48,6 +52,7 @@ ENVIRONMENT_ROWS = (
     ("NCCL", "nccl_version"),
     ("TF32 cuDNN / matmul", "tf32_cudnn"),
     ("timer", "timer"),
+    ("Google Benchmark library", "library_build_type"),
     ("preset", "preset"),
     ("CPUs", "num_cpus"),
 )
@@ -57,10 +62,17 @@ def build_report(results: pr.Results, rendered: plot.Rendered, generated: dateti
     files = ", ".join(f"`{run.path}`" for run in results.runs)
     groups = results.by_setup()
     lines = ["# parbench report", "",
-             f"Generated {generated:%Y-%m-%d %H:%M} UTC by `reports/make_report.py` from {files}.", ""]
+             f"Generated {generated:%Y-%m-%d %H:%M} UTC by `reports/make_report.py` from {files}, "
+             f"run on {results.describe_machines()}.", ""]
+    stand_ins = results.cpu_stand_ins()
+    if stand_ins:
+        lines += [cpu_stand_in_note(stand_ins, results), ""]
     lines += ["## Findings", ""]
     for setup, cases in groups.items():
-        lines.append(f"- **{setup.describe()}**: {' '.join(findings(cases))}")
+        sentences = findings(cases)
+        if any(case.cpu_stand_in for case in pr.headline_cases(cases)):
+            sentences.append("These are CPU stand-ins: the code paths, not GPU performance.")
+        lines.append(f"- **{setup.describe()}**: {' '.join(sentences)}")
     lines += ["", "## Summary", "",
               "Step time is the median over repetitions with the sample standard deviation as its "
               "spread; images/s is the median; speedup and scaling efficiency compare with the "
@@ -103,6 +115,23 @@ def build_report(results: pr.Results, rendered: plot.Rendered, generated: dateti
     return "\n".join(lines)
 
 
+def cpu_stand_in_note(stand_ins: list[pr.Case], results: pr.Results) -> str:
+    """What the multi-device cases on CPU devices ran as, and what their numbers can and cannot say."""
+    kinds = {}
+    for case in sorted(stand_ins, key=pr.Case.sort_key):
+        backend = f" over the {case.label['backend']} backend" if "backend" in case.label else ""
+        kinds.setdefault(f"`{case.strategy}` on {case.device_count()}{backend}", None)
+    cpus = " | ".join(str(value) for value in results.context_values("num_cpus"))
+    return (f"> **CPU stand-ins.** No GPU was visible, so {_join(list(kinds))} ran on CPU devices that "
+            f"share this machine's {cpus} CPUs. Their numbers show that the code paths and the harness "
+            "work; they are not what these strategies achieve on GPUs, and their speedups and scaling "
+            "efficiencies say nothing about GPU scaling.")
+
+
+def _join(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
+
+
 def findings(cases: list[pr.Case]) -> list[str]:
     """Two or three sentences on one set-up, every number taken from the cases."""
     shown = pr.headline_cases(cases)
@@ -117,7 +146,10 @@ def findings(cases: list[pr.Case]) -> list[str]:
         sentences = [f"No single-GPU case ran, so there is no speedup reference; {_name(top)} has "
                      f"the highest throughput, {top_ips:,.0f} images/s."]
     elif len(ranked) == 1:
-        return [f"Only `single` ran: {top_ips:,.0f} images/s at {single.stats('step_ms').median:.1f} ms "
+        not_run = [case for case in cases if not case.ran]
+        why = (f" ({len(not_run)} other case(s) did not run: {'; '.join(dict.fromkeys(r for c in not_run for r in c.reasons()))})"
+               if not_run else "")
+        return [f"Only `single` ran{why}: {top_ips:,.0f} images/s at {single.stats('step_ms').median:.1f} ms "
                 "median step time, so there is nothing to compare it with."]
     elif top is single:
         runner_up = ranked[1]
@@ -128,13 +160,16 @@ def findings(cases: list[pr.Case]) -> list[str]:
         single_ips = single.stats("items_per_second").median
         sentences = [f"{_name(top)} has the highest throughput, {top_ips:,.0f} images/s: "
                      f"{top_ips / single_ips:.2f}\u00d7 `single`'s {single_ips:,.0f} images/s, "
-                     f"{pr.scaling_efficiency(top, single):.1%} scaling efficiency on {top.gpus} GPUs."]
+                     f"{pr.scaling_efficiency(top, single):.1%} scaling efficiency on {top.device_count()}."]
     if len(ranked) > 1:
         runner_up = ranked[1]
         spreads = [ips[id(top)].stddev, ips[id(runner_up)].stddev]
         if None not in spreads and top_ips - ips[id(runner_up)].median < max(spreads):
             sentences[-1] += (f" Its lead over {_name(runner_up)} is within one standard deviation, "
                               "so their order is not settled.")
+    if len(ranked) > 2:
+        sentences.append("By images/s: " + ", ".join(
+            f"{_short_name(case, shown)} {ips[id(case)].median:,.0f}" for case in ranked) + ".")
     fastest = min(shown, key=lambda case: case.stats("step_ms").median)
     step = fastest.stats("step_ms").median
     if single is not None and fastest is not single:
@@ -148,7 +183,7 @@ def findings(cases: list[pr.Case]) -> list[str]:
     for best in sorted(pr.best_splits(cases).values(), key=pr.Case.sort_key):
         series = [case for case in cases if case.strategy == "pipeline" and case.ran
                   and case.series == best.series]
-        name = f"{best.fields['schedule']} on {best.gpus} GPUs"
+        name = f"{best.fields['schedule']} on {best.device_count()}"
         if len(series) == 1:
             one_split.append(f"{name} ({best.split_size})")
             continue
@@ -160,6 +195,11 @@ def findings(cases: list[pr.Case]) -> list[str]:
     if one_split:
         sentences.append(f"Pipeline ran at one split_size only for {'; '.join(one_split)}.")
     return sentences
+
+
+def _short_name(case: pr.Case, shown: list[pr.Case]) -> str:
+    """The strategy alone where it names one case among `shown`, else with its config."""
+    return f"`{case.strategy}`" if sum(c.strategy == case.strategy for c in shown) == 1 else _name(case)
 
 
 def summary_table(cases: list[pr.Case]) -> list[str]:
@@ -186,7 +226,7 @@ def summary_table(cases: list[pr.Case]) -> list[str]:
             f"{pr.speedup(case, single):.2f}\u00d7" if compared else "no single",
             f"{pr.scaling_efficiency(case, single):.1%}" if compared else "no single",
             ", ".join(f"dev{device} {peak:.2f}" for device, peak in case.peak_memory_gib().items()) or "not measured",
-            _bubbles(case),
+            _per_device(case.bubble_fractions()),
             best_split,
             _details(case),
         ])
@@ -213,12 +253,14 @@ def sweep_table(cases: list[pr.Case]) -> list[str]:
             f"{step.minimum:.2f}\u2013{step.maximum:.2f}",
             f"{case.stats('items_per_second').median:,.1f}",
             f"{pr.speedup(case, single):.2f}\u00d7" if single else "no single",
-            _bubbles(case),
+            f"{case.ideal_speedup():.2f}\u00d7",
+            _per_device(case.busy_fractions()),
+            _per_device(case.bubble_fractions()),
             f"{case.ideal_bubble_fraction():.2f}",
         ])
-    return _table(["schedule", "gpus", "split_size", "reps", "step time median (ms)", "stddev (ms)",
-                   "min\u2013max (ms)", "images/s (median)", "speedup vs single", "bubble fraction (measured)",
-                   "ideal bubble (S-1)/(M+S-1)"], rows)
+    return _table(["schedule", "devices", "split_size", "reps", "step time median (ms)", "stddev (ms)",
+                   "min\u2013max (ms)", "images/s (median)", "speedup vs single", "ideal speedup S\u00b7M/(M+S-1)",
+                   "busy fraction (measured)", "bubble fraction (measured)", "ideal bubble (S-1)/(M+S-1)"], rows)
 
 
 def allreduce_table(cases: list[pr.Case]) -> list[str]:
@@ -248,18 +290,30 @@ def _binary_size(size: float) -> str:
 
 
 def not_run_table(results: pr.Results) -> list[str]:
+    """Skipped cases once per reason and set-up; the others, which failed in some or all
+    repetitions, one by one."""
+    skipped: dict[tuple[str, pr.Setup], list[pr.Case]] = {}
     rows = []
     for case in results.train_cases():
+        if case.skipped:
+            skipped.setdefault(("; ".join(case.reasons()), case.setup), []).append(case)
+            continue
         if not case.errors:
             continue
         failed = len(case.errors)
         total = failed + len(case.repetitions)
         status = "did not run" if not case.ran else "partly ran (summarised from the rest)"
         rows.append([case.setup.describe(), case.title(), f"{failed} of {total} failed; {status}",
-                     "; ".join(dict.fromkeys(case.errors))])
-    if not rows:
-        return ["Every case ran."]
-    return _table(["set-up", "case", "repetitions", "reason"], rows)
+                     "; ".join(case.reasons())])
+    lines = []
+    if skipped:
+        lines += ["Skipped before they started:", "",
+                  *_table(["reason", "set-up", "cases"],
+                          [[reason, setup.describe(), f"{len(cases)}: " + ", ".join(case.title() for case in cases)]
+                           for (reason, setup), cases in skipped.items()]), ""]
+    if rows:
+        lines += _table(["set-up", "case", "repetitions", "reason"], rows)
+    return lines or ["Every case ran."]
 
 
 def environment(results: pr.Results) -> list[str]:
@@ -293,22 +347,23 @@ def _spread(stats: pr.Stats) -> str:
     return f"{stats.stddev:.2f}" if stats.stddev is not None else "none (1 repetition)"
 
 
-def _bubbles(case: pr.Case) -> str:
-    """Measured idle fraction per device (docs/METRICS.md), where the run measured it."""
-    bubbles = case.bubble_fractions()
-    return ", ".join(f"dev{device} {fraction:.2f}" for device, fraction in bubbles.items()) or "not measured"
+def _per_device(fractions: dict[int, float]) -> str:
+    """A measured fraction per device (busy, bubble: docs/METRICS.md), where the run measured it."""
+    return ", ".join(f"dev{device} {fraction:.2f}" for device, fraction in fractions.items()) or "not measured"
 
 
 def _details(case: pr.Case) -> str:
     """The label's facts that the name does not give (cut, backend, ...), ddp's rank spread and
-    data_parallel's replication time."""
-    facts = [f"{key}={value}" for key, value in case.label.items() if key not in case.fields]
+    data_parallel's time to build its replicas (clone) or to broadcast and reduce (broadcast)."""
+    # devices is in the config ("2 CPU devices") and the environment already.
+    facts = [f"{key}={value}" for key, value in case.label.items() if key not in case.fields and key != "devices"]
     rank_spread = case.stats("step_ms_rank_spread")
     if rank_spread is not None:
         facts.append(f"rank spread {rank_spread.median:.1%}")
-    replicate = case.stats("replicate_ms")
-    if replicate is not None:
-        facts.append(f"replicate {replicate.median:,.1f} ms")
+    for counter, word in (("replicate_ms", "replicate"), ("broadcast_ms", "broadcast"), ("reduce_ms", "reduce")):
+        stats = case.stats(counter)
+        if stats is not None:
+            facts.append(f"{word} {stats.median:,.1f} ms")
     return "; ".join(facts)
 
 

@@ -1,8 +1,9 @@
 // Naive model parallelism: the model's stages split across devices, the whole batch passing
-// through one device after the other (the tutorial's ModelParallelResNet50).
+// through one device after the other (the tutorial's ModelParallelResNet50). It is a pipeline
+// of one micro-batch: strategies/stage_executor.h runs it, each stage owning its backward.
 #include "strategies/partition.h"
+#include "strategies/stage_executor.h"
 #include "strategies/strategy.h"
-#include "strategies/training.h"
 
 namespace parbench {
 namespace {
@@ -15,38 +16,31 @@ class ModelParallel final : public Strategy {
     devices_ = devices;
     config_ = config;
     model_ = make_model();
-    partitions_ = partition_model(*model_, devices, config, config.batch_size, &cut_);
-    optimizer_ = make_sgd(*model_, config.learning_rate);
+    auto partitions = partition_model(*model_, devices, config, config.batch_size, &cut_);
+    executor_ = std::make_unique<StageExecutor>(std::move(partitions), config.loss, config.learning_rate,
+                                                model_->autocast_dtype());
   }
 
-  torch::Device input_device() const override { return partitions_.front().device; }
-  torch::Device target_device() const override { return partitions_.back().device; }
+  std::map<std::string, double> counters() const override { return executor_->host_counters(); }
+
+  torch::Device input_device() const override { return executor_->input_device(); }
+  torch::Device target_device() const override { return executor_->target_device(); }
 
   torch::Tensor train_step(const Batch& batch) override {
-    optimizer_->zero_grad();
-    auto x = batch.inputs;
-    for (const auto& partition : partitions_) {
-      AutocastScope autocast(partition.device.type(), model_->autocast_dtype());
-      x = partition.forward(x.to(partition.device));
-    }
-    auto loss = compute_loss(x, batch.targets, config_.loss);
-    loss.backward();
-    optimizer_->step();
-    return loss.detach();
+    return executor_->train_step(batch, /*split_size=*/batch.inputs.size(0), "gpipe");
   }
 
   std::map<std::string, std::string> describe() const override { return {{"cut", format_cut(cut_)}}; }
 
  private:
   RunConfig config_;
-  std::vector<Partition> partitions_;
   Cut cut_;
-  std::unique_ptr<torch::optim::SGD> optimizer_;
+  std::unique_ptr<StageExecutor> executor_;
 };
 
 PARBENCH_REGISTER_STRATEGY({"model_parallel", "stages split across devices, whole batch one device at a time",
                             /*order=*/1, /*min_devices=*/2, /*distributed=*/false,
-                            [] { return std::make_unique<ModelParallel>(); }});
+                            [] { return std::make_unique<ModelParallel>(); }, /*graph_capturable=*/true});
 
 }  // namespace
 }  // namespace parbench

@@ -34,6 +34,8 @@ struct RunConfig {
   // pipeline: micro-batch size and schedule ("tutorial", "gpipe", "1f1b").
   int64_t split_size = 0;
   std::string schedule = "tutorial";
+  // pipeline on GPUs: compute streams per stage (1, or 2 so that forwards overlap backwards).
+  int stage_lanes = 1;
 
   // ddp: gradient bucket size, and whether all-reduces start during backward.
   double bucket_mib = 25.0;

@@ -54,16 +54,20 @@ TEST_P(MultiGpuEquivalence, MatchesSingleGpu) {
   std::vector<std::pair<std::string, RunConfig>> variants = {{"model_parallel", config}, {"data_parallel", config}};
   for (const std::string schedule : {"tutorial", "gpipe", "1f1b"}) {
     for (int64_t split : {1, 5, 12}) {
-      auto pipelined = config;
-      pipelined.split_size = split;
-      pipelined.schedule = schedule;
-      variants.emplace_back("pipeline", pipelined);
+      for (int lanes : {1, 2}) {
+        auto pipelined = config;
+        pipelined.split_size = split;
+        pipelined.schedule = schedule;
+        pipelined.stage_lanes = lanes;
+        variants.emplace_back("pipeline", pipelined);
+      }
     }
   }
   for (const auto& [name, variant] : variants) {
     double loss = 0;
     const auto result = step_and_collect(name, variant, two_gpus, batch, &loss);
-    const std::string what = name + " split " + std::to_string(variant.split_size) + " " + variant.schedule;
+    const std::string what = name + " split " + std::to_string(variant.split_size) + " " + variant.schedule +
+                             " lanes " + std::to_string(variant.stage_lanes);
     EXPECT_NEAR(loss, reference_loss, kTolerance * std::abs(reference_loss)) << what;
     for (const auto& [key, expected] : reference) {
       const double scale = std::max(expected.norm().item<double>(), 1e-12);

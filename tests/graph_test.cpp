@@ -1,5 +1,6 @@
-// A training step captured in a CUDA graph: replays train as the same steps run eagerly, and
-// capture refuses a step that is not on one GPU.
+// A training step captured in a CUDA graph: replays train as the same steps run eagerly, on one
+// GPU (single) and across two (model_parallel, pipeline: one graph spanning both devices), and
+// capture refuses a step that is not on GPUs.
 #include "benchmarks/graphed_step.h"
 #include "benchmarks/options.h"
 #include "models/model_zoo.h"
@@ -21,15 +22,29 @@ struct Trained {
   std::vector<torch::Tensor> tensors;  // parameters, their gradients, buffers
 };
 
-std::unique_ptr<Strategy> make_single(const RunConfig& config, torch::Device device) {
-  auto strategy = StrategyRegistry::instance().get("single").create();
+std::unique_ptr<Strategy> make_strategy(const std::string& name, const RunConfig& config,
+                                        const std::vector<torch::Device>& devices) {
+  auto strategy = StrategyRegistry::instance().get(name).create();
   strategy->setup(
       [&] {
         torch::manual_seed(11);
         return make_model(config.model, config.num_classes);
       },
-      {device}, config);
+      devices, config);
   return strategy;
+}
+
+std::unique_ptr<Strategy> make_single(const RunConfig& config, torch::Device device) {
+  return make_strategy("single", config, {device});
+}
+
+int visible_gpus() { return torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0; }
+
+// The same kernels run eagerly and replayed; what differs is the order of their atomic additions.
+void deterministic_fp32_kernels() {
+  at::globalContext().setDeterministicCuDNN(true);
+  at::globalContext().setAllowTF32CuDNN(false);
+  at::globalContext().setAllowTF32CuBLAS(false);
 }
 
 Trained collect(Strategy& strategy, const torch::Tensor& loss) {
@@ -45,10 +60,7 @@ class GraphedSingle : public ::testing::TestWithParam<Precision> {};
 
 TEST_P(GraphedSingle, ReplaysTrainAsEagerStepsDo) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "needs a GPU, 0 visible";
-  // The same kernels run either way; what differs is the order of their atomic additions.
-  at::globalContext().setDeterministicCuDNN(true);
-  at::globalContext().setAllowTF32CuDNN(false);
-  at::globalContext().setAllowTF32CuBLAS(false);
+  deterministic_fp32_kernels();
   RunConfig config;
   config.model = "resnet50";  // batch-norm buffers, and under bf16 autocast's casts of the weights
   config.num_classes = 10;
@@ -85,7 +97,75 @@ TEST_P(GraphedSingle, ReplaysTrainAsEagerStepsDo) {
 INSTANTIATE_TEST_SUITE_P(Precisions, GraphedSingle, ::testing::Values(Precision::kFloat32, Precision::kBFloat16),
                          [](const auto& info) { return to_string(info.param); });
 
-TEST(GraphedStep, RefusesAStepThatIsNotOnOneGpu) {
+// model_parallel and pipeline over two GPUs: each schedule, with a split that divides the
+// batch and one that does not (a remainder micro-batch), batch-norm in train mode so its running
+// statistics must advance on replay as they do eagerly.
+struct StagedCase {
+  std::string strategy;
+  std::string schedule;
+  int64_t split_size;
+  int lanes = 1;
+};
+
+void PrintTo(const StagedCase& c, std::ostream* os) {
+  *os << c.strategy << " " << c.schedule << " split " << c.split_size << " lanes " << c.lanes;
+}
+
+class GraphedStaged : public ::testing::TestWithParam<StagedCase> {};
+
+INSTANTIATE_TEST_SUITE_P(
+    TwoGpus, GraphedStaged,
+    ::testing::Values(StagedCase{"model_parallel", "", 0}, StagedCase{"pipeline", "tutorial", 4},
+                      StagedCase{"pipeline", "tutorial", 3}, StagedCase{"pipeline", "gpipe", 4},
+                      StagedCase{"pipeline", "gpipe", 3}, StagedCase{"pipeline", "1f1b", 2},
+                      StagedCase{"pipeline", "1f1b", 3}, StagedCase{"pipeline", "1f1b", 2, /*lanes=*/2},
+                      StagedCase{"pipeline", "tutorial", 3, /*lanes=*/2}),
+    [](const auto& info) {
+      const auto& c = info.param;
+      return c.strategy + (c.schedule.empty() ? "" : "_" + c.schedule + "_split" + std::to_string(c.split_size)) +
+             (c.lanes == 1 ? "" : "_lanes" + std::to_string(c.lanes));
+    });
+
+TEST_P(GraphedStaged, ReplaysTrainAsEagerStepsDo) {
+  if (visible_gpus() < 2) GTEST_SKIP() << "needs 2 GPUs, " << visible_gpus() << " visible";
+  deterministic_fp32_kernels();
+  const auto& c = GetParam();
+  RunConfig config;
+  config.model = "resnet50";
+  config.num_classes = 10;
+  config.batch_size = 8;
+  config.image_size = 32;
+  config.split_size = c.split_size;
+  config.schedule = c.schedule.empty() ? "gpipe" : c.schedule;
+  config.stage_lanes = c.lanes;
+  config.learning_rate = 1e-3;
+  const std::vector<torch::Device> gpus = {torch::Device(torch::kCUDA, 0), torch::Device(torch::kCUDA, 1)};
+  torch::manual_seed(3);
+  const auto first = make_random_batch(config, config.batch_size, gpus.front(), gpus.back());
+  const auto second = make_random_batch(config, config.batch_size, gpus.front(), gpus.back());
+
+  auto eager = make_strategy(c.strategy, config, gpus);
+  for (int step = 0; step < kGraphWarmupSteps; ++step) eager->train_step(first);
+  torch::Tensor eager_loss;
+  for (int step = 0; step < kReplays; ++step) eager_loss = eager->train_step(second);
+  const auto expected = collect(*eager, eager_loss);
+
+  auto strategy = make_strategy(c.strategy, config, gpus);
+  GraphedStep graphed(*strategy, {first.inputs.clone(), first.targets.clone()});
+  torch::Tensor loss;
+  for (int step = 0; step < kReplays; ++step) loss = graphed.run(second);
+  const auto replayed = collect(*strategy, loss);
+
+  ASSERT_TRUE(std::isfinite(expected.loss)) << expected.loss;
+  constexpr double kTolerance = 1e-5;
+  EXPECT_NEAR(replayed.loss, expected.loss, kTolerance * std::abs(expected.loss));
+  ASSERT_EQ(replayed.tensors.size(), expected.tensors.size());
+  for (size_t i = 0; i < expected.tensors.size(); ++i) {
+    EXPECT_LT(relative_difference(replayed.tensors[i], expected.tensors[i]), kTolerance) << "tensor " << i;
+  }
+}
+
+TEST(GraphedStep, RefusesAStepThatIsNotOnGpus) {
   RunConfig config;
   config.model = "tinycnn";
   auto strategy = make_single(config, torch::kCPU);
@@ -94,7 +174,7 @@ TEST(GraphedStep, RefusesAStepThatIsNotOnOneGpu) {
     GraphedStep graphed(*strategy, batch);
     FAIL() << "captured a step on the CPU";
   } catch (const std::invalid_argument& error) {
-    EXPECT_NE(std::string(error.what()).find("one GPU"), std::string::npos) << error.what();
+    EXPECT_NE(std::string(error.what()).find("on GPUs"), std::string::npos) << error.what();
   }
 }
 

@@ -5,24 +5,15 @@
 #include "benchmarks/launcher.h"
 
 #include "benchmarks/temporary_directory.h"
+#include "tests/parbench_process.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include <arpa/inet.h>
-#include <dirent.h>
-#include <fcntl.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
-#include <fstream>
-#include <thread>
-
-extern char** environ;
 
 namespace parbench {
 namespace {
@@ -135,6 +126,24 @@ TEST(Launcher, AllreduceCaseRunsOnTheStoreBackend) {
   EXPECT_EQ(run.repetitions[0].seconds.size(), 2u);
 }
 
+// TCPStore's server refuses values over 8 MiB; the store backend sends larger tensors in
+// chunks. The all-reduce case checks its sum before timing; ResNet-18's first broadcast is 47 MB.
+TEST(Launcher, TensorsLargerThanTheStoresValueLimitGoThroughTheStoreBackend) {
+  hide_gpus_from_ranks();
+  const auto allreduce = launch_case(PARBENCH_BINARY, {"--strategies=ddp", "--warmup=0", "--repetitions=1", "--iterations=1"},
+                                     "comm/allreduce/bytes:16777216/ranks:2", 2, /*timeout_s=*/60);
+  EXPECT_EQ(allreduce.repetitions.size(), 1u);
+  const auto ddp = launch_case(PARBENCH_BINARY,
+                               {"--strategies=ddp", "--models=resnet18", "--batch=2", "--image=32", "--warmup=0",
+                                "--repetitions=1", "--iterations=1", "--allreduce=off"},
+                               "train/ddp/resnet18/batch:2/image:32/precision:fp32/data:device/gpus:2/bucket_mib:25/"
+                               "overlap:on/scaling:weak",
+                               2, /*timeout_s=*/60);
+  EXPECT_EQ(ddp.facts.at("buckets"), "2");
+  EXPECT_EQ(ddp.repetitions.size(), 1u);
+  expect_no_child_processes();
+}
+
 TEST(Allreduce, IterationsRunEnoughAllReducesToTimeAndToSpreadRankSkew) {
   EXPECT_EQ(all_reduces_per_iteration(1024), 100);
   EXPECT_EQ(all_reduces_per_iteration(1024 * 1024), 64);
@@ -145,92 +154,12 @@ TEST(Allreduce, IterationsRunEnoughAllReducesToTimeAndToSpreadRankSkew) {
 
 // ---- An external launcher's ranks --------------------------------------------------------------
 
-struct RankRun {
-  int exit_code = -1;  // -1: killed after the test's own deadline
-  std::string out, err;
-  double seconds = 0;
-};
-
-int free_port() {
-  const int socket_fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(socket_fd, reinterpret_cast<sockaddr*>(&address), sizeof address);
-  socklen_t length = sizeof address;
-  getsockname(socket_fd, reinterpret_cast<sockaddr*>(&address), &length);
-  close(socket_fd);
-  return ntohs(address.sin_port);
-}
-
-// Runs one parbench process per environment, as torchrun would, and waits for all of them.
-std::vector<RankRun> run_ranks(const std::vector<std::map<std::string, std::string>>& environments,
-                               const std::vector<std::string>& arguments) {
-  constexpr double kDeadline = 60;
-  TemporaryDirectory dir("parbench-launcher-test");
-  std::vector<std::string> argv_strings{PARBENCH_BINARY};
-  argv_strings.insert(argv_strings.end(), arguments.begin(), arguments.end());
-  std::vector<char*> argv;
-  for (auto& text : argv_strings) argv.push_back(text.data());
-  argv.push_back(nullptr);
-
-  const auto start = Clock::now();
-  std::vector<pid_t> pids;
-  for (size_t i = 0; i < environments.size(); ++i) {
-    std::vector<std::string> environment;
-    for (char** entry = environ; *entry != nullptr; ++entry) environment.emplace_back(*entry);
-    for (const auto& [name, value] : environments[i]) environment.push_back(name + "=" + value);
-    std::vector<char*> envp;
-    for (auto& text : environment) envp.push_back(text.data());
-    envp.push_back(nullptr);
-    const auto out = dir.file("out" + std::to_string(i)), err = dir.file("err" + std::to_string(i));
-    const pid_t pid = fork();
-    if (pid == 0) {
-      dup2(open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644), STDOUT_FILENO);
-      dup2(open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644), STDERR_FILENO);
-      execve(argv[0], argv.data(), envp.data());
-      _exit(127);
-    }
-    pids.push_back(pid);
-  }
-  std::vector<RankRun> runs(pids.size());
-  for (size_t i = 0; i < pids.size(); ++i) {
-    int status = 0;
-    while (waitpid(pids[i], &status, WNOHANG) == 0) {
-      if (seconds_since(start) > kDeadline) {
-        kill(pids[i], SIGKILL);
-        waitpid(pids[i], &status, 0);
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    runs[i].exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    runs[i].seconds = seconds_since(start);
-    std::ifstream out(dir.file("out" + std::to_string(i))), err(dir.file("err" + std::to_string(i)));
-    runs[i].out.assign(std::istreambuf_iterator<char>(out), {});
-    runs[i].err.assign(std::istreambuf_iterator<char>(err), {});
-  }
-  return runs;
-}
-
-std::map<std::string, std::string> rank_environment(int rank, int world_size, int port) {
-  return {{"RANK", std::to_string(rank)},
-          {"WORLD_SIZE", std::to_string(world_size)},
-          {"MASTER_ADDR", "127.0.0.1"},
-          {"MASTER_PORT", std::to_string(port)}};
-}
-
-nlohmann::json read_json(const std::string& path) {
-  std::ifstream file(path);
-  return nlohmann::json::parse(file);
-}
-
 TEST(ExternalLauncher, EveryRankRunsTheDistributedCasesAndRankZeroReports) {
   hide_gpus_from_ranks();
   TemporaryDirectory dir("parbench-launcher-test");
   const int port = free_port();
   const auto runs =
-      run_ranks({rank_environment(0, 2, port), rank_environment(1, 2, port)},
+      run_ranks({torchrun_environment(0, 2, port), torchrun_environment(1, 2, port)},
                 with(kSmallDdp, {"--strategies=single,ddp", "--dist-timeout=30",
                                  "--benchmark_out=" + dir.file("run.json"), "--benchmark_out_format=json"}));
   ASSERT_EQ(runs[0].exit_code, 0) << runs[0].err;
@@ -254,25 +183,11 @@ TEST(ExternalLauncher, EveryRankRunsTheDistributedCasesAndRankZeroReports) {
   EXPECT_EQ(repetitions, 2);
 }
 
-TEST(ExternalLauncher, AMissingRankFailsTheCaseAndTheExitCodeWithinTheTimeout) {
-  hide_gpus_from_ranks();
-  TemporaryDirectory dir("parbench-launcher-test");
-  const auto runs = run_ranks(
-      {rank_environment(0, 2, free_port())},
-      with(kSmallDdp, {"--dist-timeout=3", "--benchmark_out=" + dir.file("run.json"), "--benchmark_out_format=json"}));
-  EXPECT_EQ(runs[0].exit_code, 1) << runs[0].err;
-  EXPECT_LT(runs[0].seconds, kShortTimeout + kSlack);
-  const auto json = read_json(dir.file("run.json"));
-  ASSERT_FALSE(json["benchmarks"].empty());
-  const auto message = json["benchmarks"][0].value("error_message", std::string());
-  EXPECT_NE(message.find("rank 0: rank 1 did not join the rendezvous"), std::string::npos) << message;
-}
-
 TEST(ExternalLauncher, RanksStartedWithDifferentWorldSizesAreTold) {
   hide_gpus_from_ranks();
   const int port = free_port();
   const auto runs =
-      run_ranks({rank_environment(0, 2, port), rank_environment(1, 3, port)}, with(kSmallDdp, {"--dist-timeout=10"}));
+      run_ranks({torchrun_environment(0, 2, port), torchrun_environment(1, 3, port)}, with(kSmallDdp, {"--dist-timeout=10"}));
   EXPECT_EQ(runs[0].exit_code, 1) << runs[0].err;
   EXPECT_NE(runs[0].err.find("rank 1 was started with a world size of 3, rank 0 with 2"), std::string::npos)
       << runs[0].err;
@@ -286,7 +201,7 @@ TEST(ExternalLauncher, RanksStartedWithDifferentWorldSizesAreTold) {
 TEST(ExternalLauncher, AnUnreachableRendezvousIsNamedWithinTheTimeout) {
   hide_gpus_from_ranks();
   const int port = free_port();  // nobody listens there
-  const auto runs = run_ranks({rank_environment(1, 2, port)}, with(kSmallDdp, {"--dist-timeout=3"}));
+  const auto runs = run_ranks({torchrun_environment(1, 2, port)}, with(kSmallDdp, {"--dist-timeout=3"}));
   EXPECT_EQ(runs[0].exit_code, 1) << runs[0].err;
   EXPECT_NE(runs[0].err.find("rank 1 could not reach the rendezvous store at 127.0.0.1:" + std::to_string(port)),
             std::string::npos)

@@ -2,6 +2,7 @@
 // process gives single's loss, gradients and updated weights (CPU "devices").
 #include "models/model_zoo.h"
 #include "strategies/partition.h"
+#include "strategies/pipeline_schedule.h"
 #include "strategies/strategy.h"
 #include "strategies/training.h"
 #include "tests/tensor_compare.h"
@@ -153,6 +154,42 @@ TEST(Pipeline, RejectsBadSplitSizeAndSchedule) {
   config.schedule = "interleaved";
   EXPECT_THROW(StrategyRegistry::instance().get("pipeline").create()->setup(factory, devices, config),
                std::invalid_argument);
+}
+
+// Every stage forwards and backwards each micro-batch once, forwards in order, and holds at
+// most as many micro-batches' activations as its schedule allows.
+TEST(PipelineSchedule, EveryMicroBatchOnceAndTheActivationsInFlightEachScheduleAllows) {
+  constexpr size_t kStages = 3, kMicroBatches = 5;
+  const std::map<std::string, std::vector<size_t>> most_in_flight = {
+      {"gpipe", {5, 5, 5}}, {"tutorial", {5, 5, 5}}, {"1f1b", {3, 2, 1}}};
+  for (const auto& [schedule, expected] : most_in_flight) {
+    const auto programs = make_schedule(schedule, kStages, kMicroBatches);
+    ASSERT_EQ(programs.size(), kStages) << schedule;
+    for (size_t s = 0; s < kStages; ++s) {
+      std::vector<int> forwards(kMicroBatches), backwards(kMicroBatches);
+      int64_t next_forward = 0;
+      size_t in_flight = 0, most = 0;
+      for (const auto& action : programs[s]) {
+        if (action.op == StageOp::kForward) {
+          EXPECT_EQ(action.micro_batch, next_forward++) << schedule << " stage " << s;
+          ++forwards[action.micro_batch];
+          most = std::max(most, ++in_flight);
+        } else if (action.op == StageOp::kBackward) {
+          ++backwards[action.micro_batch];
+          --in_flight;
+        } else {
+          EXPECT_EQ(schedule, "tutorial");
+          EXPECT_EQ(s, kStages - 1) << "only the last stage runs the joint backward";
+          for (auto& count : backwards) ++count;
+          in_flight = 0;
+        }
+      }
+      EXPECT_EQ(forwards, std::vector<int>(kMicroBatches, 1)) << schedule << " stage " << s;
+      EXPECT_EQ(backwards, std::vector<int>(kMicroBatches, 1)) << schedule << " stage " << s;
+      EXPECT_EQ(most, expected[s]) << schedule << " stage " << s;
+    }
+  }
+  EXPECT_THROW(make_schedule("interleaved", 2, 4), std::invalid_argument);
 }
 
 TEST(Cut, ParsesAndRejectsBadSpecs) {

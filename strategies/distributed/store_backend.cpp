@@ -4,12 +4,53 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
+
 namespace parbench {
 namespace {
 
-std::vector<uint8_t> bytes_of(const at::Tensor& contiguous) {
+// TCPStore's libuv server (the default) refuses values over 8 MiB: a tensor goes through the
+// store in chunks of at most this many bytes.
+constexpr size_t kChunkBytes = 4 << 20;
+
+// The keys a tensor of `bytes` bytes goes under: <key>/0, <key>/1, ... for its chunks, and
+// `key` itself, set last to the byte count, so that whoever sees `key` can read every chunk.
+std::vector<std::string> tensor_keys(const std::string& key, size_t bytes) {
+  std::vector<std::string> keys;
+  for (size_t chunk = 0; chunk * kChunkBytes < std::max<size_t>(bytes, 1); ++chunk) {
+    keys.push_back(key + "/" + std::to_string(chunk));
+  }
+  keys.push_back(key);
+  return keys;
+}
+
+void set_tensor(c10d::Store& store, const std::string& key, const at::Tensor& contiguous) {
   const auto* data = static_cast<const uint8_t*>(contiguous.data_ptr());
-  return {data, data + contiguous.nbytes()};
+  const size_t bytes = contiguous.nbytes();
+  const auto keys = tensor_keys(key, bytes);
+  for (size_t chunk = 0; chunk + 1 < keys.size(); ++chunk) {
+    const size_t begin = chunk * kChunkBytes, end = std::min(bytes, begin + kChunkBytes);
+    store.set(keys[chunk], std::vector<uint8_t>(data + begin, data + end));
+  }
+  const auto size_text = std::to_string(bytes);
+  store.set(key, std::vector<uint8_t>(size_text.begin(), size_text.end()));
+}
+
+// Reads what set_tensor set under `key` (already there) into a new tensor shaped like `like`;
+// `mismatch(bytes)` says why when its byte count differs from `like`'s.
+at::Tensor get_tensor(c10d::Store& store, const std::string& key, const at::Tensor& like,
+                      const std::function<std::string(size_t bytes)>& mismatch) {
+  const auto size_text = store.get(key);
+  const size_t bytes = std::stoull(std::string(size_text.begin(), size_text.end()));
+  TORCH_CHECK(bytes == like.nbytes(), mismatch(bytes));
+  auto tensor = torch::empty(like.sizes(), like.options().memory_format(c10::MemoryFormat::Contiguous));
+  auto* data = static_cast<uint8_t*>(tensor.data_ptr());
+  const auto keys = tensor_keys(key, bytes);
+  for (size_t chunk = 0; chunk + 1 < keys.size(); ++chunk) {
+    const auto received = store.get(keys[chunk]);
+    std::copy(received.begin(), received.end(), data + chunk * kChunkBytes);
+  }
+  return tensor;
 }
 
 }  // namespace
@@ -104,21 +145,22 @@ c10::intrusive_ptr<c10d::Work> StoreBackend::barrier(const c10d::BarrierOptions&
 void StoreBackend::all_reduce(const at::Tensor& tensor, bool average, uint64_t sequence) {
   const std::string prefix = "allreduce/" + std::to_string(sequence) + "/";
   const at::Tensor mine = tensor.contiguous();
-  store_->set(prefix + std::to_string(rank_), bytes_of(mine));
+  set_tensor(*store_, prefix + std::to_string(rank_), mine);
   wait_for_ranks(*store_, prefix, size_, timeout_, "reach all-reduce #" + std::to_string(sequence));
 
   // Rank order, on every rank: the sums are bitwise equal everywhere.
   at::Tensor sum;
   std::vector<std::string> keys;
   for (int rank = 0; rank < size_; ++rank) {
-    keys.push_back(prefix + std::to_string(rank));
+    const auto key = prefix + std::to_string(rank);
+    for (auto& written : tensor_keys(key, mine.nbytes())) keys.push_back(std::move(written));
     at::Tensor part = mine;
-    std::vector<uint8_t> received;
     if (rank != rank_) {
-      received = store_->get(keys.back());
-      TORCH_CHECK(received.size() == mine.nbytes(), "rank ", rank, " sent ", received.size(), " bytes to all-reduce #",
-                  sequence, ", rank ", rank_, " ", mine.nbytes(), ": the ranks' tensors differ");
-      part = torch::from_blob(received.data(), mine.sizes(), mine.scalar_type());
+      part = get_tensor(*store_, key, mine, [&](size_t bytes) {
+        return "rank " + std::to_string(rank) + " sent " + std::to_string(bytes) + " bytes to all-reduce #" +
+               std::to_string(sequence) + ", rank " + std::to_string(rank_) + " " + std::to_string(mine.nbytes()) +
+               ": the ranks' tensors differ";
+      });
     }
     if (rank == 0) {
       sum = part.clone();
@@ -134,15 +176,15 @@ void StoreBackend::all_reduce(const at::Tensor& tensor, bool average, uint64_t s
 void StoreBackend::broadcast_from(const at::Tensor& tensor, int root, uint64_t sequence) {
   const std::string key = "broadcast/" + std::to_string(sequence);
   if (rank_ == root) {
-    store_->set(key, bytes_of(tensor.contiguous()));
+    set_tensor(*store_, key, tensor.contiguous());
     return;
   }
   wait_for_rank(*store_, key, root, timeout_, "reach broadcast #" + std::to_string(sequence));
-  auto received = store_->get(key);
-  TORCH_CHECK(received.size() == tensor.nbytes(), "rank ", root, " broadcast ", received.size(), " bytes, rank ", rank_,
-              " expected ", tensor.nbytes(), ": the ranks' tensors differ");
-  tensor.copy_(torch::from_blob(received.data(), tensor.sizes(), tensor.scalar_type()));
-  release_keys(*store_, key + "/read", size_ - 1, {key});
+  tensor.copy_(get_tensor(*store_, key, tensor, [&](size_t bytes) {
+    return "rank " + std::to_string(root) + " broadcast " + std::to_string(bytes) + " bytes, rank " +
+           std::to_string(rank_) + " expected " + std::to_string(tensor.nbytes()) + ": the ranks' tensors differ";
+  }));
+  release_keys(*store_, key + "/read", size_ - 1, tensor_keys(key, tensor.nbytes()));
 }
 
 void StoreBackend::barrier_all(uint64_t sequence) {

@@ -247,45 +247,92 @@ def test_cases_without_items_per_second_are_not_compared_on_it(tmp_path):
 
 # Unmatched and errored benchmarks.
 
-def test_missing_benchmark_is_reported(tmp_path, capsys):
+KILLED = "rank 1 was killed by signal 9 (Killed) (rank 0 at iteration 3 of repetition 1, rank 1 at set-up)"
+
+
+def test_benchmark_missing_in_candidate_fails_unless_allowed(tmp_path, capsys):
     candidate = {SINGLE: BASELINE_SAMPLES[SINGLE], ALLREDUCE: noisy(0.5, seed=5)}
     code, report = gate_report(tmp_path, benchmark_json(BASELINE_SAMPLES), benchmark_json(candidate))
-    assert code == 0
-    assert verdicts(report) == {SINGLE: "pass", DDP: "only in baseline", ALLREDUCE: "only in candidate"}
+    assert code == 1
+    assert report["outcome"] == "regression"
+    assert verdicts(report) == {SINGLE: "pass", DDP: "MISSING in candidate", ALLREDUCE: "only in candidate"}
     out = capsys.readouterr().out
-    assert f"only in baseline: {DDP}" in out and f"only in candidate: {ALLREDUCE}" in out
+    assert f"MISSING in candidate: {DDP} (fails the gate)" in out
+    assert f"only in candidate: {ALLREDUCE} (does not fail)" in out
+
+    code, report = gate_report(tmp_path, benchmark_json(BASELINE_SAMPLES), benchmark_json(candidate), "--allow-missing")
+    assert code == 0
+    assert report["allow_missing"] is True
+    assert f"MISSING in candidate: {DDP} (reported only (--allow-missing))" in capsys.readouterr().out
 
 
-def test_missing_benchmark_fails_with_fail_on_missing(tmp_path):
-    candidate = {SINGLE: BASELINE_SAMPLES[SINGLE]}
-    assert gate(tmp_path, benchmark_json(BASELINE_SAMPLES), benchmark_json(candidate), "--fail-on-missing") == 1
+def test_case_failed_in_candidate_fails_and_is_named_with_its_error(tmp_path, capsys):
+    candidate = benchmark_json({SINGLE: BASELINE_SAMPLES[SINGLE]}, errors={DDP: [KILLED] * 10})
+    markdown = tmp_path / "summary.md"
+    code, report = gate_report(tmp_path, benchmark_json(BASELINE_SAMPLES), candidate, "--markdown-out", str(markdown))
+    assert code == 1
+    assert verdicts(report) == {SINGLE: "pass", DDP: "FAILED in candidate"}
+    [ddp] = [row for row in report["benchmarks"] if row["name"] == DDP]
+    assert ddp["candidate_error"] == KILLED
+    assert ddp["candidate_repetitions"] == 0 and ddp["baseline_repetitions"] == 10
+    expected = f"FAILED in candidate: {DDP}: {KILLED} (fails the gate)"
+    assert expected in capsys.readouterr().out
+    assert expected in markdown.read_text()
+    assert gate(tmp_path, benchmark_json(BASELINE_SAMPLES), candidate, "--allow-missing") == 0
+
+
+def test_candidate_that_failed_every_case_fails_rather_than_being_unusable(tmp_path):
+    candidate = benchmark_json({}, errors={SINGLE: [KILLED] * 3, DDP: [KILLED] * 3})
+    code, report = gate_report(tmp_path, benchmark_json(BASELINE_SAMPLES), candidate)
+    assert code == 1
+    assert set(verdicts(report).values()) == {"FAILED in candidate"}
+    code, report = gate_report(tmp_path, benchmark_json(BASELINE_SAMPLES), candidate, "--allow-missing")
+    assert code == 2
+    assert any("nothing was compared" in reason for reason in report["unusable"])
 
 
 def test_errored_repetitions_are_skipped_and_reported(tmp_path, capsys):
     candidate = benchmark_json({SINGLE: BASELINE_SAMPLES[SINGLE][:8], DDP: []},
-                               errors={SINGLE: ["CUDA out of memory"] * 2, DDP: ["needs 2 GPUs, 0 visible"] * 10})
+                               errors={SINGLE: ["CUDA out of memory"] * 2, DDP: ["skipped: needs 2 GPUs, 0 visible"] * 10})
     code, report = gate_report(tmp_path, benchmark_json(BASELINE_SAMPLES), candidate)
-    assert code == 0
-    assert verdicts(report) == {SINGLE: "pass", DDP: "error in candidate"}
+    assert code == 1  # ddp ran in the baseline and was skipped in the candidate
+    assert verdicts(report) == {SINGLE: "pass", DDP: "FAILED in candidate"}
     assert report["benchmarks"][0]["candidate_repetitions"] == 8
     assert f"candidate: {SINGLE}: 2 of 10 repetitions errored: CUDA out of memory" in report["errors"]
-    assert f"candidate: {DDP}: 10 of 10 repetitions errored: needs 2 GPUs, 0 visible" in report["errors"]
+    assert f"candidate: {DDP}: 10 of 10 repetitions errored: skipped: needs 2 GPUs, 0 visible" in report["errors"]
     assert "needs 2 GPUs, 0 visible" in capsys.readouterr().out
-    assert gate(tmp_path, benchmark_json(BASELINE_SAMPLES), candidate, "--fail-on-missing") == 1
+    assert gate(tmp_path, benchmark_json(BASELINE_SAMPLES), candidate, "--allow-missing") == 0
+
+
+def test_benchmark_measured_by_the_candidate_alone_does_not_fail(tmp_path):
+    baseline = benchmark_json({SINGLE: BASELINE_SAMPLES[SINGLE]}, errors={DDP: ["skipped: needs 2 GPUs, 1 visible"] * 3})
+    code, report = gate_report(tmp_path, baseline, benchmark_json(BASELINE_SAMPLES))
+    assert code == 0
+    assert verdicts(report) == {SINGLE: "pass", DDP: "error in baseline"}
 
 
 def test_benchmark_errored_on_both_sides_does_not_fail(tmp_path):
-    run = benchmark_json({SINGLE: BASELINE_SAMPLES[SINGLE]}, errors={DDP: ["needs 2 GPUs, 1 visible"] * 3})
-    code, report = gate_report(tmp_path, run, run, "--fail-on-missing")
+    run = benchmark_json({SINGLE: BASELINE_SAMPLES[SINGLE]}, errors={DDP: ["skipped: needs 2 GPUs, 1 visible"] * 3})
+    code, report = gate_report(tmp_path, run, run)
     assert code == 0
     assert verdicts(report)[DDP] == "error in both"
 
 
-def test_nothing_in_common_is_unusable(tmp_path):
-    code, report = gate_report(tmp_path, benchmark_json({SINGLE: BASELINE_SAMPLES[SINGLE]}),
-                               benchmark_json({DDP: BASELINE_SAMPLES[DDP]}))
+def test_benchmark_in_the_baseline_only_and_unmeasured_there_does_not_fail(tmp_path):
+    baseline = benchmark_json({SINGLE: BASELINE_SAMPLES[SINGLE]}, errors={DDP: ["skipped: needs 2 GPUs, 1 visible"] * 3})
+    code, report = gate_report(tmp_path, baseline, benchmark_json({SINGLE: BASELINE_SAMPLES[SINGLE]}))
+    assert code == 0
+    assert verdicts(report)[DDP] == "only in baseline"
+
+
+def test_nothing_in_common_is_unusable_with_allow_missing(tmp_path):
+    baseline, candidate = benchmark_json({SINGLE: BASELINE_SAMPLES[SINGLE]}), benchmark_json({DDP: BASELINE_SAMPLES[DDP]})
+    code, report = gate_report(tmp_path, baseline, candidate, "--allow-missing")
     assert code == 2
     assert any("nothing was compared" in reason for reason in report["unusable"])
+    code, report = gate_report(tmp_path, baseline, candidate)
+    assert code == 1  # without it, the candidate lost single
+    assert verdicts(report)[SINGLE] == "MISSING in candidate"
 
 
 # Unusable input.
@@ -490,7 +537,7 @@ def test_script_runs_by_its_shebang():
     result = subprocess.run([str(GATE), "--help"], capture_output=True, text=True, check=False)
     assert result.returncode == 0
     assert all(option in result.stdout for option in
-               ["--metric", "--threshold", "--alpha", "--too-few-repetitions", "--fail-on-missing",
+               ["--metric", "--threshold", "--alpha", "--too-few-repetitions", "--allow-missing",
                 "--allow-context-mismatch", "--json-out", "--markdown-out"])
 
 

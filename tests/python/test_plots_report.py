@@ -1,6 +1,7 @@
-"""Tests plots/plot.py and reports/make_report.py against the hand-written fixtures in fixtures/
-(parbench JSON as docs/JSON.md defines it). Expected numbers are computed here from the fixtures'
-per-repetition entries, independently of plots/parbench_results.py."""
+"""Tests plots/plot.py and reports/make_report.py against the fixtures in fixtures/ (parbench JSON
+as docs/JSON.md defines it; fixtures/README.md says where each comes from) and the committed GPU
+runs under reports/. Expected numbers are computed here from the files' per-repetition entries,
+independently of plots/parbench_results.py."""
 import json
 import re
 import statistics
@@ -16,6 +17,13 @@ PLOT = REPO / "plots" / "plot.py"
 MAKE_REPORT = REPO / "reports" / "make_report.py"
 GPU_RUN = [FIXTURES / "gpu_run.json", FIXTURES / "gpu_run_ddp.json"]
 CPU_RUN = [FIXTURES / "cpu_run.json"]
+CPU_STRATEGIES = [FIXTURES / "cpu_run_strategies.json"]
+REPORTS = REPO / "reports"
+# Committed GPU runs whose figures were hard to read: ten ddp bars in one CUDA-graph panel, and a
+# split sweep whose step times span 1 to 2,500 ms.
+GRAPH_RUN = [REPORTS / "2xh200-2026-11-22-fill-stream" / "graph.json",
+             REPORTS / "2xh200-2026-11-22-fill-stream" / "graph_buckets.json"]
+SWEEP_RUN = [REPORTS / "2xh200-2026-11-22" / "model_parallel.json"]
 BAD_FILES = ["malformed.json", "empty.json", "schema_v2.json", "not_parbench.json"]
 FIGURES = ["step_time", "split_size", "throughput", "memory"]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -347,12 +355,12 @@ def test_bubble_fractions_are_medians_and_ideal_follows_stages_and_micro_batches
     assert case.ideal_bubble_fraction() == pytest.approx(1 / 7)
 
 
-def with_graph_copies(path, out_path, speedup):
-    """The file, plus a "/graph:on" copy of its fp32 single and ddp entries, `speedup` times faster."""
+def with_graph_copies(path, out_path, speedup, strategies="single|ddp"):
+    """The file, plus a "/graph:on" copy of its fp32 entries of `strategies`, `speedup` times faster."""
     data = json.loads(Path(path).read_text())
     copies = []
     for entry in data["benchmarks"]:
-        if not re.match(r"train/(single|ddp)/.*precision:fp32/", entry["name"]):
+        if not re.match(rf"train/({strategies})/.*precision:fp32/", entry["name"]):
             continue
         copy = dict(entry)
         for key in ("name", "run_name"):
@@ -389,3 +397,267 @@ def test_cuda_graph_cases_compare_with_single_under_a_graph(tmp_path):
     eager = row(summary[FP32], "ddp", "overlap on")
     assert number(eager["speedup vs single"]) == pytest.approx(
         median(reps[SINGLE.format("fp32")], "step_ms") / median(reps[DDP.format("on")], "step_ms"), abs=0.005)
+
+
+# --- figures: readable, and drawn from the right numbers ---
+
+def load_plot():
+    sys.path.insert(0, str(REPO / "plots"))
+    try:
+        import parbench_results
+        import plot
+    finally:
+        sys.path.remove(str(REPO / "plots"))
+    return parbench_results, plot
+
+
+def drawn_figures(files):
+    """Figure name -> the laid-out matplotlib figure, as plot.py draws it from `files`."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    pr, plot = load_plot()
+    figures, _ = plot.draw_figures(pr.load([str(path) for path in files]))
+    for figure in figures.values():
+        FigureCanvasAgg(figure).draw()
+    return figures
+
+
+def drawn_texts(figure):
+    """Every text the figure shows, with where: tick labels of ticks in view, axis labels,
+    titles, texts on the panels, legend entries, the figure's title and footer."""
+    texts = [figure._suptitle, *figure.texts]
+    for ax in figure.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            low, high = sorted(axis.get_view_interval())
+            texts += [tick.label1 for tick in axis.get_major_ticks()
+                      if tick.label1.get_visible() and low <= tick.get_loc() <= high]
+            texts.append(axis.label)
+        texts += [ax.title, ax._left_title, ax._right_title, *ax.texts]
+        if ax.get_legend() is not None:
+            texts += ax.get_legend().get_texts()
+    shown = {id(text): text for text in texts if text is not None and text.get_text().strip()}
+    return [(text, text.get_window_extent()) for text in shown.values()]
+
+
+def overlaps(first, second, tolerance=1.0):
+    return (first.x0 + tolerance < second.x1 and second.x0 + tolerance < first.x1
+            and first.y0 + tolerance < second.y1 and second.y0 + tolerance < first.y1)
+
+
+@pytest.mark.parametrize("files", [GPU_RUN, CPU_RUN, CPU_STRATEGIES, GRAPH_RUN, SWEEP_RUN],
+                         ids=["gpu_fixture", "cpu_fixture", "cpu_strategies", "graph_report", "sweep_report"])
+def test_no_text_overlaps_another_and_bar_texts_stay_in_their_panel(files):
+    assert_readable(drawn_figures(files))
+
+
+def test_close_split_sizes_keep_their_labels_apart(tmp_path):
+    data = json.loads(GPU_RUN[0].read_text())
+    for entry in list(data["benchmarks"]):
+        if "/split:40/" in entry["name"]:
+            for split in (41, 42):
+                copy = dict(entry)
+                for key in ("name", "run_name"):
+                    copy[key] = entry[key].replace("/split:40/", f"/split:{split}/")
+                data["benchmarks"].append(copy)
+    path = tmp_path / "close_splits.json"
+    path.write_text(json.dumps(data))
+    figures = drawn_figures([path])
+    assert_readable(figures)
+    shown = [label.get_text() for label in figures["split_size"].axes[0].get_xticklabels()]
+    assert "40" in shown and len(shown) < 5, shown  # of 10, 20, 40, 41, 42
+
+
+def assert_readable(figures):
+    for name, figure in figures.items():
+        texts = drawn_texts(figure)
+        assert len(texts) > 5, name
+        for index, (text, extent) in enumerate(texts):
+            for other, other_extent in texts[index + 1:]:
+                assert not overlaps(extent, other_extent), (name, text.get_text(), other.get_text())
+        for ax in figure.axes:
+            right = ax.get_window_extent().x1
+            for annotation in ax.texts:
+                assert annotation.get_window_extent().x1 <= right + 1, (name, annotation.get_text())
+
+
+def context_of(path):
+    return json.loads(Path(path).read_text())["context"]
+
+
+@pytest.mark.parametrize("files", [GPU_RUN, CPU_RUN, SWEEP_RUN], ids=["gpu_fixture", "cpu_fixture", "sweep_report"])
+def test_every_figure_states_the_hardware_and_the_commit(files):
+    context = context_of(files[0])
+    hardware = ("2\u00d7 NVIDIA H100 80GB HBM3" if "H100" in context["gpu_names"]
+                else "2\u00d7 NVIDIA H200" if "H200" in context["gpu_names"] else f"no GPU, {context['num_cpus']} CPUs")
+    commit = f"commit {context.get('git_sha', 'unknown')[:10]}"
+    if context.get("git_dirty") == "true":
+        commit += " (dirty)"
+    figures = drawn_figures(files)
+    assert figures
+    for name, figure in figures.items():
+        title = figure._suptitle.get_text().replace("\n", " ")
+        assert hardware in title and commit in title, (name, title)
+
+
+def speedup_curves(ax):
+    """Legend label -> (x, y) of each line and each line with error bars drawn with a label."""
+    lines = [(line.get_label(), line) for line in ax.get_lines()]
+    lines += [(container.get_label(), container.lines[0]) for container in ax.containers]
+    return {label: (list(line.get_xdata()), list(line.get_ydata())) for label, line in lines
+            if not label.startswith("_")}
+
+
+def expected_speedups(files, precision, graph):
+    """schedule -> {split: median images/s / single's}, straight from the JSON."""
+    reps = repetitions(files)
+    tag = "/graph:on" if graph else ""
+    single = next(entries for name, entries in reps.items()
+                  if re.match(rf"train/single/.*precision:{precision}/data:\w+{tag}/", name))
+    found = {}
+    for name, entries in reps.items():
+        match = re.match(rf"train/pipeline/.*precision:{precision}/.*split:(\d+)/schedule:(\w+){tag}/manual_time", name)
+        if match:
+            found.setdefault(match.group(2), {})[int(match.group(1))] = (
+                median(entries, "items_per_second") / median(single, "items_per_second"))
+    return found
+
+
+def assert_speedup_panel(ax, files, precision, graph_too=False):
+    curves = speedup_curves(ax)
+    for graph in (False, True) if graph_too else (False,):
+        for schedule, by_split in expected_speedups(files, precision, graph).items():
+            label = next(label for label in curves if label.startswith(
+                f"{schedule}, CUDA graph:" if graph else f"{schedule}:"))
+            xs, ys = curves[label]
+            assert xs == sorted(by_split)
+            assert ys == pytest.approx([by_split[split] for split in xs], rel=1e-9)
+            best = min(by_split, key=lambda split: 1 / by_split[split])  # same order as step time here
+            assert f"best split {best}" in label
+    ideal = next(value for label, value in curves.items() if label.startswith("ideal"))
+    for split, value in zip(*ideal):
+        micro_batches = -(-120 // split)
+        assert value == pytest.approx(2 * micro_batches / (micro_batches + 1))  # S*M/(M+S-1), S = 2
+    assert any(line.get_ydata()[0] == 1.0 and line.get_label().startswith("single") for line in ax.get_lines())
+    assert ax.get_xscale() == "log"
+
+
+def test_split_size_figure_plots_speedup_over_single_against_the_ideal():
+    figure = drawn_figures(GPU_RUN)["split_size"]
+    fp32, bf16 = figure.axes
+    assert_speedup_panel(fp32, GPU_RUN, "fp32")
+    assert_speedup_panel(bf16, GPU_RUN, "bf16")
+    assert fp32.get_yscale() == "linear" and fp32.get_ylim()[0] == 0
+
+
+def test_split_size_figure_goes_to_a_log_axis_where_speedups_span_decades():
+    figure = drawn_figures(SWEEP_RUN)["split_size"]
+    ax = figure.axes[0]
+    assert_speedup_panel(ax, SWEEP_RUN, "fp32")
+    assert ax.get_yscale() == "log"
+    low, high = ax.get_ylim()
+    ys = [y for _, (_, values) in speedup_curves(ax).items() for y in values]
+    assert low < min(ys) and max(ys) < high
+    labels = [tick.label1.get_text() for tick in ax.yaxis.get_major_ticks() if low <= tick.get_loc() <= high]
+    assert "1" in labels and all(re.fullmatch(r"[\d.]+", label) for label in labels), labels
+
+
+def test_graph_pipeline_curves_compare_with_single_under_a_graph_in_the_same_panel(tmp_path):
+    files = [with_graph_copies(GPU_RUN[0], tmp_path / "gpu_run.json", 1.25, "single|pipeline|model_parallel")]
+    figure = drawn_figures(files)["split_size"]
+    assert len(figure.axes) == 2  # fp32 (eager and graph) and bf16
+    assert_speedup_panel(figure.axes[0], files, "fp32", graph_too=True)
+    dashed = [container.lines[0] for container in figure.axes[0].containers if "CUDA graph" in container.get_label()]
+    assert dashed and all(line.get_linestyle() == "--" for line in dashed)
+    out_dir = tmp_path / "out"
+    result = run(MAKE_REPORT, out_dir, files)
+    assert result.returncode == 0, result.stderr
+    report = (out_dir / "REPORT.md").read_text(encoding="utf-8")
+    sweep = tables(report, "Pipeline split sweep")[FP32 + ", CUDA graph"]
+    assert {r["schedule"] for r in sweep} == {"gpipe", "1f1b"}
+    reps = repetitions(files)
+    for cells in sweep:
+        name = (f"train/pipeline/resnet50/batch:120/image:128/precision:fp32/data:device/gpus:2/"
+                f"split:{number(cells['split_size']):.0f}/schedule:{cells['schedule']}/graph:on/manual_time")
+        busy = {int(d): float(v) for d, v in re.findall(r"dev(\d+) ([\d.]+)", cells["busy fraction (measured)"])}
+        bubble = {int(d): float(v) for d, v in re.findall(r"dev(\d+) ([\d.]+)", cells["bubble fraction (measured)"])}
+        for device in (0, 1):
+            assert busy[device] == pytest.approx(median(reps[name], f"busy_frac_dev{device}"), abs=0.005)
+            assert bubble[device] == pytest.approx(median(reps[name], f"bubble_frac_dev{device}"), abs=0.005)
+        micro_batches = -(-120 // number(cells["split_size"]))
+        assert number(cells["ideal bubble (S-1)/(M+S-1)"]) == pytest.approx(1 / (micro_batches + 1), abs=0.005)
+
+
+def test_data_parallel_variants_are_distinct_bars_and_rows(tmp_path):
+    data = json.loads(GPU_RUN[0].read_text())
+    variants = []
+    for entry in data["benchmarks"]:
+        if entry["name"].startswith("train/data_parallel/"):
+            for replicate in ("broadcast", "clone"):
+                copy = dict(entry)
+                for key in ("name", "run_name"):
+                    copy[key] = entry[key].replace("/gpus:2/", f"/gpus:2/replicate:{replicate}/")
+                variants.append(copy)
+    data["benchmarks"] = [e for e in data["benchmarks"] if not e["name"].startswith("train/data_parallel/")] + variants
+    path = tmp_path / "variants.json"
+    path.write_text(json.dumps(data))
+    labels = [tick.get_text() for tick in drawn_figures([path])["throughput"].axes[0].get_yticklabels()]
+    assert sum("replicate: broadcast" in label for label in labels) == 1, labels
+    assert sum("replicate: clone" in label for label in labels) == 1, labels
+    result = run(MAKE_REPORT, tmp_path / "out", [path])
+    assert result.returncode == 0, result.stderr
+    summary = tables((tmp_path / "out" / "REPORT.md").read_text(encoding="utf-8"), "Summary")[FP32]
+    row(summary, "data_parallel", "replicate broadcast")
+    row(summary, "data_parallel", "replicate clone")
+
+
+# --- CPU stand-ins: every strategy on CPU devices ---
+
+def test_cpu_report_compares_every_strategy_and_says_what_cpu_stand_ins_are(tmp_path):
+    result = run(MAKE_REPORT, tmp_path, CPU_STRATEGIES)
+    assert result.returncode == 0, result.stderr
+    report = (tmp_path / "REPORT.md").read_text(encoding="utf-8")
+    preamble = report.split("\n## Findings\n")[0]
+    assert "CPU stand-ins" in preamble
+    assert "not what these strategies achieve on GPUs" in preamble
+    assert "`ddp` on 2 CPU ranks over the store backend" in preamble
+    reps = repetitions(CPU_STRATEGIES)
+    strategies = {name.split("/")[1] for name in reps}
+    assert strategies == {"single", "model_parallel", "pipeline", "data_parallel", "ddp"}
+    heading = "tinycnn, batch 8, image 64\u00d764, fp32, data on device"
+    summary = tables(report, "Summary")[heading]
+    assert {r["strategy"] for r in summary} == strategies
+    assert row(summary, "model_parallel")["config"].startswith("2 CPU devices")
+    assert row(summary, "ddp")["config"].startswith("2 CPU ranks")
+    finding = next(line for line in section(report, "Findings").splitlines() if heading in line)
+    assert "nothing to compare" not in finding
+    ranking = finding.split("By images/s: ", 1)[1].split(". ", 1)[0]
+    for strategy in strategies:
+        assert f"`{strategy}`" in ranking
+    assert "CPU stand-ins" in finding
+    for name, figure in drawn_figures(CPU_STRATEGIES).items():
+        assert "CPU stand-in" in figure._suptitle.get_text(), name
+    labels = [t.get_text() for t in drawn_figures(CPU_STRATEGIES)["throughput"].axes[0].get_yticklabels()]
+    assert any("2 CPU devices" in label for label in labels) and not any("GPUs" in label for label in labels)
+
+
+def test_report_on_gpus_says_nothing_of_cpu_stand_ins(gpu_report):
+    _, report, _ = gpu_report
+    assert "CPU stand-in" not in report
+
+
+def test_skipped_cases_are_listed_once_per_reason(tmp_path):
+    data = json.loads(CPU_RUN[0].read_text())
+    for entry in data["benchmarks"]:
+        if entry.get("error_occurred"):
+            entry["error_message"] = "skipped: " + entry["error_message"]
+    path = tmp_path / "skips.json"
+    path.write_text(json.dumps(data))
+    result = run(MAKE_REPORT, tmp_path / "out", [path])
+    assert result.returncode == 0, result.stderr
+    not_run = section((tmp_path / "out" / "REPORT.md").read_text(encoding="utf-8"), "Cases that did not run")
+    rows = [line for line in not_run.splitlines() if line.startswith("| ") and "reason" not in line]
+    assert len(rows) == 1, not_run
+    assert rows[0].startswith("| needs 2 GPUs, 0 visible | tinycnn, batch 32, image 64\u00d764, fp32, data on host | 3: ")
+    for strategy in ("model_parallel", "pipeline", "data_parallel"):
+        assert strategy in rows[0]
+    skip_notes = [line for line in result.stderr.splitlines() if "skipped: needs 2 GPUs" in line]
+    assert len(skip_notes) == 1, result.stderr  # one note for the three cases

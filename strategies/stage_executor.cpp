@@ -1,0 +1,514 @@
+#include "strategies/stage_executor.h"
+
+#include "strategies/training.h"
+
+#include <ATen/autocast_mode.h>
+#include <c10/core/Event.h>
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+#include <thread>
+
+namespace parbench {
+namespace {
+
+// How long a stage waits for its neighbour's activation or gradient before it gives up: far
+// beyond any stage's step, so only a stage that stopped making progress trips it.
+constexpr auto kHandoffTimeout = std::chrono::seconds(300);
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Thrown in a stage whose step was abandoned because another stage failed; the caller
+// reports that other stage's error instead.
+struct StepAbandoned : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// A tensor handed to a neighbouring stage, with the event after which it may be read (none
+// off CUDA, where the producer has finished the tensor by the time it hands it over).
+struct Parcel {
+  torch::Tensor tensor;
+  std::optional<c10::Event> ready;
+};
+
+// Parcels from one stage to a neighbour, by micro-batch.
+class Mailbox {
+ public:
+  void put(int64_t micro_batch, Parcel parcel) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      parcels_.emplace(micro_batch, std::move(parcel));
+    }
+    changed_.notify_all();
+  }
+
+  // `waited` accumulates the seconds spent waiting.
+  Parcel take(int64_t micro_batch, const std::atomic<bool>& abandoned, const std::string& what, double& waited) {
+    const auto began = Clock::now();
+    std::unique_lock<std::mutex> lock(mutex_);
+    const bool arrived = changed_.wait_for(lock, kHandoffTimeout, [&] {
+      return abandoned.load() || parcels_.count(micro_batch) > 0;
+    });
+    waited += seconds_since(began);
+    if (abandoned.load()) throw StepAbandoned("abandoned");
+    if (!arrived) {
+      throw std::runtime_error(what + " did not arrive within " + std::to_string(kHandoffTimeout.count()) + " s");
+    }
+    auto node = parcels_.extract(micro_batch);
+    return std::move(node.mapped());
+  }
+
+  void wake() {
+    { std::lock_guard<std::mutex> lock(mutex_); }
+    changed_.notify_all();
+  }
+
+  void clear() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    parcels_.clear();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::map<int64_t, Parcel> parcels_;
+};
+
+// A host thread that runs one job at a time for its stage.
+class StageThread {
+ public:
+  StageThread() : thread_([this] { serve(); }) {}
+  ~StageThread() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+    }
+    wake_.notify_all();
+    thread_.join();
+  }
+  StageThread(const StageThread&) = delete;
+  StageThread& operator=(const StageThread&) = delete;
+
+  void start(std::function<void()> job) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      job_ = std::move(job);
+      busy_ = true;
+      error_ = nullptr;
+    }
+    wake_.notify_all();
+  }
+
+  // Waits for the job (its own waits are bounded) and returns what it threw, if anything.
+  std::exception_ptr finish() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    done_.wait(lock, [this] { return !busy_; });
+    return error_;
+  }
+
+ private:
+  void serve() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (true) {
+      wake_.wait(lock, [this] { return stopping_ || job_; });
+      if (stopping_) return;
+      auto job = std::move(job_);
+      job_ = nullptr;
+      lock.unlock();
+      std::exception_ptr error;
+      try {
+        job();
+      } catch (...) {
+        error = std::current_exception();
+      }
+      lock.lock();
+      error_ = error;
+      busy_ = false;
+      done_.notify_all();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable wake_, done_;
+  std::function<void()> job_;
+  bool busy_ = false, stopping_ = false;
+  std::exception_ptr error_;
+  std::thread thread_;  // last: it starts serving once the members above exist
+};
+
+class AutocastCacheSetting {
+ public:
+  explicit AutocastCacheSetting(bool enabled) : was_enabled_(at::autocast::is_autocast_cache_enabled()) {
+    at::autocast::set_autocast_cache_enabled(enabled);
+  }
+  ~AutocastCacheSetting() { at::autocast::set_autocast_cache_enabled(was_enabled_); }
+  AutocastCacheSetting(const AutocastCacheSetting&) = delete;
+  AutocastCacheSetting& operator=(const AutocastCacheSetting&) = delete;
+
+ private:
+  bool was_enabled_;
+};
+
+std::vector<torch::Tensor> parameters_of(const Partition& partition) {
+  std::vector<torch::Tensor> parameters;
+  for (const auto& stage : partition.stages) {
+    for (const auto& module : stage.modules) {
+      for (auto& parameter : module->parameters()) parameters.push_back(parameter);
+    }
+  }
+  return parameters;
+}
+
+c10::Stream current_stream(const torch::Device& device) {
+  return c10::impl::VirtualGuardImpl(device.type()).getStream(device);
+}
+
+}  // namespace
+
+struct StageExecutor::Impl {
+  // One stage: its part of the model, its streams (CUDA only), its parameters, and what one
+  // step keeps per micro-batch until the backward.
+  struct Stage {
+    explicit Stage(Partition part) : partition(std::move(part)) {}
+    Partition partition;
+    // Compute streams: micro-batch m computes on lanes[m % lanes.size()] (CUDA only). With two
+    // lanes one micro-batch's forward can run beside another's backward.
+    std::vector<c10::Stream> lanes;
+    std::optional<c10::Stream> send, receive;
+    // Where the chain of forwards (which update batch-norm statistics) and the chain of
+    // backwards (which add into the same gradients) stand, so that each stays in order
+    // across lanes. Unused with one lane.
+    std::optional<c10::Event> forwards_done, backwards_done;
+    std::vector<torch::Tensor> parameters;
+    std::vector<torch::Tensor> inputs, outputs;  // per micro-batch: the input leaf, the output (or loss)
+    std::vector<torch::Tensor> losses;           // last stage: detached, weighted micro-batch losses
+    torch::Tensor loss;                          // last stage: the step's loss
+    std::vector<c10::Event> finished;            // recorded on every stream at the end of the step
+    Mailbox activations;                         // from the previous stage
+    Mailbox gradients;                           // from the next stage
+    std::unique_ptr<StageThread> thread;
+    // Host seconds over all steps: issuing forwards, issuing backwards (mailbox waits
+    // excluded, counted apart).
+    double host_seconds[2] = {0, 0};
+    double host_wait_seconds = 0;
+  };
+
+  LossKind loss_kind;
+  double learning_rate = 0;
+  int64_t steps = 0;
+  std::optional<c10::ScalarType> autocast_dtype;
+  std::deque<Stage> stages;  // a deque: a Stage holds mutexes and cannot move
+  std::atomic<bool> abandoned{false};
+
+  // The step's batch, cut into micro-batches.
+  std::vector<torch::Tensor> micro_inputs, micro_targets;
+  torch::Tensor targets;
+  double batch_size = 0;
+
+  bool on_cuda() const { return !stages.front().lanes.empty(); }
+
+  static const c10::Stream& lane(const Stage& stage, int64_t m) {
+    return stage.lanes[static_cast<size_t>(m) % stage.lanes.size()];
+  }
+
+  // Makes micro-batch m's lane current (on CUDA), behind the last link of `chain`.
+  static void enter_lane(const Stage& stage, int64_t m, const std::optional<c10::Event>& chain,
+                         std::optional<c10::StreamGuard>& guard) {
+    if (stage.lanes.empty()) return;
+    if (chain) chain->block(lane(stage, m));
+    guard.emplace(lane(stage, m));
+  }
+
+  // Records micro-batch m's lane as `chain`'s last link.
+  static void extend_chain(const Stage& stage, int64_t m, std::optional<c10::Event>& chain) {
+    if (stage.lanes.size() < 2) return;
+    chain.emplace(c10::DeviceType::CUDA);
+    chain->record(lane(stage, m));
+  }
+
+  // Every stream the stage uses.
+  static std::vector<c10::Stream> streams_of(const Stage& stage) {
+    auto streams = stage.lanes;
+    if (stage.send) streams.insert(streams.end(), {*stage.send, *stage.receive});
+    return streams;
+  }
+
+  std::string name(size_t s) const { return "pipeline stage " + std::to_string(s); }
+
+  // Copies micro-batch m's `tensor` from stage `from` to stage `to`, on `from`'s send stream
+  // and `to`'s receive stream, behind `from`'s compute.
+  Parcel carry(size_t from, size_t to, int64_t m, const torch::Tensor& tensor) {
+    const auto destination = stages[to].partition.device;
+    if (!on_cuda()) return {tensor.to(destination), std::nullopt};
+    auto& source = stages[from];
+    c10::Event computed(c10::DeviceType::CUDA);
+    computed.record(lane(source, m));
+    computed.block(*source.send);
+    tensor.record_stream(*source.send);  // the copy reads it there
+    torch::Tensor received;
+    {
+      // A copy between devices runs on the source's current stream after a barrier with the
+      // destination's current stream, which then waits for it: with the receive stream
+      // current there, the copy does not wait for the destination's queued compute.
+      c10::MultiStreamGuard guard(std::vector<c10::Stream>{*source.send, *stages[to].receive});
+      received = tensor.to(destination, /*non_blocking=*/true);
+    }
+    c10::Event arrived(c10::DeviceType::CUDA);
+    arrived.record(*stages[to].receive);
+    return {received, std::move(arrived)};
+  }
+
+  // SGD over the stage's parameters in one multi-tensor update: the same arithmetic as
+  // torch::optim::SGD without momentum, issued as a few kernels instead of one per parameter.
+  void sgd_step(Stage& stage) {
+    torch::NoGradGuard no_grad;
+    std::vector<torch::Tensor> parameters, gradients;
+    for (auto& parameter : stage.parameters) {
+      if (!parameter.grad().defined()) continue;
+      parameters.push_back(parameter);
+      gradients.push_back(parameter.grad());
+    }
+    if (!parameters.empty()) torch::_foreach_add_(parameters, gradients, -learning_rate);
+  }
+
+  // A parcel's tensor, ready for micro-batch m's lane on stage `s`.
+  torch::Tensor unpack(size_t s, int64_t m, Parcel parcel) {
+    if (parcel.ready) {
+      const auto& compute = lane(stages[s], m);
+      parcel.ready->block(compute);
+      parcel.tensor.record_stream(compute);
+    }
+    return parcel.tensor;
+  }
+
+  void forward(size_t s, int64_t m) {
+    auto& stage = stages[s];
+    std::optional<c10::StreamGuard> on_lane;
+    enter_lane(stage, m, stage.forwards_done, on_lane);
+    torch::Tensor input;
+    if (s == 0) {
+      input = micro_inputs[m];
+    } else {
+      const auto what = name(s) + "'s activations of micro-batch " + std::to_string(m);
+      input = unpack(s, m, stage.activations.take(m, abandoned, what, stage.host_wait_seconds)).detach().requires_grad_();
+      stage.inputs[m] = input;
+    }
+    torch::Tensor output;
+    {
+      AutocastScope autocast(stage.partition.device.type(), autocast_dtype);
+      output = stage.partition.forward(input);
+    }
+    stage.outputs[m] = output;
+    extend_chain(stage, m, stage.forwards_done);
+    if (s + 1 < stages.size()) stages[s + 1].activations.put(m, carry(s, s + 1, m, output.detach()));
+  }
+
+  // The loss of micro-batch m, weighted so that the micro-batch losses add up to the batch mean.
+  torch::Tensor micro_loss(int64_t m) {
+    return compute_loss(stages.back().outputs[m], micro_targets[m], loss_kind) *
+           (static_cast<double>(micro_targets[m].size(0)) / batch_size);
+  }
+
+  void send_input_gradient(size_t s, int64_t m) {
+    auto& stage = stages[s];
+    if (s > 0) stages[s - 1].gradients.put(m, carry(s, s - 1, m, stage.inputs[m].grad()));
+    stage.inputs[m] = torch::Tensor();
+    stage.outputs[m] = torch::Tensor();
+  }
+
+  // Backward ops run on the stream their forward ran on: micro-batch m's lane.
+  void backward(size_t s, int64_t m) {
+    auto& stage = stages[s];
+    std::optional<c10::StreamGuard> on_lane;
+    enter_lane(stage, m, stage.backwards_done, on_lane);
+    if (s + 1 == stages.size()) {
+      auto loss = micro_loss(m);
+      loss.backward();
+      stage.losses.push_back(loss.detach());
+    } else {
+      const auto what = name(s) + "'s output gradient of micro-batch " + std::to_string(m);
+      auto gradient = unpack(s, m, stage.gradients.take(m, abandoned, what, stage.host_wait_seconds));
+      torch::autograd::backward({stage.outputs[m]}, {gradient});
+    }
+    extend_chain(stage, m, stage.backwards_done);
+    send_input_gradient(s, m);
+  }
+
+  // The tutorial's last stage: one loss over the concatenated outputs. Its gradients with respect
+  // to each micro-batch's output come first (the loss and the concatenation alone), then each
+  // micro-batch's backward, last first, so the previous stage starts on a gradient as soon as it
+  // is sent: the same sums as one backward through everything.
+  void backward_all(size_t s) {
+    auto& stage = stages[s];
+    // On the first lane (current), behind every forward.
+    if (stage.forwards_done) stage.forwards_done->block(stage.lanes.front());
+    auto loss = compute_loss(torch::cat(stage.outputs), targets, loss_kind);
+    const auto output_gradients = torch::autograd::grad({loss}, stage.outputs);
+    stage.losses.push_back(loss.detach());
+    std::optional<c10::Event> gradients_ready;
+    extend_chain(stage, 0, gradients_ready);
+    for (int64_t m = static_cast<int64_t>(stage.outputs.size()); m-- > 0;) {
+      std::optional<c10::StreamGuard> on_lane;
+      enter_lane(stage, m, stage.backwards_done, on_lane);
+      if (gradients_ready) gradients_ready->block(lane(stage, m));
+      torch::autograd::backward({stage.outputs[m]}, {output_gradients[m]});
+      extend_chain(stage, m, stage.backwards_done);
+      send_input_gradient(s, m);
+    }
+  }
+
+  void run_stage(size_t s, const StageProgram& program, bool autocast_cache) {
+    auto& stage = stages[s];
+    std::optional<c10::StreamGuard> on_first_lane;
+    if (on_cuda()) on_first_lane.emplace(stage.lanes.front());
+    stage.forwards_done.reset();
+    stage.backwards_done.reset();
+    AutocastCacheSetting cache(autocast_cache);
+    for (auto& parameter : stage.parameters) parameter.mutable_grad().reset();
+    for (const auto& action : program) {
+      const auto began = Clock::now();
+      const double waited_before = stage.host_wait_seconds;
+      switch (action.op) {
+        case StageOp::kForward: forward(s, action.micro_batch); break;
+        case StageOp::kBackward: backward(s, action.micro_batch); break;
+        case StageOp::kBackwardAll: backward_all(s); break;
+      }
+      stage.host_seconds[action.op == StageOp::kForward ? 0 : 1] +=
+          seconds_since(began) - (stage.host_wait_seconds - waited_before);
+    }
+    // The update, on the first lane, behind every lane's work.
+    for (size_t l = 1; l < stage.lanes.size(); ++l) {
+      c10::Event lane_done(c10::DeviceType::CUDA);
+      lane_done.record(stage.lanes[l]);
+      lane_done.block(stage.lanes.front());
+    }
+    sgd_step(stage);
+    if (s + 1 == stages.size()) stage.loss = torch::stack(stage.losses).sum();
+    for (const auto& stream : streams_of(stage)) {
+      stage.finished.emplace_back(c10::DeviceType::CUDA);
+      stage.finished.back().record(stream);
+    }
+  }
+};
+
+StageExecutor::StageExecutor(std::vector<Partition> partitions, LossKind loss, double learning_rate,
+                             std::optional<c10::ScalarType> autocast_dtype, int lanes)
+    : impl_(std::make_unique<Impl>()) {
+  TORCH_CHECK(!partitions.empty(), "a staged model needs at least one stage");
+  TORCH_CHECK(lanes == 1 || lanes == 2, "a stage computes on 1 or 2 lanes, got ", lanes);
+  impl_->loss_kind = loss;
+  impl_->learning_rate = learning_rate;
+  impl_->autocast_dtype = autocast_dtype;
+  for (auto& partition : partitions) {
+    auto& stage = impl_->stages.emplace_back(std::move(partition));
+    const auto device = stage.partition.device;
+    if (device.is_cuda()) {
+      c10::impl::VirtualGuardImpl guard(device.type());
+      for (int l = 0; l < lanes; ++l) stage.lanes.push_back(guard.getStreamFromGlobalPool(device));
+      stage.send = guard.getStreamFromGlobalPool(device);
+      stage.receive = guard.getStreamFromGlobalPool(device);
+    }
+    stage.parameters = parameters_of(stage.partition);
+    stage.thread = std::make_unique<StageThread>();
+  }
+}
+
+StageExecutor::~StageExecutor() = default;
+
+std::map<std::string, double> StageExecutor::host_counters() const {
+  std::map<std::string, double> counters;
+  if (impl_->steps == 0) return counters;
+  const double per_step_ms = 1e3 / static_cast<double>(impl_->steps);
+  for (size_t s = 0; s < impl_->stages.size(); ++s) {
+    const auto& stage = impl_->stages[s];
+    const auto suffix = "_stage" + std::to_string(s);
+    counters["host_forward_ms" + suffix] = stage.host_seconds[0] * per_step_ms;
+    counters["host_backward_ms" + suffix] = stage.host_seconds[1] * per_step_ms;
+    counters["host_wait_ms" + suffix] = stage.host_wait_seconds * per_step_ms;
+  }
+  return counters;
+}
+
+torch::Device StageExecutor::input_device() const { return impl_->stages.front().partition.device; }
+torch::Device StageExecutor::target_device() const { return impl_->stages.back().partition.device; }
+
+torch::Tensor StageExecutor::train_step(const Batch& batch, int64_t split_size, const std::string& schedule) {
+  auto& impl = *impl_;
+  impl.micro_inputs = batch.inputs.split(split_size);
+  impl.micro_targets = batch.targets.split(split_size);
+  impl.targets = batch.targets;
+  impl.batch_size = static_cast<double>(batch.inputs.size(0));
+  const auto programs = make_schedule(schedule, impl.stages.size(), impl.micro_inputs.size());
+  impl.abandoned = false;
+  for (auto& stage : impl.stages) {
+    stage.inputs.assign(impl.micro_inputs.size(), torch::Tensor());
+    stage.outputs.assign(impl.micro_inputs.size(), torch::Tensor());
+    stage.losses.clear();
+    stage.finished.clear();
+    stage.activations.clear();
+    stage.gradients.clear();
+  }
+
+  // Every stage stream starts behind the work queued so far on its device's current stream (the
+  // batch's copy, for one), before any stage thread runs: a neighbour may copy into a stage's
+  // receive stream before that stage's own thread starts, and under capture every stream must
+  // have joined the capture by then.
+  if (impl.on_cuda()) {
+    for (auto& stage : impl.stages) {
+      c10::Event caller_ready(c10::DeviceType::CUDA);
+      caller_ready.record(current_stream(stage.partition.device));
+      for (const auto& stream : Impl::streams_of(stage)) caller_ready.block(stream);
+    }
+  }
+  ++impl.steps;
+  const bool autocast_cache = at::autocast::is_autocast_cache_enabled();
+  for (size_t s = 0; s < impl.stages.size(); ++s) {
+    impl.stages[s].thread->start([&impl, &programs, s, autocast_cache] {
+      try {
+        impl.run_stage(s, programs[s], autocast_cache);
+      } catch (...) {
+        impl.abandoned = true;
+        for (auto& stage : impl.stages) {
+          stage.activations.wake();
+          stage.gradients.wake();
+        }
+        throw;
+      }
+    });
+  }
+  std::exception_ptr first_error;
+  for (auto& stage : impl.stages) {
+    const auto error = stage.thread->finish();
+    if (!error) continue;
+    try {
+      std::rethrow_exception(error);
+    } catch (const StepAbandoned&) {
+      // Another stage's error is the one to report.
+    } catch (...) {
+      if (!first_error) first_error = error;
+    }
+  }
+  if (first_error) std::rethrow_exception(first_error);
+
+  for (auto& stage : impl.stages) {
+    const auto current = current_stream(stage.partition.device);
+    for (const auto& finished : stage.finished) finished.block(current);
+    stage.inputs.clear();
+    stage.outputs.clear();
+  }
+  return impl.stages.back().loss;
+}
+
+}  // namespace parbench

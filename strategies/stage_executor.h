@@ -1,0 +1,54 @@
+// Runs one training step over a model cut into stages (strategies/partition.h), in the order a
+// pipeline schedule gives (strategies/pipeline_schedule.h). Shared by model_parallel (one
+// micro-batch) and pipeline.
+//
+// - Each stage owns its backward: a stage's input is a leaf that requires grad, the stage runs
+//   its own backward from the gradient of its output, and the gradient of its input travels
+//   back to the previous stage. No autograd graph spans two devices.
+// - Each stage has its own host thread, which issues the stage's program on the stage's device
+//   streams; stages hand activations and gradients to each other through mailboxes, so the
+//   host dispatch of one stage overlaps that of its neighbours.
+// - On CUDA each stage computes on its own stream, or on two "lanes" that take micro-batches
+//   in turn, so one micro-batch's forward can overlap another's backward on the device (the
+//   forwards stay in order, as do the backwards); a tensor travels on a send stream of the
+//   source and a receive stream of the destination, ordered with events, so copies overlap
+//   the neighbours' compute. Every stream starts behind the caller's current streams and the
+//   caller's current streams end behind every stream, with no host synchronisation: the step
+//   can be captured in one multi-device CUDA graph (benchmarks/graphed_step.h).
+// - Each stage updates its own parameters (SGD, one multi-tensor update) at the end of its program.
+#pragma once
+
+#include "strategies/partition.h"
+#include "strategies/pipeline_schedule.h"
+
+#include <memory>
+
+namespace parbench {
+
+class StageExecutor {
+ public:
+  // `lanes`: compute streams per stage on CUDA, 1 or 2 (RunConfig::stage_lanes).
+  StageExecutor(std::vector<Partition> partitions, LossKind loss, double learning_rate,
+                std::optional<c10::ScalarType> autocast_dtype, int lanes = 1);
+  ~StageExecutor();
+  StageExecutor(const StageExecutor&) = delete;
+  StageExecutor& operator=(const StageExecutor&) = delete;
+
+  // One step: zero grads, `schedule` over micro-batches of `split_size` (the last one may be
+  // smaller), SGD. The mean loss over the batch, on the last stage's device, not waited for.
+  torch::Tensor train_step(const Batch& batch, int64_t split_size, const std::string& schedule);
+
+  // Per stage, the host milliseconds per step spent issuing forwards (host_forward_ms_stageN)
+  // and backwards (host_backward_ms_stageN) and waiting for a neighbour (host_wait_ms_stageN),
+  // averaged over every step run so far (docs/METRICS.md).
+  std::map<std::string, double> host_counters() const;
+
+  torch::Device input_device() const;
+  torch::Device target_device() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace parbench

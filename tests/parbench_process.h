@@ -1,0 +1,74 @@
+// Running the parbench binary from tests as a user or a launcher would: one process or several
+// (the ranks of an external launch), with extra environment variables, their stdout and
+// stderr kept, and the rank processes parbench's own launcher starts, found and signalled.
+#pragma once
+
+#include "benchmarks/temporary_directory.h"
+
+#include <nlohmann/json.hpp>
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace parbench {
+
+struct ProcessRun {
+  int exit_code = -1;  // -1: ended by a signal, or killed at the deadline
+  bool killed_at_deadline = false;
+  std::string out, err;
+  double seconds = 0;  // from the start to the end of the process
+};
+
+// One parbench process: PARBENCH_BINARY with `arguments`, the test's environment plus
+// `environment`. Killed (with the ranks it started) if still running when destroyed.
+class ParbenchProcess {
+ public:
+  ParbenchProcess(const std::vector<std::string>& arguments, const std::map<std::string, std::string>& environment);
+  ~ParbenchProcess();
+  ParbenchProcess(const ParbenchProcess&) = delete;
+  ParbenchProcess& operator=(const ParbenchProcess&) = delete;
+
+  pid_t pid() const { return pid_; }
+  double seconds() const;  // since the start
+  std::string err() const;  // stderr so far
+
+  // The rank process parbench's own launcher started as `rank`, if it is running now.
+  std::optional<pid_t> rank_process(int rank) const;
+  // Waits until `rank_process(rank)` finds one; nullopt after `timeout_s` or if parbench ended.
+  std::optional<pid_t> wait_for_rank(int rank, double timeout_s);
+  // Waits until stderr contains `text`; the seconds since the start then, or nullopt.
+  std::optional<double> wait_for_err(const std::string& text, double timeout_s);
+
+  // Waits for the process to end, killing it once `deadline_s` have passed since its start.
+  ProcessRun wait(double deadline_s);
+
+ private:
+  TemporaryDirectory outputs_{"parbench-process"};
+  pid_t pid_ = -1;
+  std::chrono::steady_clock::time_point start_;
+  std::optional<ProcessRun> finished_;
+};
+
+// Starts one parbench process per environment, as torchrun would start ranks, and waits for
+// all of them (each killed after `deadline_s`).
+std::vector<ProcessRun> run_ranks(const std::vector<std::map<std::string, std::string>>& environments,
+                                  const std::vector<std::string>& arguments, double deadline_s = 60);
+
+// A TCP port on 127.0.0.1 that was free a moment ago.
+int free_port();
+
+// The variables torchrun gives rank `rank` of `world_size` on this node.
+std::map<std::string, std::string> torchrun_environment(int rank, int world_size, int port);
+
+nlohmann::json read_json(const std::string& path);
+
+// Processes alive (not zombies) whose environment holds NAME=VALUE: tests give parbench a
+// variable of their own, which its ranks inherit, to find any rank that outlived a run.
+std::vector<pid_t> live_processes_with(const std::string& name, const std::string& value);
+
+}  // namespace parbench
