@@ -35,6 +35,8 @@ void wait_for_ranks(c10d::Store& store, const std::string& prefix, int world_siz
                                std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
     try {
       store.wait({prefix + std::to_string(rank)}, left);
+      // Inside the try: what `arrived` reads may find the store gone (its host rank failed).
+      if (arrived) arrived(rank);
     } catch (const c10::DistStoreError&) {
       std::vector<int> missing;
       for (int other = rank; other < world_size; ++other) {
@@ -46,7 +48,6 @@ void wait_for_ranks(c10d::Store& store, const std::string& prefix, int world_siz
       throw std::runtime_error("lost the rendezvous store while waiting for ranks to " + what + ": " +
                                first_line(error));
     }
-    if (arrived) arrived(rank);
   }
 }
 
