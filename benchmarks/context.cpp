@@ -13,6 +13,7 @@
 
 #include <array>
 #include <cstdio>
+#include <fstream>
 #include <memory>
 
 namespace parbench {
@@ -26,6 +27,20 @@ std::string command_output(const std::string& command) {
   while (fgets(buffer.data(), buffer.size(), pipe.get())) output += buffer.data();
   while (!output.empty() && (output.back() == '\n' || output.back() == ' ')) output.pop_back();
   return output;
+}
+
+// The host CPU's model name (/proc/cpuinfo), or "unknown": CPU timings compare only on the same CPU.
+std::string cpu_model() {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(cpuinfo, line)) {
+    if (line.rfind("model name", 0) != 0) continue;
+    const auto colon = line.find(':');
+    if (colon == std::string::npos) break;
+    const auto start = line.find_first_not_of(' ', colon + 1);
+    return start == std::string::npos ? "unknown" : line.substr(start);
+  }
+  return "unknown";
 }
 
 std::string bool_text(bool value) { return value ? "true" : "false"; }
@@ -83,6 +98,7 @@ std::vector<std::pair<std::string, std::string>> run_context(const Options& opti
   std::array<char, 256> host{};
   gethostname(host.data(), host.size() - 1);
   context.emplace_back("host", host.data());
+  context.emplace_back("cpu_model", cpu_model());
   return context;
 }
 
