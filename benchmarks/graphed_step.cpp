@@ -10,6 +10,7 @@
 #include <c10/cuda/CUDAStream.h>
 #endif
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace parbench {
@@ -64,14 +65,13 @@ void wait_for(const c10::cuda::CUDAStream& waiter, const c10::cuda::CUDAStream& 
 }  // namespace
 
 GraphedStep::GraphedStep(Strategy& strategy, Batch example) {
-  const auto& devices = strategy.devices();
-  for (size_t d = 0; d < devices.size(); ++d) {
-    if (!devices[d].is_cuda()) {
-      throw std::invalid_argument("a CUDA graph captures a step on GPUs; this strategy runs on " + devices[d].str());
+  // Each GPU once: stages that share a GPU (tests on a one-GPU machine) share its capture stream and pool.
+  std::vector<torch::Device> devices;
+  for (const auto& device : strategy.devices()) {
+    if (!device.is_cuda()) {
+      throw std::invalid_argument("a CUDA graph captures a step on GPUs; this strategy runs on " + device.str());
     }
-    for (size_t e = 0; e < d; ++e) {
-      if (devices[d] == devices[e]) throw std::invalid_argument("a CUDA graph captures a step on distinct GPUs");
-    }
+    if (std::find(devices.begin(), devices.end(), device) == devices.end()) devices.push_back(device);
   }
   if (devices.empty()) throw std::invalid_argument("a CUDA graph captures a step on GPUs; this strategy has no device");
   const auto primary = devices.front();

@@ -17,7 +17,7 @@ namespace parbench {
 class GraphedStep {
  public:
   // `example` becomes the graph's input: the batches given to run() are copied into it.
-  // Throws if the strategy does not run on distinct GPUs.
+  // Throws if the strategy does not run on GPUs.
   GraphedStep(Strategy& strategy, Batch example);
   ~GraphedStep();
   GraphedStep(const GraphedStep&) = delete;

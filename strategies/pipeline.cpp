@@ -23,11 +23,6 @@ class Pipeline final : public Strategy {
     }
     make_schedule(config.schedule, devices.size(), 1);  // throws for an unknown schedule
     TORCH_CHECK(devices.size() >= 2, "pipeline needs at least 2 devices, got ", devices.size());
-    for (size_t i = 0; devices.front().is_cuda() && i < devices.size(); ++i) {
-      for (size_t j = 0; j < i; ++j) {
-        if (devices[i] == devices[j]) throw std::invalid_argument("pipeline stages need distinct GPUs");
-      }
-    }
     devices_ = devices;
     config_ = config;
     model_ = make_model();

@@ -258,6 +258,16 @@ struct StageExecutor::Impl {
     computed.block(*source.send);
     tensor.record_stream(*source.send);  // the copy reads it there
     torch::Tensor received;
+    c10::Event arrived(c10::DeviceType::CUDA);
+    if (destination == source.partition.device) {
+      // Two stages on one GPU (tests on a one-GPU machine): `to` would hand back the same
+      // tensor, unordered with the receiver, so the send stream copies it and the receiver
+      // waits for that copy.
+      c10::StreamGuard guard(*source.send);
+      received = tensor.clone();
+      arrived.record(*source.send);
+      return {received, std::move(arrived)};
+    }
     {
       // A copy between devices runs on the source's current stream after a barrier with the
       // destination's current stream, which then waits for it: with the receive stream
@@ -265,7 +275,6 @@ struct StageExecutor::Impl {
       c10::MultiStreamGuard guard(std::vector<c10::Stream>{*source.send, *stages[to].receive});
       received = tensor.to(destination, /*non_blocking=*/true);
     }
-    c10::Event arrived(c10::DeviceType::CUDA);
     arrived.record(*stages[to].receive);
     return {received, std::move(arrived)};
   }
