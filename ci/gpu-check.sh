@@ -2,7 +2,7 @@
 # Builds, tests and times parbench on a GPU machine in one call.
 #   ci/gpu-check.sh STEP...   steps, in the order given: build, test, smoke, model_parallel,
 #                             data_parallel, reference (= model_parallel data_parallel), tutorial,
-#                             concurrent_single, graph, pipeline, fault
+#                             concurrent_single, graph, pipeline, fault (2 GPUs), oom (1 GPU)
 # The GPU machines have no network: Google Benchmark, GoogleTest and nlohmann/json come as
 # files in .deps/: Debian packages (cp ../shared/device-deps/*.deb .deps/), unpacked into a
 # prefix, and Google Benchmark's source, built in Release there (seconds), as ci/setup.sh builds
@@ -178,6 +178,33 @@ sys.exit(0 if ok else 1)
 PY
   local recorded=$?
   [[ $status == 1 && $recorded == 0 && $left == 0 ]]
+}
+
+# A case that fails on one GPU (README.md, "Exit status"): resnet50 at batch 4096 of 224x224
+# runs out of memory, tinycnn after it must still run, the JSON must record both, and parbench
+# must exit 1. Needs one GPU, where `fault` needs two.
+step_oom() {
+  local json="$results/oom.json"
+  SECONDS=0
+  "$parbench" --strategies=single --models=resnet50,tinycnn --batch=4096 --image=224 --precision=fp32 \
+    --repetitions=2 --iterations=2 --warmup=1 --benchmark_out="$json" --benchmark_out_format=json \
+    >"$results/oom.txt" 2>"$results/oom.stderr"
+  local status=$?
+  echo "oom: parbench exit status $status (1 expected) after ${SECONDS}s; last line on stderr: $(tail -n 1 "$results/oom.stderr")"
+  python3 - "$json" <<'PY'
+import json, sys
+errors = {}
+for entry in json.load(open(sys.argv[1]))["benchmarks"]:
+    if entry["run_type"] == "iteration":
+        errors.setdefault(entry["run_name"].split("/")[2], []).append(entry.get("error_message", ""))
+for model, messages in errors.items():
+    print(f"oom: {model}: {len(messages)} repetitions, error: {messages[0][:160] or 'none'}")
+ok = ("out of memory" in " ".join(errors.get("resnet50", [""])).lower()
+      and errors.get("tinycnn") and not any(errors["tinycnn"]))
+sys.exit(0 if ok else 1)
+PY
+  local recorded=$?
+  [[ $status == 1 && $recorded == 0 ]]
 }
 
 step_reference() {
