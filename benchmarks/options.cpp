@@ -165,7 +165,8 @@ Google Benchmark's own flags all work: --benchmark_filter=REGEX, --benchmark_rep
   --timer=NAME           event (synchronise, then CUDA events on every device) | host (host clock,
                          no device sync: the tutorial's); default event
   --cuda-graph=LIST      off | on: capture one training step in a CUDA graph and replay it, so the
-                         host's dispatch cost leaves the step (single and ddp, on GPUs); default off
+                         host's dispatch cost leaves the step (single, model_parallel, pipeline,
+                         ddp; on GPUs); default off
   --split-sizes=LIST     pipeline micro-batch sizes; default 1,3,5,8,10,12,20,40,60 and the full batch
   --schedules=LIST       pipeline schedules: tutorial, gpipe, 1f1b; default all three
   --stage-lanes=LIST     pipeline on GPUs: compute streams per stage, 1 | 2 (micro-batches take the
@@ -182,7 +183,7 @@ Google Benchmark's own flags all work: --benchmark_filter=REGEX, --benchmark_rep
 
 Exit status:
   0  every case ran, or was skipped before it started: too few GPUs, or a combination that
-     does not apply (a CUDA graph of pipeline); the skips are listed once, at the end
+     does not apply (a CUDA graph of data_parallel); the skips are listed once, at the end
   1  a case failed (an exception, out of memory, a rank that died, hung or timed out) or the
      output file could not be moved into place; the other cases still ran and the JSON
      records the failure
