@@ -47,7 +47,11 @@ std::string capturable_names() {
 std::vector<int64_t> split_sizes_for(const Options& options, int64_t batch) {
   std::vector<int64_t> sizes = options.split_sizes;
   if (sizes.empty()) {
-    sizes = tutorial_split_sizes();
+    // The default sweep leaves out splits beyond the batch: each is one micro-batch, the same
+    // case as the full batch. Splits the user names run as named.
+    for (auto split : tutorial_split_sizes()) {
+      if (split < batch) sizes.push_back(split);
+    }
     sizes.push_back(batch);
   }
   std::set<int64_t> unique(sizes.begin(), sizes.end());
@@ -128,6 +132,8 @@ void add_strategy_cases(CaseSpec spec, const Options& options, int visible_gpus,
   // Without GPUs every case runs on CPU devices (docs/JSON.md: devices=cpu).
   if (spec.cuda_graph && visible_gpus == 0) {
     spec.skip_reason = "CUDA graphs need a GPU, 0 visible";
+  } else if (visible_gpus == 0 && !strategy.needs_gpus_because.empty()) {
+    spec.skip_reason = "needs GPUs, 0 visible (" + strategy.needs_gpus_because + ")";
   } else if (visible_gpus > 0 && spec.gpus > visible_gpus) {
     spec.skip_reason = "needs " + std::to_string(spec.gpus) + " GPUs, " + std::to_string(visible_gpus) + " visible";
   }

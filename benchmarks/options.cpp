@@ -167,7 +167,8 @@ Google Benchmark's own flags all work: --benchmark_filter=REGEX, --benchmark_rep
   --cuda-graph=LIST      off | on: capture one training step in a CUDA graph and replay it, so the
                          host's dispatch cost leaves the step (single, model_parallel, pipeline,
                          ddp; on GPUs); default off
-  --split-sizes=LIST     pipeline micro-batch sizes; default 1,3,5,8,10,12,20,40,60 and the full batch
+  --split-sizes=LIST     pipeline micro-batch sizes; default 1,3,5,8,10,12,20,40,60 (those below the
+                         batch) and the full batch
   --schedules=LIST       pipeline schedules: tutorial, gpipe, 1f1b; default all three
   --stage-lanes=LIST     pipeline on GPUs: compute streams per stage, 1 | 2 (micro-batches take the
                          two in turn, so a forward can overlap a backward); default 1

@@ -56,7 +56,8 @@ class DataParallel final : public Strategy {
 
 PARBENCH_REGISTER_STRATEGY({"data_parallel", "one process; replicate, scatter, parallel apply, gather every step",
                             /*order=*/3, /*min_devices=*/2, /*distributed=*/false,
-                            [] { return std::make_unique<DataParallel>(); }});
+                            [] { return std::make_unique<DataParallel>(); }, /*graph_capturable=*/false,
+                            /*needs_gpus_because=*/"LibTorch's data_parallel gathers CUDA tensors only"});
 
 }  // namespace
 }  // namespace parbench

@@ -89,6 +89,8 @@ struct StrategyInfo {
   // train_step can be captured in a CUDA graph and replayed (benchmarks/graphed_step.h): one
   // device per process, no host synchronisation, and the same work every step.
   bool graph_capturable = false;
+  // Set where the strategy cannot run on CPU devices: why, for the skip on machines without GPUs.
+  std::string needs_gpus_because;
 };
 
 // The strategies linked into this binary. A function-local static, so registration from
