@@ -7,6 +7,12 @@ cd "$(dirname "$0")/.."
 python=$(bash ci/build.sh | tail -n 1)
 results=${RESULTS_DIR:-results/$(date -u +%Y%m%dT%H%M%SZ)}
 mkdir -p "$results"
-./build/parbench --benchmark_out="$results/parbench.json" --benchmark_out_format=json "$@"
+# A failed case (exit 1) is in the JSON and the report still comes; bad input (exit 2) wrote nothing.
+status=0
+./build/parbench --benchmark_out="$results/parbench.json" --benchmark_out_format=json "$@" || status=$?
+if [[ $status == 2 ]]; then
+  exit 2
+fi
 "$python" reports/make_report.py "$results" "$results/parbench.json"
 echo "main-job: results, figures and REPORT.md are in $results" >&2
+exit "$status"
