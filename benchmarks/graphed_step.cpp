@@ -1,6 +1,6 @@
 #include "benchmarks/graphed_step.h"
 
-#include <ATen/autocast_mode.h>
+#include "models/autocast_cache.h"
 
 #ifdef PARBENCH_WITH_CUDA
 #include <ATen/cuda/CUDAEvent.h>
@@ -37,19 +37,6 @@ struct GraphedStep::Captured {
 };
 
 namespace {
-
-class AutocastCacheOff {
- public:
-  AutocastCacheOff() : was_enabled_(at::autocast::is_autocast_cache_enabled()) {
-    at::autocast::set_autocast_cache_enabled(false);
-  }
-  ~AutocastCacheOff() { at::autocast::set_autocast_cache_enabled(was_enabled_); }
-  AutocastCacheOff(const AutocastCacheOff&) = delete;
-  AutocastCacheOff& operator=(const AutocastCacheOff&) = delete;
-
- private:
-  bool was_enabled_;
-};
 
 void copy_unless_same(torch::Tensor& destination, const torch::Tensor& source) {
   if (!destination.is_same(source)) destination.copy_(source, /*non_blocking=*/true);
@@ -90,7 +77,7 @@ GraphedStep::GraphedStep(Strategy& strategy, Batch example) {
   {
     c10::cuda::CUDAMultiStreamGuard on_sides(sides);
     for (int step = 0; step < kGraphWarmupSteps; ++step) strategy.train_step(captured_->input);
-    AutocastCacheOff no_cached_casts;
+    AutocastCacheSetting no_cached_casts(/*enabled=*/false);
     auto& captured = *captured_;
     captured.pool = at::cuda::graph_pool_handle();
     // As CUDAGraph does for its own device: routed to the pool before the capture begins, so

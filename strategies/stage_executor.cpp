@@ -1,5 +1,6 @@
 #include "strategies/stage_executor.h"
 
+#include "models/autocast_cache.h"
 #include "strategies/training.h"
 
 #include <ATen/autocast_mode.h>
@@ -146,19 +147,6 @@ class StageThread {
   bool busy_ = false, stopping_ = false;
   std::exception_ptr error_;
   std::thread thread_;  // last: it starts serving once the members above exist
-};
-
-class AutocastCacheSetting {
- public:
-  explicit AutocastCacheSetting(bool enabled) : was_enabled_(at::autocast::is_autocast_cache_enabled()) {
-    at::autocast::set_autocast_cache_enabled(enabled);
-  }
-  ~AutocastCacheSetting() { at::autocast::set_autocast_cache_enabled(was_enabled_); }
-  AutocastCacheSetting(const AutocastCacheSetting&) = delete;
-  AutocastCacheSetting& operator=(const AutocastCacheSetting&) = delete;
-
- private:
-  bool was_enabled_;
 };
 
 std::vector<torch::Tensor> parameters_of(const Partition& partition) {
