@@ -8,23 +8,13 @@
 namespace parbench {
 namespace {
 
-class ModelParallel final : public Strategy {
+class ModelParallel final : public StagedStrategy {
  public:
   void setup(const ModelFactory& make_model, const std::vector<torch::Device>& devices,
              const RunConfig& config) override {
     TORCH_CHECK(devices.size() >= 2, "model_parallel needs at least 2 devices, got ", devices.size());
-    devices_ = devices;
-    config_ = config;
-    model_ = make_model();
-    auto partitions = partition_model(*model_, devices, config, config.batch_size, &cut_);
-    executor_ = std::make_unique<StageExecutor>(std::move(partitions), config.loss, config.learning_rate,
-                                                model_->autocast_dtype());
+    set_up_stages(make_model, devices, config, config.batch_size, /*lanes=*/1);
   }
-
-  std::map<std::string, double> counters() const override { return executor_->host_counters(); }
-
-  torch::Device input_device() const override { return executor_->input_device(); }
-  torch::Device target_device() const override { return executor_->target_device(); }
 
   torch::Tensor train_step(const Batch& batch) override {
     return executor_->train_step(batch, /*split_size=*/batch.inputs.size(0), "gpipe");
@@ -32,10 +22,6 @@ class ModelParallel final : public Strategy {
 
   std::map<std::string, std::string> describe() const override { return {{"cut", format_cut(cut_)}}; }
 
- private:
-  RunConfig config_;
-  Cut cut_;
-  std::unique_ptr<StageExecutor> executor_;
 };
 
 PARBENCH_REGISTER_STRATEGY({"model_parallel", "stages split across devices, whole batch one device at a time",

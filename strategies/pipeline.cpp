@@ -13,7 +13,7 @@
 namespace parbench {
 namespace {
 
-class Pipeline final : public Strategy {
+class Pipeline final : public StagedStrategy {
  public:
   void setup(const ModelFactory& make_model, const std::vector<torch::Device>& devices,
              const RunConfig& config) override {
@@ -23,18 +23,8 @@ class Pipeline final : public Strategy {
     }
     make_schedule(config.schedule, devices.size(), 1);  // throws for an unknown schedule
     TORCH_CHECK(devices.size() >= 2, "pipeline needs at least 2 devices, got ", devices.size());
-    devices_ = devices;
-    config_ = config;
-    model_ = make_model();
-    auto partitions = partition_model(*model_, devices, config, std::min(config.split_size, config.batch_size), &cut_);
-    executor_ = std::make_unique<StageExecutor>(std::move(partitions), config.loss, config.learning_rate,
-                                                model_->autocast_dtype(), config.stage_lanes);
+    set_up_stages(make_model, devices, config, std::min(config.split_size, config.batch_size), config.stage_lanes);
   }
-
-  std::map<std::string, double> counters() const override { return executor_->host_counters(); }
-
-  torch::Device input_device() const override { return executor_->input_device(); }
-  torch::Device target_device() const override { return executor_->target_device(); }
 
   torch::Tensor train_step(const Batch& batch) override {
     return executor_->train_step(batch, config_.split_size, config_.schedule);
@@ -43,11 +33,6 @@ class Pipeline final : public Strategy {
   std::map<std::string, std::string> describe() const override {
     return {{"cut", format_cut(cut_)}, {"schedule", config_.schedule}, {"lanes", std::to_string(config_.stage_lanes)}};
   }
-
- private:
-  RunConfig config_;
-  Cut cut_;
-  std::unique_ptr<StageExecutor> executor_;
 };
 
 PARBENCH_REGISTER_STRATEGY({"pipeline", "stages split across devices, micro-batches of split_size in flight",

@@ -424,6 +424,16 @@ StageExecutor::StageExecutor(std::vector<Partition> partitions, LossKind loss, d
 
 StageExecutor::~StageExecutor() = default;
 
+void StagedStrategy::set_up_stages(const ModelFactory& make_model, const std::vector<torch::Device>& devices,
+                                   const RunConfig& config, int64_t micro_batch, int lanes) {
+  devices_ = devices;
+  config_ = config;
+  model_ = make_model();
+  auto partitions = partition_model(*model_, devices, config, micro_batch, &cut_);
+  executor_ = std::make_unique<StageExecutor>(std::move(partitions), config.loss, config.learning_rate,
+                                              model_->autocast_dtype(), lanes);
+}
+
 std::map<std::string, double> StageExecutor::host_counters() const {
   std::map<std::string, double> counters;
   if (impl_->steps == 0) return counters;

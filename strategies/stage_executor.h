@@ -51,4 +51,23 @@ class StageExecutor {
   std::unique_ptr<Impl> impl_;
 };
 
+// What model_parallel and pipeline share: the model cut into stages over the devices and run by
+// a StageExecutor, which also answers where batches go and the host-time counters.
+class StagedStrategy : public Strategy {
+ public:
+  std::map<std::string, double> counters() const override { return executor_->host_counters(); }
+  torch::Device input_device() const override { return executor_->input_device(); }
+  torch::Device target_device() const override { return executor_->target_device(); }
+
+ protected:
+  // Makes the model, cuts it for micro-batches of `micro_batch` images (--cut) and builds the
+  // executor with `lanes` compute streams per stage.
+  void set_up_stages(const ModelFactory& make_model, const std::vector<torch::Device>& devices,
+                     const RunConfig& config, int64_t micro_batch, int lanes);
+
+  RunConfig config_;
+  Cut cut_;
+  std::unique_ptr<StageExecutor> executor_;
+};
+
 }  // namespace parbench

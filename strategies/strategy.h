@@ -86,8 +86,8 @@ struct StrategyInfo {
   int min_devices = 1;      // devices one process needs
   bool distributed = false; // one process per device, started by the launcher
   std::function<std::unique_ptr<Strategy>()> create;
-  // train_step can be captured in a CUDA graph and replayed (benchmarks/graphed_step.h): one
-  // device per process, no host synchronisation, and the same work every step.
+  // train_step can be captured in a CUDA graph and replayed (benchmarks/graphed_step.h): GPUs
+  // only, no host synchronisation, and the same work every step.
   bool graph_capturable = false;
   // Set where the strategy cannot run on CPU devices: why, for the skip on machines without GPUs.
   std::string needs_gpus_because;
