@@ -132,8 +132,6 @@ void add_strategy_cases(CaseSpec spec, const Options& options, int visible_gpus,
   // Without GPUs every case runs on CPU devices (docs/JSON.md: devices=cpu).
   if (spec.cuda_graph && visible_gpus == 0) {
     spec.skip_reason = "CUDA graphs need a GPU, 0 visible";
-  } else if (visible_gpus == 0 && !strategy.needs_gpus_because.empty()) {
-    spec.skip_reason = "needs GPUs, 0 visible (" + strategy.needs_gpus_because + ")";
   } else if (visible_gpus > 0 && spec.gpus > visible_gpus) {
     spec.skip_reason = "needs " + std::to_string(spec.gpus) + " GPUs, " + std::to_string(visible_gpus) + " visible";
   }
@@ -161,6 +159,21 @@ void add_strategy_cases(CaseSpec spec, const Options& options, int visible_gpus,
           cases.push_back(spec);
         }
       }
+    }
+  } else if (strategy.name == "data_parallel") {
+    for (const auto& replicate : options.dp_replicates) {
+      CaseSpec variant = spec;
+      variant.config.dp_replicate = replicate;
+      variant.name = base + gpus + "/replicate:" + replicate + graph;
+      // LibTorch's data_parallel builds replicas on the host every step and gathers CUDA tensors only.
+      if (replicate == "clone" && spec.cuda_graph) {
+        if (options.cuda_graphs.size() > 1) continue;  // listed only when graphs alone were asked for
+        variant.skip_reason = "data_parallel replicate:clone cannot be captured in a CUDA graph (it builds its "
+                              "replicas on the host every step)";
+      } else if (replicate == "clone" && visible_gpus == 0) {
+        variant.skip_reason = "needs GPUs, 0 visible (LibTorch's data_parallel gathers CUDA tensors only)";
+      }
+      cases.push_back(variant);
     }
   } else if (strategy.distributed) {
     for (auto bucket : options.bucket_mibs) {

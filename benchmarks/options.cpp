@@ -165,8 +165,8 @@ Google Benchmark's own flags all work: --benchmark_filter=REGEX, --benchmark_rep
   --timer=NAME           event (synchronise, then CUDA events on every device) | host (host clock,
                          no device sync: the tutorial's); default event
   --cuda-graph=LIST      off | on: capture one training step in a CUDA graph and replay it, so the
-                         host's dispatch cost leaves the step (single, model_parallel, pipeline,
-                         ddp; on GPUs); default off
+                         host's dispatch cost leaves the step (every strategy but data_parallel's
+                         clone variant; on GPUs); default off
   --split-sizes=LIST     pipeline micro-batch sizes; default 1,3,5,8,10,12,20,40,60 (those below the
                          batch) and the full batch
   --schedules=LIST       pipeline schedules: tutorial, gpipe, 1f1b; default all three
@@ -175,6 +175,9 @@ Google Benchmark's own flags all work: --benchmark_filter=REGEX, --benchmark_rep
   --cut=SPEC             stage placement for model_parallel/pipeline: balanced, or stages per device
                          such as stem,layer1,layer2|layer3,layer4,head; default the tutorial's cut on
                          2 devices, balanced otherwise
+  --dp-replicate=LIST    data_parallel: broadcast (replicas built once, parameters broadcast every
+                         step, as PyTorch's DataParallel) | clone (LibTorch's data_parallel:
+                         replicas cloned every step; GPUs only, no CUDA graph); default broadcast
   --bucket-mib=LIST      ddp gradient bucket size in MiB; default 25
   --overlap=LIST         ddp: on (all-reduce during backward) | off (after backward); default on
   --scaling=LIST         ddp: weak (per-rank batch fixed) | strong (global batch fixed); default weak
@@ -184,7 +187,8 @@ Google Benchmark's own flags all work: --benchmark_filter=REGEX, --benchmark_rep
 
 Exit status:
   0  every case ran, or was skipped before it started: too few GPUs, or a combination that
-     does not apply (a CUDA graph of data_parallel); the skips are listed once, at the end
+     does not apply (a CUDA graph of data_parallel's clone variant); the skips are listed once,
+     at the end
   1  a case failed (an exception, out of memory, a rank that died, hung or timed out) or the
      output file could not be moved into place; the other cases still ran and the JSON
      records the failure
@@ -249,6 +253,7 @@ Options parse_options(int argc, char** argv, bool has_gpu, std::vector<char*>* b
          for (const auto& item : split_list(v)) options.bucket_mibs.push_back(parse_double(f, item, 0.0));
          if (options.bucket_mibs.empty()) throw UsageError("--" + f + " needs at least one value");
        }},
+      {"dp-replicate", [&](auto& f, auto& v) { options.dp_replicates = pick_list<std::string>(f, v, {{"broadcast", "broadcast"}, {"clone", "clone"}}); }},
       {"overlap", [&](auto& f, auto& v) { options.overlaps = pick_list(f, v, kOnOff); }},
       {"scaling", [&](auto& f, auto& v) { options.scalings = pick_list<std::string>(f, v, {{"weak", "weak"}, {"strong", "strong"}}); }},
       {"dist-timeout", [&](auto& f, auto& v) { options.dist_timeout_s = parse_double(f, v, 0.0); }},

@@ -42,6 +42,8 @@ struct Options {
   std::vector<std::string> schedules = {"tutorial", "gpipe", "1f1b"};
   std::vector<int64_t> stage_lanes = {1};
   std::string cut;
+  // data_parallel
+  std::vector<std::string> dp_replicates = {"broadcast"};
   // ddp
   std::vector<double> bucket_mibs = {25.0};
   std::vector<bool> overlaps = {true};

@@ -1,63 +1,223 @@
-// DataParallel in one process: every step replicates the model onto the devices, scatters
-// the batch, runs the replicas in parallel threads, gathers the outputs on the first device
-// and sums the gradients there, through LibTorch's torch::nn::parallel::data_parallel.
+// DataParallel in one process, as PyTorch's torch.nn.DataParallel runs it. Every step:
+//   1. broadcast device 0's parameters and buffers into the replicas, one flat copy per dtype;
+//   2. scatter the batch: an equal chunk per device (the last may be smaller);
+//   3. run each replica's forward from its own host thread (replica 0's from the caller), on
+//      each device's current stream: C++ has no GIL, so the replicas dispatch in parallel;
+//   4. gather the outputs on device 0 and take the loss there;
+//   5. one backward: LibTorch's autograd engine runs each device's part on that device's thread;
+//   6. reduce the replicas' gradients onto device 0, one flat copy per dtype;
+//   7. SGD on device 0.
+// The replicas are built once, at set-up: replica 0 is the model itself, the others live on
+// devices 1..N-1 and are overwritten by each broadcast. The gradients are Python's (the
+// backward of a broadcast is a reduce-add) and so is batch-norm: the model keeps replica 0's
+// running statistics, the other replicas' are overwritten by the next broadcast.
 //
-// Batch-norm: LibTorch's replicas are deep clones, so each replica normalises with its own
-// shard's statistics and its running-statistics updates are dropped with the replica: the
-// original module's running mean and variance never change (Python's DataParallel keeps
-// replica 0's updates). Training-mode outputs are unaffected; docs/STRATEGIES.md says more.
+// --dp-replicate=clone runs LibTorch's torch::nn::parallel::data_parallel instead, which clones
+// the model for every replica every step, and whose replicas' batch-norm statistics are dropped.
 #include "benchmarks/device_timer.h"
 #include "strategies/strategy.h"
 #include "strategies/training.h"
+#include "strategies/worker_thread.h"
+
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <stdexcept>
 
 namespace parbench {
 namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// `sources` flattened into one buffer per dtype, moved to `device`, and cut back into tensors
+// shaped like `sources`, in their order: a coalesced copy to another device.
+std::vector<torch::Tensor> coalesced_to(const std::vector<torch::Tensor>& sources, torch::Device device) {
+  std::map<c10::ScalarType, std::vector<size_t>> by_dtype;
+  for (size_t i = 0; i < sources.size(); ++i) by_dtype[sources[i].scalar_type()].push_back(i);
+  std::vector<torch::Tensor> moved(sources.size());
+  for (const auto& [dtype, indices] : by_dtype) {
+    std::vector<torch::Tensor> flat_parts;
+    std::vector<int64_t> sizes;
+    for (auto i : indices) {
+      flat_parts.push_back(sources[i].reshape(-1));
+      sizes.push_back(sources[i].numel());
+    }
+    const auto flat = torch::cat(flat_parts).to(device, /*non_blocking=*/true);
+    const auto parts = flat.split_with_sizes(sizes);
+    for (size_t k = 0; k < indices.size(); ++k) moved[indices[k]] = parts[k].view(sources[indices[k]].sizes());
+  }
+  return moved;
+}
+
+std::vector<torch::Tensor> gradients_of(const std::vector<torch::Tensor>& parameters) {
+  std::vector<torch::Tensor> gradients;
+  for (const auto& parameter : parameters) gradients.push_back(parameter.grad());
+  return gradients;
+}
 
 class DataParallel final : public Strategy {
  public:
   void setup(const ModelFactory& make_model, const std::vector<torch::Device>& devices,
              const RunConfig& config) override {
     TORCH_CHECK(devices.size() >= 2, "data_parallel needs at least 2 devices, got ", devices.size());
+    if (config.dp_replicate != "broadcast" && config.dp_replicate != "clone") {
+      throw std::invalid_argument("unknown data_parallel replication '" + config.dp_replicate +
+                                  "' (allowed: broadcast, clone)");
+    }
+    clone_ = config.dp_replicate == "clone";
+    if (clone_ && !devices.front().is_cuda()) {
+      throw std::invalid_argument("data_parallel replicate:clone needs GPUs: LibTorch's data_parallel gathers CUDA "
+                                  "tensors only");
+    }
     devices_ = devices;
     config_ = config;
     model_ = make_model_on(make_model, devices.front(), config.precision);
-    optimizer_ = make_sgd(*model_, config.learning_rate);
-    replicate_ms_ = measure_replicate_ms();
+    if (clone_) {
+      optimizer_ = make_sgd(*model_, config.learning_rate);
+      replicate_ms_ = 1e3 * median_synchronised_seconds(devices_, kMeasureRepeats, [this] {
+                        for (const auto& device : devices_) model_->module().clone(device);
+                      });
+      return;
+    }
+    replicas_.push_back(model_);
+    for (size_t d = 1; d < devices.size(); ++d) {
+      replicas_.push_back(make_model_on(make_model, devices[d], config.precision));
+      workers_.push_back(std::make_unique<WorkerThread>());
+    }
+    for (const auto& replica : replicas_) {
+      parameters_.push_back(replica->module().parameters());
+      buffers_.push_back(replica->module().buffers());
+    }
+    broadcast_ms_ = 1e3 * median_synchronised_seconds(devices_, kMeasureRepeats, [this] { broadcast(); });
+    reduce_ms_ = 1e3 * median_synchronised_seconds(devices_, kMeasureRepeats, [this] {
+                   std::vector<std::vector<torch::Tensor>> gradients;
+                   for (const auto& parameters : parameters_) {
+                     gradients.emplace_back();
+                     for (const auto& parameter : parameters) gradients.back().push_back(torch::zeros_like(parameter));
+                   }
+                   reduce(gradients, replicas_.size());
+                 });
   }
-
-  std::map<std::string, double> counters() const override { return {{"replicate_ms", replicate_ms_}}; }
 
   torch::Device input_device() const override { return devices_.front(); }
   torch::Device target_device() const override { return devices_.front(); }
 
+  std::map<std::string, std::string> describe() const override { return {{"replicate", config_.dp_replicate}}; }
+
+  std::map<std::string, double> counters() const override {
+    if (clone_) return {{"replicate_ms", replicate_ms_}};
+    std::map<std::string, double> counters = {{"broadcast_ms", broadcast_ms_}, {"reduce_ms", reduce_ms_}};
+    if (steps_ > 0) {
+      counters["host_forward_ms"] = 1e3 * host_forward_seconds_ / static_cast<double>(steps_);
+      counters["host_backward_ms"] = 1e3 * host_backward_seconds_ / static_cast<double>(steps_);
+    }
+    return counters;
+  }
+
   torch::Tensor train_step(const Batch& batch) override {
-    optimizer_->zero_grad();
-    auto outputs = model_->data_parallel_forward(batch.inputs, devices_);
-    auto loss = compute_loss(outputs, batch.targets, config_.loss);
+    if (clone_) {
+      optimizer_->zero_grad();
+      auto loss = compute_loss(model_->data_parallel_forward(batch.inputs, devices_), batch.targets, config_.loss);
+      loss.backward();
+      optimizer_->step();
+      return loss.detach();
+    }
+    for (auto& parameters : parameters_) {
+      for (auto& parameter : parameters) parameter.mutable_grad().reset();
+    }
+    broadcast();
+    const auto began = Clock::now();
+    const auto outputs = parallel_forward(batch.inputs);
+    const auto forwards_issued = Clock::now();
+    std::vector<torch::Tensor> gathered;
+    for (const auto& output : outputs) gathered.push_back(output.to(devices_.front(), /*non_blocking=*/true));
+    auto loss = compute_loss(torch::cat(gathered), batch.targets, config_.loss);
     loss.backward();
-    optimizer_->step();
+    host_forward_seconds_ += std::chrono::duration<double>(forwards_issued - began).count();
+    host_backward_seconds_ += std::chrono::duration<double>(Clock::now() - forwards_issued).count();
+    ++steps_;
+    std::vector<std::vector<torch::Tensor>> gradients;
+    for (const auto& parameters : parameters_) gradients.push_back(gradients_of(parameters));
+    reduce(gradients, outputs.size());
+    sgd_update(parameters_.front(), config_.learning_rate);
     return loss.detach();
   }
 
  private:
-  // What the replicate part of every step costs: one clone() of the model per device, as
-  // torch::nn::parallel::replicate does.
-  double measure_replicate_ms() const {
-    constexpr int kRepeats = 5;
-    return 1e3 * median_synchronised_seconds(devices_, kRepeats, [this] {
-             for (const auto& device : devices_) model_->module().clone(device);
-           });
+  static constexpr int kMeasureRepeats = 5;
+
+  // Replica 0's parameters and buffers into every other replica.
+  void broadcast() {
+    torch::NoGradGuard no_grad;
+    auto tensors = parameters_.front();
+    tensors.insert(tensors.end(), buffers_.front().begin(), buffers_.front().end());
+    for (size_t r = 1; r < replicas_.size(); ++r) {
+      auto destinations = parameters_[r];
+      destinations.insert(destinations.end(), buffers_[r].begin(), buffers_[r].end());
+      torch::_foreach_copy_(destinations, coalesced_to(tensors, devices_[r]));
+    }
+  }
+
+  // Adds the first `used` replicas' gradients into replica 0's (the model's).
+  void reduce(const std::vector<std::vector<torch::Tensor>>& gradients, size_t used) {
+    torch::NoGradGuard no_grad;
+    for (size_t r = 1; r < used; ++r) torch::_foreach_add_(gradients.front(), coalesced_to(gradients[r], devices_.front()));
+  }
+
+  // Scatters `inputs` over the replicas and runs their forwards in parallel: replica r > 0 on
+  // worker r-1, on the caller's current streams. The outputs stay on their devices.
+  std::vector<torch::Tensor> parallel_forward(const torch::Tensor& inputs) {
+    const auto shards = inputs.chunk(static_cast<int64_t>(replicas_.size()));
+    std::vector<torch::Tensor> outputs(shards.size());
+    std::vector<torch::Tensor> placed;
+    for (size_t r = 0; r < shards.size(); ++r) placed.push_back(shards[r].to(devices_[r], /*non_blocking=*/true));
+    std::vector<c10::Stream> streams;
+    for (const auto& device : devices_) {
+      const auto stream = c10::impl::VirtualGuardImpl(device.type()).getStream(device);
+      if (device.is_cuda() && std::find(streams.begin(), streams.end(), stream) == streams.end()) streams.push_back(stream);
+    }
+    for (size_t r = 1; r < shards.size(); ++r) {
+      workers_[r - 1]->start([this, r, &placed, &outputs, &streams] {
+        c10::MultiStreamGuard on_caller_streams(streams);
+        outputs[r] = replicas_[r]->forward(placed[r]);
+      });
+    }
+    std::exception_ptr first_error;
+    try {
+      outputs[0] = replicas_[0]->forward(placed[0]);
+    } catch (...) {
+      first_error = std::current_exception();
+    }
+    for (size_t r = 1; r < shards.size(); ++r) {
+      const auto error = workers_[r - 1]->finish();  // before `outputs` and `placed` go
+      if (error && !first_error) first_error = error;
+    }
+    if (first_error) std::rethrow_exception(first_error);
+    return outputs;
   }
 
   RunConfig config_;
-  double replicate_ms_ = 0;
+  bool clone_ = false;
+  // broadcast: the replicas (0 is model_), their parameters and buffers, a worker per replica > 0.
+  std::vector<ModelPtr> replicas_;
+  std::vector<std::vector<torch::Tensor>> parameters_, buffers_;
+  std::vector<std::unique_ptr<WorkerThread>> workers_;
+  double broadcast_ms_ = 0, reduce_ms_ = 0;
+  double host_forward_seconds_ = 0, host_backward_seconds_ = 0;
+  int64_t steps_ = 0;
+  // clone
   std::unique_ptr<torch::optim::SGD> optimizer_;
+  double replicate_ms_ = 0;
 };
 
-PARBENCH_REGISTER_STRATEGY({"data_parallel", "one process; replicate, scatter, parallel apply, gather every step",
+PARBENCH_REGISTER_STRATEGY({"data_parallel",
+                            "one process; broadcast parameters to replicas, scatter, parallel forwards, gather, "
+                            "reduce gradients",
                             /*order=*/3, /*min_devices=*/2, /*distributed=*/false,
-                            [] { return std::make_unique<DataParallel>(); }, /*graph_capturable=*/false,
-                            /*needs_gpus_because=*/"LibTorch's data_parallel gathers CUDA tensors only"});
+                            [] { return std::make_unique<DataParallel>(); }, /*graph_capturable=*/true});
 
 }  // namespace
 }  // namespace parbench

@@ -2,6 +2,7 @@
 
 #include "models/autocast_cache.h"
 #include "strategies/training.h"
+#include "strategies/worker_thread.h"
 
 #include <ATen/autocast_mode.h>
 #include <c10/core/Event.h>
@@ -16,7 +17,6 @@
 #include <map>
 #include <mutex>
 #include <stdexcept>
-#include <thread>
 
 namespace parbench {
 namespace {
@@ -87,68 +87,6 @@ class Mailbox {
   std::map<int64_t, Parcel> parcels_;
 };
 
-// A host thread that runs one job at a time for its stage.
-class StageThread {
- public:
-  StageThread() : thread_([this] { serve(); }) {}
-  ~StageThread() {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      stopping_ = true;
-    }
-    wake_.notify_all();
-    thread_.join();
-  }
-  StageThread(const StageThread&) = delete;
-  StageThread& operator=(const StageThread&) = delete;
-
-  void start(std::function<void()> job) {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      job_ = std::move(job);
-      busy_ = true;
-      error_ = nullptr;
-    }
-    wake_.notify_all();
-  }
-
-  // Waits for the job (its own waits are bounded) and returns what it threw, if anything.
-  std::exception_ptr finish() {
-    std::unique_lock<std::mutex> lock(mutex_);
-    done_.wait(lock, [this] { return !busy_; });
-    return error_;
-  }
-
- private:
-  void serve() {
-    std::unique_lock<std::mutex> lock(mutex_);
-    while (true) {
-      wake_.wait(lock, [this] { return stopping_ || job_; });
-      if (stopping_) return;
-      auto job = std::move(job_);
-      job_ = nullptr;
-      lock.unlock();
-      std::exception_ptr error;
-      try {
-        job();
-      } catch (...) {
-        error = std::current_exception();
-      }
-      lock.lock();
-      error_ = error;
-      busy_ = false;
-      done_.notify_all();
-    }
-  }
-
-  std::mutex mutex_;
-  std::condition_variable wake_, done_;
-  std::function<void()> job_;
-  bool busy_ = false, stopping_ = false;
-  std::exception_ptr error_;
-  std::thread thread_;  // last: it starts serving once the members above exist
-};
-
 std::vector<torch::Tensor> parameters_of(const Partition& partition) {
   std::vector<torch::Tensor> parameters;
   for (const auto& stage : partition.stages) {
@@ -186,7 +124,7 @@ struct StageExecutor::Impl {
     std::vector<c10::Event> finished;            // recorded on every stream at the end of the step
     Mailbox activations;                         // from the previous stage
     Mailbox gradients;                           // from the next stage
-    std::unique_ptr<StageThread> thread;
+    std::unique_ptr<WorkerThread> thread;
     // Host seconds over all steps: issuing forwards, issuing backwards (mailbox waits
     // excluded, counted apart).
     double host_seconds[2] = {0, 0};
@@ -265,19 +203,6 @@ struct StageExecutor::Impl {
     }
     arrived.record(*stages[to].receive);
     return {received, std::move(arrived)};
-  }
-
-  // SGD over the stage's parameters in one multi-tensor update: the same arithmetic as
-  // torch::optim::SGD without momentum, issued as a few kernels instead of one per parameter.
-  void sgd_step(Stage& stage) {
-    torch::NoGradGuard no_grad;
-    std::vector<torch::Tensor> parameters, gradients;
-    for (auto& parameter : stage.parameters) {
-      if (!parameter.grad().defined()) continue;
-      parameters.push_back(parameter);
-      gradients.push_back(parameter.grad());
-    }
-    if (!parameters.empty()) torch::_foreach_add_(parameters, gradients, -learning_rate);
   }
 
   // A parcel's tensor, ready for micro-batch m's lane on stage `s`.
@@ -391,7 +316,7 @@ struct StageExecutor::Impl {
       lane_done.record(stage.lanes[l]);
       lane_done.block(stage.lanes.front());
     }
-    sgd_step(stage);
+    sgd_update(stage.parameters, learning_rate);
     if (s + 1 == stages.size()) stage.loss = torch::stack(stage.losses).sum();
     for (const auto& stream : streams_of(stage)) {
       stage.finished.emplace_back(c10::DeviceType::CUDA);
@@ -418,7 +343,7 @@ StageExecutor::StageExecutor(std::vector<Partition> partitions, LossKind loss, d
       stage.receive = guard.getStreamFromGlobalPool(device);
     }
     stage.parameters = parameters_of(stage.partition);
-    stage.thread = std::make_unique<StageThread>();
+    stage.thread = std::make_unique<WorkerThread>();
   }
 }
 

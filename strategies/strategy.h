@@ -37,6 +37,10 @@ struct RunConfig {
   // pipeline on GPUs: compute streams per stage (1, or 2 so that forwards overlap backwards).
   int stage_lanes = 1;
 
+  // data_parallel: "broadcast" (replicas built once, parameters broadcast every step, as
+  // PyTorch's DataParallel) or "clone" (LibTorch's data_parallel: replicas cloned every step).
+  std::string dp_replicate = "broadcast";
+
   // ddp: gradient bucket size, and whether all-reduces start during backward.
   double bucket_mib = 25.0;
   bool overlap = true;
@@ -89,8 +93,6 @@ struct StrategyInfo {
   // train_step can be captured in a CUDA graph and replayed (benchmarks/graphed_step.h): GPUs
   // only, no host synchronisation, and the same work every step.
   bool graph_capturable = false;
-  // Set where the strategy cannot run on CPU devices: why, for the skip on machines without GPUs.
-  std::string needs_gpus_because;
 };
 
 // The strategies linked into this binary. A function-local static, so registration from

@@ -38,6 +38,17 @@ std::unique_ptr<torch::optim::SGD> make_sgd(StagedModel& model, double learning_
                                              torch::optim::SGDOptions(learning_rate));
 }
 
+void sgd_update(const std::vector<torch::Tensor>& parameters, double learning_rate) {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> updated, gradients;
+  for (const auto& parameter : parameters) {
+    if (!parameter.grad().defined()) continue;
+    updated.push_back(parameter);
+    gradients.push_back(parameter.grad());
+  }
+  if (!updated.empty()) torch::_foreach_add_(updated, gradients, -learning_rate);
+}
+
 Batch make_random_batch(const RunConfig& config, int64_t batch_size, torch::Device input_device,
                         torch::Device target_device) {
   auto inputs = torch::randn({batch_size, 3, config.image_size, config.image_size});

@@ -26,6 +26,11 @@ torch::Tensor compute_loss(const torch::Tensor& outputs, const torch::Tensor& ta
 // SGD over all of the model's parameters, wherever they live (lr as in the tutorial).
 std::unique_ptr<torch::optim::SGD> make_sgd(StagedModel& model, double learning_rate);
 
+// Plain SGD (no momentum) over `parameters` in one multi-tensor update: torch::optim::SGD's
+// arithmetic, issued as a few kernels instead of one per parameter. Parameters without a
+// gradient are left alone.
+void sgd_update(const std::vector<torch::Tensor>& parameters, double learning_rate);
+
 // A random batch of `batch_size` images: inputs ~ N(0, 1), uniformly drawn classes as
 // one-hot rows (MSE) or indices (cross-entropy).
 Batch make_random_batch(const RunConfig& config, int64_t batch_size, torch::Device input_device,

@@ -175,8 +175,8 @@ TEST(Cli, FilterSelectsTheCasesThatRunAndTheProgressCountsThem) {
 TEST(Cli, CudaGraphCasesAreNamedAndSkippedWithTheirReasons) {
   parbench::TemporaryDirectory dir("parbench-cli-test");
   const auto out = dir.file("graph.json");
-  const auto run = run_parbench(std::string(kSmallRun) + " --strategies=single,model_parallel,pipeline" +
-                                " --split-sizes=2 --schedules=gpipe --cuda-graph=off,on" +
+  const auto run = run_parbench(std::string(kSmallRun) + " --strategies=single,model_parallel,pipeline,data_parallel" +
+                                " --split-sizes=2 --schedules=gpipe --dp-replicate=broadcast,clone --cuda-graph=off,on" +
                                 " --benchmark_out=" + out + " --benchmark_out_format=json");
   ASSERT_EQ(run.exit_code, 0) << run.output;
   std::ifstream file(out);
@@ -194,27 +194,27 @@ TEST(Cli, CudaGraphCasesAreNamedAndSkippedWithTheirReasons) {
   const std::string single = "train/single/tinycnn/batch:4/image:16/precision:fp32/data:device";
   const auto model_parallel = "train/model_parallel/tinycnn/batch:4/image:16/precision:fp32/data:device" + gpus;
   const auto pipeline = "train/pipeline/tinycnn/batch:4/image:16/precision:fp32/data:device" + gpus + "/split:2/schedule:gpipe";
+  const auto data_parallel = "train/data_parallel/tinycnn/batch:4/image:16/precision:fp32/data:device" + gpus;
   std::set<std::string> expected;
-  for (const auto& base : {single, model_parallel, pipeline}) {
+  for (const auto& base : {single, model_parallel, pipeline, data_parallel + "/replicate:broadcast"}) {
     expected.insert(base + "/iterations:2/manual_time");
     expected.insert(base + "/graph:on/iterations:2/manual_time");
   }
+  // A variant that cannot be captured runs without a graph only.
+  expected.insert(data_parallel + "/replicate:clone/iterations:2/manual_time");
   EXPECT_EQ(names, expected);
 
-  // A strategy that cannot be captured runs without a graph only; asked for graphs alone, it is
-  // listed as skipped, with the reason.
-  const auto only = run_parbench(std::string(kSmallRun) + " --strategies=data_parallel --cuda-graph=on" +
-                                 " --benchmark_out=" + out + " --benchmark_out_format=json");
+  // Asked for graphs alone, it is listed as skipped, with the reason.
+  const auto only = run_parbench(std::string(kSmallRun) + " --strategies=data_parallel --dp-replicate=clone" +
+                                 " --cuda-graph=on --benchmark_out=" + out + " --benchmark_out_format=json");
   ASSERT_EQ(only.exit_code, 0) << only.output;
   std::ifstream only_file(out);
   const auto skipped = nlohmann::json::parse(only_file)["benchmarks"];
   ASSERT_FALSE(skipped.empty());
-  const auto data_parallel = "train/data_parallel/tinycnn/batch:4/image:16/precision:fp32/data:device" + gpus;
   for (const auto& benchmark : skipped) {
-    EXPECT_EQ(benchmark["run_name"], data_parallel + "/graph:on/iterations:2/manual_time");
+    EXPECT_EQ(benchmark["run_name"], data_parallel + "/replicate:clone/graph:on/iterations:2/manual_time");
     const auto reason = benchmark["error_message"].get<std::string>();
-    EXPECT_NE(reason.find("data_parallel cannot be captured in a CUDA graph (single, model_parallel, pipeline, ddp can)"),
-              std::string::npos)
+    EXPECT_NE(reason.find("data_parallel replicate:clone cannot be captured in a CUDA graph"), std::string::npos)
         << reason;
   }
 }

@@ -51,7 +51,10 @@ TEST_P(MultiGpuEquivalence, MatchesSingleGpu) {
   double reference_loss = 0;
   const auto reference = step_and_collect("single", config, {two_gpus.front()}, batch, &reference_loss);
 
-  std::vector<std::pair<std::string, RunConfig>> variants = {{"model_parallel", config}, {"data_parallel", config}};
+  auto cloned = config;
+  cloned.dp_replicate = "clone";
+  std::vector<std::pair<std::string, RunConfig>> variants = {
+      {"model_parallel", config}, {"data_parallel", config}, {"data_parallel", cloned}};
   for (const std::string schedule : {"tutorial", "gpipe", "1f1b"}) {
     for (int64_t split : {1, 5, 12}) {
       for (int lanes : {1, 2}) {
@@ -67,7 +70,7 @@ TEST_P(MultiGpuEquivalence, MatchesSingleGpu) {
     double loss = 0;
     const auto result = step_and_collect(name, variant, two_gpus, batch, &loss);
     const std::string what = name + " split " + std::to_string(variant.split_size) + " " + variant.schedule +
-                             " lanes " + std::to_string(variant.stage_lanes);
+                             " lanes " + std::to_string(variant.stage_lanes) + " replicate " + variant.dp_replicate;
     EXPECT_NEAR(loss, reference_loss, kTolerance * std::abs(reference_loss)) << what;
     for (const auto& [key, expected] : reference) {
       const double scale = std::max(expected.norm().item<double>(), 1e-12);

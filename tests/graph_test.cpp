@@ -1,6 +1,7 @@
 // A training step captured in a CUDA graph: replays train as the same steps run eagerly, on one
-// GPU (single) and over two stages (model_parallel, pipeline: one graph spanning both GPUs, or
-// both stages on GPU 0 where only one is visible), and capture refuses a step that is not on GPUs.
+// GPU (single), over two stages (model_parallel, pipeline) and over two replicas (data_parallel):
+// one graph spanning both GPUs, or both stages or replicas on GPU 0 where only one is visible.
+// Capture refuses a step that is not on GPUs.
 #include "benchmarks/graphed_step.h"
 #include "benchmarks/options.h"
 #include "models/model_zoo.h"
@@ -97,10 +98,11 @@ TEST_P(GraphedSingle, ReplaysTrainAsEagerStepsDo) {
 INSTANTIATE_TEST_SUITE_P(Precisions, GraphedSingle, ::testing::Values(Precision::kFloat32, Precision::kBFloat16),
                          [](const auto& info) { return to_string(info.param); });
 
-// model_parallel and pipeline over two stages, on two GPUs (both on GPU 0 where one is visible:
-// the stage threads, streams, copies and capture still run, the copies within one GPU): each schedule, with a split that divides the
-// batch and one that does not (a remainder micro-batch), batch-norm in train mode so its running
-// statistics must advance on replay as they do eagerly.
+// model_parallel and pipeline over two stages, and data_parallel over two replicas, on two GPUs
+// (both on GPU 0 where one is visible: the host threads, streams, copies and capture still run,
+// the copies within one GPU). The pipeline runs each schedule, with a split that divides the
+// batch and one that does not (a remainder micro-batch). Batch-norm is in train mode, so its
+// running statistics must advance on replay as they do eagerly.
 struct StagedCase {
   std::string strategy;
   std::string schedule;
@@ -116,7 +118,8 @@ class GraphedStaged : public ::testing::TestWithParam<StagedCase> {};
 
 INSTANTIATE_TEST_SUITE_P(
     TwoStages, GraphedStaged,
-    ::testing::Values(StagedCase{"model_parallel", "", 0}, StagedCase{"pipeline", "tutorial", 4},
+    ::testing::Values(StagedCase{"model_parallel", "", 0}, StagedCase{"data_parallel", "", 0},
+                      StagedCase{"pipeline", "tutorial", 4},
                       StagedCase{"pipeline", "tutorial", 3}, StagedCase{"pipeline", "gpipe", 4},
                       StagedCase{"pipeline", "gpipe", 3}, StagedCase{"pipeline", "1f1b", 2},
                       StagedCase{"pipeline", "1f1b", 3}, StagedCase{"pipeline", "1f1b", 2, /*lanes=*/2},
