@@ -19,23 +19,26 @@ struct StepResult {
   std::map<std::string, torch::Tensor> grads, weights;
 };
 
-// A model with the weights every strategy in these tests starts from.
-ModelPtr seeded_model(const RunConfig& config, bool eval_mode) {
+// A model with the weights every strategy in these tests starts from, its parameters and
+// buffers in `dtype`.
+ModelPtr seeded_model(const RunConfig& config, bool eval_mode, torch::Dtype dtype = torch::kFloat) {
   torch::manual_seed(1234);
   auto model = make_model(config.model, config.num_classes);
   if (eval_mode) model->module().eval();
+  model->module().to(dtype);
   return model;
 }
 
-// `steps` training steps of `strategy_name` on CPU devices: the last loss, the gradients of the
-// last step and the weights after it.
+// `steps` training steps of `strategy_name` on CPU devices, the model and inputs in `dtype`: the
+// last loss, the gradients of the last step and the weights after it.
 StepResult train(const std::string& strategy_name, RunConfig config, size_t num_devices, const Batch& batch,
-                 bool eval_mode, int steps = 1) {
+                 bool eval_mode, int steps = 1, torch::Dtype dtype = torch::kFloat) {
   auto strategy = StrategyRegistry::instance().get(strategy_name).create();
-  strategy->setup([&] { return seeded_model(config, eval_mode); }, std::vector<torch::Device>(num_devices, torch::kCPU),
-                  config);
+  strategy->setup([&] { return seeded_model(config, eval_mode, dtype); },
+                  std::vector<torch::Device>(num_devices, torch::kCPU), config);
+  const Batch typed{batch.inputs.to(dtype), batch.targets};
   StepResult result;
-  for (int step = 0; step < steps; ++step) result.loss = strategy->train_step(batch).item<double>();
+  for (int step = 0; step < steps; ++step) result.loss = strategy->train_step(typed).item<double>();
   for (const auto& item : strategy->model().module().named_parameters()) {
     result.grads[item.key()] = item.value().grad().clone();
     result.weights[item.key()] = item.value().detach().clone();
@@ -87,12 +90,15 @@ TEST_P(SplitEquivalence, MatchesSingleDevice) {
                        "pipeline split " + std::to_string(split) + " " + schedule);
     }
   }
-  // data_parallel over several steps, so that a wrong broadcast of updated weights shows. Without
-  // batch statistics resnet50 diverges at larger rates: its loss goes 2.6, 4.4, 5.1 at 1e-4.
+  // data_parallel over several steps, so that a wrong broadcast of updated weights shows. In
+  // double: three steps of an eval-mode resnet50 (no batch statistics, so its activations grow
+  // block after block) amplify a float rounding difference a thousandfold, measured; at larger
+  // rates than 1e-4 it diverges.
   constexpr int kSteps = 3;
   if (c.model == "resnet50") config.learning_rate = 1e-4;
-  expect_same_step(train("data_parallel", config, c.devices, batch, c.eval_mode, kSteps),
-                   train("single", config, 1, batch, c.eval_mode, kSteps), "data_parallel after 3 steps");
+  expect_same_step(train("data_parallel", config, c.devices, batch, c.eval_mode, kSteps, torch::kDouble),
+                   train("single", config, 1, batch, c.eval_mode, kSteps, torch::kDouble),
+                   "data_parallel after 3 steps");
 }
 
 INSTANTIATE_TEST_SUITE_P(
