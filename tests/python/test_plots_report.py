@@ -621,10 +621,11 @@ def test_cpu_report_compares_every_strategy_and_says_what_cpu_stand_ins_are(tmp_
     assert "`ddp` on 2 CPU ranks over the store backend" in preamble
     reps = repetitions(CPU_STRATEGIES)
     strategies = {name.split("/")[1] for name in reps}
-    # data_parallel has no CPU path (LibTorch's gather takes CUDA tensors): listed as skipped.
-    assert strategies == {"single", "model_parallel", "pipeline", "ddp"}
+    assert strategies == {"single", "model_parallel", "pipeline", "data_parallel", "ddp"}
+    # data_parallel's clone variant has no CPU path (LibTorch's gather takes CUDA tensors): skipped.
     skipped = section(report, "Cases that did not run")
-    assert "LibTorch's data_parallel gathers CUDA tensors only" in skipped and "data_parallel (2 CPU devices)" in skipped
+    assert "LibTorch's data_parallel gathers CUDA tensors only" in skipped, skipped
+    assert "data_parallel (2 CPU devices, replicate clone)" in skipped, skipped
     heading = "tinycnn, batch 8, image 64\u00d764, fp32, data on device"
     summary = tables(report, "Summary")[heading]
     assert {r["strategy"] for r in summary} == strategies
