@@ -58,14 +58,6 @@ std::vector<int64_t> split_sizes_for(const Options& options, int64_t batch) {
   return {unique.begin(), unique.end()};
 }
 
-// Without GPUs every device of a case is the CPU (multi-device cases then run on CPU stand-ins).
-std::vector<torch::Device> case_devices(const CaseSpec& spec) {
-  if (!torch::cuda::is_available()) return std::vector<torch::Device>(static_cast<size_t>(spec.gpus), torch::kCPU);
-  std::vector<torch::Device> devices;
-  for (int i = 0; i < spec.gpus; ++i) devices.emplace_back(torch::kCUDA, static_cast<c10::DeviceIndex>(i));
-  return devices;
-}
-
 // A set-up strategy kept across Google Benchmark's calls of one case (its repetitions), so
 // set-up and warm-up happen once per case.
 struct PreparedCase {
@@ -205,6 +197,14 @@ void add_strategy_cases(CaseSpec spec, const Options& options, int visible_gpus,
 
 }  // namespace
 
+// Without GPUs every device of a case is the CPU (multi-device cases then run on CPU stand-ins).
+std::vector<torch::Device> case_devices(const CaseSpec& spec) {
+  if (!torch::cuda::is_available()) return std::vector<torch::Device>(static_cast<size_t>(spec.gpus), torch::kCPU);
+  std::vector<torch::Device> devices;
+  for (int i = 0; i < spec.gpus; ++i) devices.emplace_back(torch::kCUDA, static_cast<c10::DeviceIndex>(i));
+  return devices;
+}
+
 int multi_device_count(const Options& options, int visible_gpus) {
   if (options.gpus > 0) return options.gpus;
   return visible_gpus > 0 ? std::max(visible_gpus, 2) : kCpuStandInDevices;
@@ -269,6 +269,10 @@ void set_training_counters(benchmark::State& state, const CaseSpec& spec, double
   state.counters["image"] = static_cast<double>(spec.config.image_size);
   state.counters["gpus"] = spec.gpus;
   if (spec.strategy->name == "pipeline") state.counters["split_size"] = static_cast<double>(spec.config.split_size);
+  if (spec.predicted_step_ms) {
+    state.counters["predicted_step_ms"] = *spec.predicted_step_ms;
+    state.counters["predicted_rank"] = spec.predicted_rank;
+  }
 }
 
 int64_t fixed_iterations(const CaseSpec& spec, const Options& options) {

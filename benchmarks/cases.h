@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <map>
+#include <optional>
 #include <regex>
 #include <string>
 #include <vector>
@@ -24,6 +25,9 @@ struct CaseSpec {
   std::string scaling;       // ddp: weak or strong
   bool cuda_graph = false;   // the step is captured once and replayed (benchmarks/graphed_step.h)
   std::string skip_reason;   // non-empty: reported as skipped, not run
+  // --advise: the predicted step time and its rank among the set-up's cases (benchmarks/advise.h).
+  std::optional<double> predicted_step_ms;
+  int predicted_rank = 0;
 };
 
 // Without GPUs, multi-device strategies run on this many CPU devices and ddp on as many CPU
@@ -35,6 +39,9 @@ inline constexpr int kCpuStandInDevices = 2;
 int multi_device_count(const Options& options, int visible_gpus);
 
 std::vector<CaseSpec> build_cases(const Options& options, int visible_gpus);
+
+// The devices a case runs on: GPUs 0..gpus-1, or as many CPU devices where there is no GPU.
+std::vector<torch::Device> case_devices(const CaseSpec& spec);
 
 // The iterations of each repetition where they are fixed (--iterations; distributed cases
 // always), else 0: Google Benchmark's min-time rule decides.

@@ -1,4 +1,5 @@
 // parbench: times one model's training step under each parallelism strategy.
+#include "benchmarks/advise.h"
 #include "benchmarks/allreduce.h"
 #include "benchmarks/cases.h"
 #include "benchmarks/context.h"
@@ -146,6 +147,10 @@ int main(int argc, char** argv) {
     return kExitBadInput;
   }
 
+  if (options.advise_validate > 0 && !external) {
+    cases = advise(cases, options);
+    allreduce_cases.clear();
+  }
   RunProgress progress(count_to_run(cases) + count_to_run(allreduce_cases), writes_output);
   register_cases(cases, options, progress);
   register_allreduce_cases(allreduce_cases, options, progress);

@@ -183,6 +183,10 @@ Google Benchmark's own flags all work: --benchmark_filter=REGEX, --benchmark_rep
   --scaling=LIST         ddp: weak (per-rank batch fixed) | strong (global batch fixed); default weak
   --dist-timeout=SECONDS ddp: how long any rank waits for the others before failing; default 60
   --allreduce=on|off     run the comm/allreduce sweep with ddp; default on
+  --advise=N|all         profile each set-up briefly, predict the step time of every single,
+                         model_parallel and pipeline case (schedule simulator), print them ranked,
+                         then run single and the N best predicted (all: every case) with their
+                         predictions as counters (predicted_step_ms, predicted_rank)
   --help                 this text
 
 Exit status:
@@ -258,6 +262,9 @@ Options parse_options(int argc, char** argv, bool has_gpu, std::vector<char*>* b
       {"scaling", [&](auto& f, auto& v) { options.scalings = pick_list<std::string>(f, v, {{"weak", "weak"}, {"strong", "strong"}}); }},
       {"dist-timeout", [&](auto& f, auto& v) { options.dist_timeout_s = parse_double(f, v, 0.0); }},
       {"allreduce", [&](auto& f, auto& v) { options.allreduce = pick(f, v, kOnOff); }},
+      {"advise", [&](auto& f, auto& v) {
+         options.advise_validate = v == "all" ? kValidateAll : static_cast<int>(parse_int(f, v, 1));
+       }},
   };
   for (const auto& [name, value] : flags) {
     auto handler = handlers.find(name);

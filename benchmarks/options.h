@@ -3,6 +3,7 @@
 
 #include "strategies/strategy.h"
 
+#include <limits>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -19,6 +20,8 @@ std::string to_string(DataMode mode);
 struct UsageError : std::invalid_argument {
   using std::invalid_argument::invalid_argument;
 };
+
+inline constexpr int kValidateAll = std::numeric_limits<int>::max();
 
 struct Options {
   std::string preset = "default";  // default, tutorial, cpu
@@ -50,6 +53,9 @@ struct Options {
   std::vector<std::string> scalings = {"weak"};
   double dist_timeout_s = 60.0;
   bool allreduce = true;  // register the comm/allreduce sweep when ddp runs
+  // --advise: 0 off; else how many of each set-up's best predicted cases run to check the
+  // prediction (kValidateAll: every case), besides single (benchmarks/advise.h).
+  int advise_validate = 0;
   std::string benchmark_out;  // --benchmark_out, checked for writability up front
   std::string argv;
 };

@@ -98,6 +98,13 @@ def build_report(results: pr.Results, rendered: plot.Rendered, generated: dateti
                   "Time per all-reduce of a float32 buffer across the ranks (median over repetitions); "
                   "algbw = size / time, busbw = algbw × 2(n-1)/n (docs/METRICS.md).", "",
                   *allreduce_table(allreduces), ""]
+    predicted = {setup: [case for case in cases if case.ran and case.stats("predicted_step_ms")]
+                 for setup, cases in groups.items()}
+    predicted = {setup: cases for setup, cases in predicted.items() if cases}
+    if predicted:
+        lines += ["## Predicted vs measured", "", *prediction_preamble(results), ""]
+        for setup, cases in predicted.items():
+            lines += [f"### {setup.describe()}", "", *prediction_table(cases), "", prediction_summary(cases), ""]
     lines += ["## Figures", ""]
     for name in rendered.written:
         lines += [f"![{FIGURE_CAPTIONS[name]}]({name}.png)", "",
@@ -261,6 +268,45 @@ def sweep_table(cases: list[pr.Case]) -> list[str]:
     return _table(["schedule", "devices", "split_size", "reps", "step time median (ms)", "stddev (ms)",
                    "min\u2013max (ms)", "images/s (median)", "speedup vs single", "ideal speedup S\u00b7M/(M+S-1)",
                    "busy fraction (measured)", "bubble fraction (measured)", "ideal bubble (S-1)/(M+S-1)"], rows)
+
+
+def prediction_preamble(results: pr.Results) -> list[str]:
+    """How `parbench --advise` predicted (docs/METRICS.md, "Predicted step time")."""
+    profiles = [str(run.context["advise_profile_s"]) for run in results.runs if "advise_profile_s" in run.context]
+    text = ("`parbench --advise` predicted each case's step time from a short profile (the schedule "
+            "simulator of docs/METRICS.md, \"Predicted step time\") and then measured the cases below; "
+            "error = (predicted − measured) / measured, measured being the median step time.")
+    if profiles:
+        text += f" The profile took {' s, '.join(profiles)} s."
+    return [text]
+
+
+def _prediction_error(case: pr.Case) -> float:
+    measured = case.stats("step_ms").median
+    return (case.stats("predicted_step_ms").median - measured) / measured
+
+
+def prediction_table(cases: list[pr.Case]) -> list[str]:
+    rows = []
+    for case in sorted(cases, key=lambda c: c.stats("predicted_rank").median):
+        rows.append([str(int(case.stats("predicted_rank").median)), _name(case),
+                     f"{case.stats('predicted_step_ms').median:.2f}", f"{case.stats('step_ms').median:.2f}",
+                     f"{_prediction_error(case):+.1%}"])
+    return _table(["predicted rank", "case", "predicted (ms)", "measured (ms)", "error"], rows)
+
+
+def prediction_summary(cases: list[pr.Case]) -> str:
+    """The recommendation against the best measured case, and the error over the pipeline cases."""
+    recommended = min(cases, key=lambda c: c.stats("predicted_rank").median)
+    best = min(cases, key=lambda c: c.stats("step_ms").median)
+    text = (f"Recommended: {_name(recommended)}, measured {recommended.stats('step_ms').median:.2f} ms; "
+            f"the best measured here is {_name(best)} at {best.stats('step_ms').median:.2f} ms "
+            f"({recommended.stats('step_ms').median / best.stats('step_ms').median - 1:.1%} slower).")
+    pipeline = [abs(_prediction_error(case)) for case in cases if case.strategy == "pipeline"]
+    if pipeline:
+        text += (f" Over {len(pipeline)} pipeline case(s) the mean absolute error is "
+                 f"{sum(pipeline) / len(pipeline):.1%}, the largest {max(pipeline):.1%}.")
+    return text
 
 
 def allreduce_table(cases: list[pr.Case]) -> list[str]:

@@ -1,0 +1,232 @@
+#include "benchmarks/advise.h"
+
+#include "benchmarks/device_timer.h"
+#include "models/model_zoo.h"
+#include "strategies/partition.h"
+#include "strategies/schedule_simulator.h"
+#include "strategies/training.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <map>
+
+namespace parbench {
+namespace {
+
+constexpr int kProfileRepeats = 5;
+
+// What one set-up's profile measured, in milliseconds. Per part (of the cut) and per profiled
+// micro-batch size: forward, backward, and the copy of the output to the next part's device.
+struct Profile {
+  double single_step_ms = 0;
+  std::vector<int64_t> sizes;
+  std::vector<std::vector<double>> forward_ms, backward_ms, copy_ms;
+  std::vector<double> update_ms;
+  std::string cut;
+};
+
+double median_ms(const std::vector<torch::Device>& devices, const std::function<void()>& work) {
+  return 1e3 * median_synchronised_seconds(devices, kProfileRepeats, work);
+}
+
+// 1, 2, 4, ... below the batch, and the batch.
+std::vector<int64_t> profile_sizes(int64_t batch) {
+  std::vector<int64_t> sizes;
+  for (int64_t size = 1; size < batch; size *= 2) sizes.push_back(size);
+  sizes.push_back(batch);
+  return sizes;
+}
+
+double single_step_ms(const CaseSpec& spec, torch::Device device) {
+  auto single = StrategyRegistry::instance().get("single").create();
+  const auto& config = spec.config;
+  single->setup([&config] { return make_model(config.model, config.num_classes); }, {device}, config);
+  const auto batch = make_random_batch(config, config.batch_size, device, device);
+  for (int step = 0; step < kProfileRepeats; ++step) single->train_step(batch);
+  return median_ms({device}, [&] { single->train_step(batch); });
+}
+
+void profile_parts(const CaseSpec& spec, const std::vector<torch::Device>& devices, Profile& profile) {
+  const auto& config = spec.config;
+  auto model = make_model(config.model, config.num_classes);
+  Cut cut;
+  const auto parts = partition_model(*model, devices, config, config.batch_size, &cut);
+  profile.cut = format_cut(cut);
+  profile.sizes = profile_sizes(config.batch_size);
+  profile.forward_ms.assign(parts.size(), {});
+  profile.backward_ms.assign(parts.size(), {});
+  profile.copy_ms.assign(parts.size() - 1, {});
+  for (auto size : profile.sizes) {
+    const auto batch = make_random_batch(config, size, devices.front(), parts.back().device);
+    torch::Tensor activation = batch.inputs;
+    for (size_t p = 0; p < parts.size(); ++p) {
+      const auto& part = parts[p];
+      const auto input = p == 0 ? activation : activation.detach().requires_grad_();
+      const auto forward = [&] {
+        AutocastScope autocast(part.device.type(), model->autocast_dtype());
+        return part.forward(input);
+      };
+      const auto output_gradient = torch::randn_like(forward());
+      const auto forward_and_backward = [&] {
+        const auto output = forward();
+        if (p + 1 == parts.size()) {
+          compute_loss(output, batch.targets, config.loss).backward();
+        } else {
+          output.backward(output_gradient);
+        }
+      };
+      for (int warm = 0; warm < 2; ++warm) forward_and_backward();
+      const double forward_ms = median_ms({part.device}, [&] { forward(); });
+      const double both_ms = median_ms({part.device}, forward_and_backward);
+      profile.forward_ms[p].push_back(forward_ms);
+      profile.backward_ms[p].push_back(std::max(0.0, both_ms - forward_ms));
+      activation = forward().detach();
+      if (p + 1 < parts.size()) {
+        const auto next = parts[p + 1].device;
+        profile.copy_ms[p].push_back(median_ms({part.device, next}, [&] { activation.to(next); }));
+      }
+    }
+  }
+  for (const auto& part : parts) {
+    std::vector<torch::Tensor> parameters;
+    for (const auto& stage : part.stages) {
+      for (const auto& module : stage.modules) {
+        for (const auto& parameter : module->parameters()) parameters.push_back(parameter);
+      }
+    }
+    profile.update_ms.push_back(median_ms({part.device}, [&] { sgd_update(parameters, config.learning_rate); }));
+  }
+}
+
+// `values` (one per profiled size) at `size`, linearly between the neighbouring sizes.
+double interpolate(const std::vector<int64_t>& sizes, const std::vector<double>& values, int64_t size) {
+  const auto upper = std::lower_bound(sizes.begin(), sizes.end(), size);
+  if (upper == sizes.begin()) return values.front();
+  if (upper == sizes.end()) return values.back();
+  const auto i = static_cast<size_t>(upper - sizes.begin());
+  const double weight = static_cast<double>(size - sizes[i - 1]) / static_cast<double>(sizes[i] - sizes[i - 1]);
+  return values[i - 1] + weight * (values[i] - values[i - 1]);
+}
+
+// model_parallel (one micro-batch of the whole batch) or pipeline, from the profile.
+SimulatedStep predict_staged(const Profile& profile, int64_t batch, int64_t split, const std::string& schedule) {
+  std::vector<int64_t> micro_batches;
+  for (int64_t begin = 0; begin < batch; begin += split) micro_batches.push_back(std::min(split, batch - begin));
+  StageDurations durations;
+  const auto per_micro_batch = [&](const std::vector<double>& values) {
+    std::vector<double> row;
+    for (auto size : micro_batches) row.push_back(interpolate(profile.sizes, values, size));
+    return row;
+  };
+  for (size_t p = 0; p < profile.forward_ms.size(); ++p) {
+    durations.forward_ms.push_back(per_micro_batch(profile.forward_ms[p]));
+    durations.backward_ms.push_back(per_micro_batch(profile.backward_ms[p]));
+  }
+  for (const auto& copies : profile.copy_ms) {
+    durations.activation_copy_ms.push_back(per_micro_batch(copies));
+    durations.gradient_copy_ms.push_back(per_micro_batch(copies));  // the same shape, the other way
+  }
+  durations.update_ms = profile.update_ms;
+  return simulate_step(make_schedule(schedule, profile.forward_ms.size(), micro_batches.size()), durations);
+}
+
+// A set-up: what every case of it shares (its name up to the strategy's own options).
+std::string setup_key(const CaseSpec& spec) {
+  const auto& c = spec.config;
+  return c.model + "/batch:" + std::to_string(c.batch_size) + "/image:" + std::to_string(c.image_size) +
+         "/precision:" + to_string(c.precision) + "/data:" + to_string(spec.data) + (spec.cuda_graph ? "/graph:on" : "");
+}
+
+bool modelled(const CaseSpec& spec) {
+  const auto& name = spec.strategy->name;
+  if (name == "pipeline") return spec.config.stage_lanes == 1;
+  return name == "single" || name == "model_parallel";
+}
+
+}  // namespace
+
+std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& options) {
+  std::vector<std::string> order;
+  std::map<std::string, std::vector<CaseSpec>> setups;
+  size_t left_out = 0;
+  for (const auto& spec : cases) {
+    if (!modelled(spec) || !spec.skip_reason.empty()) {
+      ++left_out;
+      continue;
+    }
+    const auto key = setup_key(spec);
+    if (setups.count(key) == 0) order.push_back(key);
+    setups[key].push_back(spec);
+  }
+  if (left_out > 0) {
+    std::fprintf(stderr,
+                 "parbench advise: %zu case(s) left out: advise models single, model_parallel and pipeline on one "
+                 "lane, on the devices this machine has\n",
+                 left_out);
+  }
+
+  nlohmann::json predictions = nlohmann::json::array();
+  double profile_seconds = 0;
+  std::vector<CaseSpec> to_run;
+  for (const auto& key : order) {
+    auto& specs = setups[key];
+    const auto began = std::chrono::steady_clock::now();
+    Profile profile;
+    const auto multi = std::find_if(specs.begin(), specs.end(), [](const auto& s) { return s.strategy->name != "single"; });
+    const auto device = multi != specs.end() ? case_devices(*multi).front() : case_devices(specs.front()).front();
+    try {
+      profile.single_step_ms = single_step_ms(specs.front(), device);
+      if (multi != specs.end()) profile_parts(*multi, case_devices(*multi), profile);
+    } catch (const std::exception& error) {
+      // The set-up's cases still run, unpredicted, and fail or not on their own.
+      const std::string message = error.what();
+      std::fprintf(stderr, "parbench advise: %s: the profile failed (%s); its cases run without predictions\n",
+                   key.c_str(), message.substr(0, message.find('\n')).c_str());
+      to_run.insert(to_run.end(), specs.begin(), specs.end());
+      continue;
+    }
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+    profile_seconds += seconds;
+
+    for (auto& spec : specs) {
+      const auto& name = spec.strategy->name;
+      if (name == "single") {
+        spec.predicted_step_ms = profile.single_step_ms;
+      } else {
+        const auto split = name == "pipeline" ? spec.config.split_size : spec.config.batch_size;
+        const auto schedule = name == "pipeline" ? spec.config.schedule : "gpipe";
+        spec.predicted_step_ms = predict_staged(profile, spec.config.batch_size, split, schedule).step_ms;
+      }
+    }
+    std::stable_sort(specs.begin(), specs.end(),
+                     [](const auto& a, const auto& b) { return *a.predicted_step_ms < *b.predicted_step_ms; });
+    std::printf("parbench advise: %s (cut %s; profiled in %.1f s)\n", key.c_str(),
+                profile.cut.empty() ? "-" : profile.cut.c_str(), seconds);
+    if (!device.is_cuda() && multi != specs.end()) {
+      std::printf("  CPU stand-ins: the predictions assume the devices run side by side; here they share one CPU\n");
+    }
+    std::printf("  %4s  %12s  %10s  %s\n", "rank", "predicted ms", "images/s", "case");
+    for (size_t rank = 0; rank < specs.size(); ++rank) {
+      auto& spec = specs[rank];
+      spec.predicted_rank = static_cast<int>(rank + 1);
+      const double images_per_second = 1e3 * static_cast<double>(spec.global_batch) / *spec.predicted_step_ms;
+      std::printf("  %4zu  %12.2f  %10.0f  %s%s\n", rank + 1, *spec.predicted_step_ms, images_per_second,
+                  spec.name.c_str(), rank == 0 ? "  <- recommended" : "");
+      predictions.push_back({{"name", spec.name}, {"predicted_step_ms", *spec.predicted_step_ms},
+                             {"rank", rank + 1}, {"profile", profile.cut.empty() ? "single" : profile.cut}});
+      const bool validated = static_cast<int>(rank) < options.advise_validate || spec.strategy->name == "single";
+      if (validated) to_run.push_back(spec);
+    }
+    std::fflush(stdout);
+  }
+  benchmark::AddCustomContext("advise_predictions", predictions.dump());
+  char seconds_text[32];
+  std::snprintf(seconds_text, sizeof seconds_text, "%.2f", profile_seconds);
+  benchmark::AddCustomContext("advise_profile_s", seconds_text);
+  return to_run;
+}
+
+}  // namespace parbench

@@ -1,0 +1,44 @@
+// Predicts a pipeline step from the durations of its parts, by replaying the schedule's
+// per-stage programs (strategies/pipeline_schedule.h) as a dependency graph: the first layer of
+// `parbench advise` (issue 18), which will feed it measured stage timings.
+//
+// The model, as the executor (strategies/stage_executor.h) runs a step with one lane per stage:
+// - each stage computes on one stream, its program's actions one after another, each starting
+//   when the previous one ended and its input is there;
+// - a stage's forward of micro-batch m needs the previous stage's output of m, copied on that
+//   stage's send stream; its backward needs the next stage's input gradient of m, copied on the
+//   next stage's send stream (the last stage's backward needs only its own forward);
+// - a stage's send stream carries its copies one at a time, in the order its program makes them
+//   (the receiving side's stream is not modelled: its order depends on host timing);
+// - the tutorial's kBackwardAll is the last stage's backwards of every micro-batch, last first;
+// - each stage's SGD update follows its last action; the step ends when every stage's has.
+// Host dispatch is not modelled: the durations are the devices' (measured under CUDA graphs).
+#pragma once
+
+#include "strategies/pipeline_schedule.h"
+
+#include <vector>
+
+namespace parbench {
+
+// Durations in milliseconds, indexed [stage][micro-batch].
+struct StageDurations {
+  std::vector<std::vector<double>> forward_ms, backward_ms;
+  // [s][m]: copying micro-batch m's output of stage s to stage s+1 (S-1 rows), and its input
+  // gradient of stage s+1 back to stage s (S-1 rows, row s for the boundary after stage s).
+  std::vector<std::vector<double>> activation_copy_ms, gradient_copy_ms;
+  std::vector<double> update_ms;  // [stage]
+};
+
+struct SimulatedStep {
+  double step_ms = 0;
+  std::vector<double> busy_ms;             // per stage: forwards, backwards and update
+  std::vector<double> bubble_fraction;     // per stage: 1 - busy_ms / step_ms
+  std::vector<int64_t> peak_micro_batches; // per stage: most micro-batches forwarded and not yet backwarded
+};
+
+// Throws std::invalid_argument for durations whose shape does not match `programs`, and
+// std::logic_error for programs that wait on something that never comes (a deadlock).
+SimulatedStep simulate_step(const std::vector<StageProgram>& programs, const StageDurations& durations);
+
+}  // namespace parbench

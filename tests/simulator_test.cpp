@@ -1,0 +1,95 @@
+// The schedule simulator on hand-made stage timings whose step times are known.
+#include "strategies/schedule_simulator.h"
+
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+
+namespace parbench {
+namespace {
+
+// `stages` stages whose forward and backward of every micro-batch take the given times, with
+// instant copies and updates.
+StageDurations per_stage(const std::vector<double>& forward, const std::vector<double>& backward,
+                         size_t micro_batches) {
+  StageDurations durations;
+  for (size_t s = 0; s < forward.size(); ++s) {
+    durations.forward_ms.emplace_back(micro_batches, forward[s]);
+    durations.backward_ms.emplace_back(micro_batches, backward[s]);
+    durations.update_ms.push_back(0);
+  }
+  durations.activation_copy_ms.assign(forward.size() - 1, std::vector<double>(micro_batches, 0));
+  durations.gradient_copy_ms = durations.activation_copy_ms;
+  return durations;
+}
+
+// S equal stages and M equal micro-batches: the step is (M+S-1)/M of one stage's work, for
+// every schedule; GPipe holds all M micro-batches on the first stage, 1F1B at most S-s on stage s.
+TEST(ScheduleSimulator, EqualStagesTakeMPlusSMinusOneOverMOfOneStagesWork) {
+  constexpr size_t kStages = 4, kMicroBatches = 8;
+  constexpr double kForward = 1.0, kBackward = 2.0;
+  const auto durations = per_stage(std::vector<double>(kStages, kForward), std::vector<double>(kStages, kBackward),
+                                   kMicroBatches);
+  const double one_stage = kMicroBatches * (kForward + kBackward);
+  for (const auto& schedule : pipeline_schedules()) {
+    const auto step = simulate_step(make_schedule(schedule, kStages, kMicroBatches), durations);
+    EXPECT_DOUBLE_EQ(step.step_ms / one_stage, (kMicroBatches + kStages - 1.0) / kMicroBatches) << schedule;
+    for (size_t s = 0; s < kStages; ++s) {
+      EXPECT_DOUBLE_EQ(step.busy_ms[s], one_stage) << schedule;
+      EXPECT_DOUBLE_EQ(step.bubble_fraction[s], (kStages - 1.0) / (kMicroBatches + kStages - 1.0)) << schedule;
+    }
+  }
+  const auto gpipe = simulate_step(make_schedule("gpipe", kStages, kMicroBatches), durations);
+  const auto one_f_one_b = simulate_step(make_schedule("1f1b", kStages, kMicroBatches), durations);
+  EXPECT_EQ(gpipe.peak_micro_batches, std::vector<int64_t>(kStages, kMicroBatches));
+  EXPECT_EQ(one_f_one_b.peak_micro_batches, (std::vector<int64_t>{4, 3, 2, 1}));
+}
+
+// Stage 1 three times as slow as stage 0: the step is stage 1's work plus stage 0's share of one
+// micro-batch before and after it (worked out by hand: 24 + 1 + 1).
+TEST(ScheduleSimulator, AnUnbalancedCutIsBoundByItsSlowestStage) {
+  constexpr size_t kMicroBatches = 4;
+  const auto durations = per_stage({1.0, 3.0}, {1.0, 3.0}, kMicroBatches);
+  for (const std::string schedule : {"gpipe", "1f1b", "tutorial"}) {
+    const auto step = simulate_step(make_schedule(schedule, 2, kMicroBatches), durations);
+    EXPECT_DOUBLE_EQ(step.step_ms, 26.0) << schedule;
+    EXPECT_DOUBLE_EQ(step.busy_ms[1], 24.0) << schedule;
+  }
+}
+
+// One micro-batch (model_parallel): everything in sequence, copies and the last update included.
+TEST(ScheduleSimulator, OneMicroBatchRunsEveryPartInSequence) {
+  auto durations = per_stage({1.0, 2.0}, {2.0, 4.0}, 1);
+  durations.activation_copy_ms = {{0.5}};
+  durations.gradient_copy_ms = {{0.25}};
+  durations.update_ms = {0.125, 0.375};
+  const auto step = simulate_step(make_schedule("gpipe", 2, 1), durations);
+  EXPECT_DOUBLE_EQ(step.step_ms, 1.0 + 0.5 + 2.0 + 4.0 + 0.25 + 2.0 + 0.125);
+  EXPECT_DOUBLE_EQ(step.busy_ms[0], 3.125);
+  EXPECT_DOUBLE_EQ(step.busy_ms[1], 6.375);
+}
+
+// Copies share the source's send stream: with copies as long as the compute, GPipe's forwards
+// are paced by the link, not by the stages.
+TEST(ScheduleSimulator, CopiesQueueOnTheLink) {
+  constexpr size_t kMicroBatches = 4;
+  auto durations = per_stage({1.0, 1.0}, {1.0, 1.0}, kMicroBatches);
+  durations.activation_copy_ms = {std::vector<double>(kMicroBatches, 2.0)};
+  const auto step = simulate_step(make_schedule("gpipe", 2, kMicroBatches), durations);
+  // Activations arrive at 3, 5, 7, 9; stage 1 forwards end at 10, its backwards at 14; stage 0's
+  // backward of micro-batch 0, the last, ends at 15.
+  EXPECT_DOUBLE_EQ(step.step_ms, 15.0);
+}
+
+TEST(ScheduleSimulator, RefusesADeadlockAndMismatchedDurations) {
+  const std::vector<StageProgram> waits_for_itself = {
+      {{StageOp::kBackward, 0}, {StageOp::kForward, 0}},
+      {{StageOp::kForward, 0}, {StageOp::kBackward, 0}},
+  };
+  EXPECT_THROW(simulate_step(waits_for_itself, per_stage({1, 1}, {1, 1}, 1)), std::logic_error);
+  EXPECT_THROW(simulate_step(make_schedule("gpipe", 3, 2), per_stage({1, 1}, {1, 1}, 2)), std::invalid_argument);
+  EXPECT_THROW(simulate_step(make_schedule("gpipe", 2, 3), per_stage({1, 1}, {1, 1}, 2)), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace parbench
