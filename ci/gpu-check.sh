@@ -2,7 +2,7 @@
 # Builds, tests and times parbench on a GPU machine in one call.
 #   ci/gpu-check.sh STEP...   steps, in the order given: build, test, smoke, model_parallel,
 #                             data_parallel, reference (= model_parallel data_parallel), tutorial,
-#                             concurrent_single, graph, pipeline, fault (2 GPUs), oom (1 GPU)
+#                             concurrent_single, graph, pipeline, advise, fault (2 GPUs), oom (1 GPU)
 # The GPU machines have no network: Google Benchmark, GoogleTest and nlohmann/json come as
 # files in .deps/: Debian packages (cp ../shared/device-deps/*.deb .deps/), unpacked into a
 # prefix, and Google Benchmark's source, built in Release there (seconds), as ci/setup.sh builds
@@ -83,6 +83,17 @@ step_data_parallel() {
   # both replication variants, eager and graphed (clone has no graph: listed as skipped).
   bench data_parallel_240 --strategies=single,data_parallel --batch=120,240 --precision=fp32,bf16 \
     --dp-replicate=broadcast,clone --cuda-graph=off,on --benchmark_min_time=0.2 || status=1
+  return $status
+}
+
+# Issue 18: every single, model_parallel and pipeline case predicted by --advise, then all of
+# them measured, at the tutorial's set-up and at 224x224/128 (eager: the profile is eager).
+step_advise() {
+  local status=0
+  bench advise_128 --strategies=single,model_parallel,pipeline --precision=fp32 --advise=all \
+    --benchmark_min_time=0.2 || status=1
+  bench advise_224 --strategies=single,model_parallel,pipeline --precision=fp32 --image=224 --batch=128 \
+    --advise=all --benchmark_min_time=0.2 || status=1
   return $status
 }
 

@@ -18,6 +18,7 @@ MAKE_REPORT = REPO / "reports" / "make_report.py"
 GPU_RUN = [FIXTURES / "gpu_run.json", FIXTURES / "gpu_run_ddp.json"]
 CPU_RUN = [FIXTURES / "cpu_run.json"]
 CPU_STRATEGIES = [FIXTURES / "cpu_run_strategies.json"]
+CPU_ADVISE = [FIXTURES / "cpu_run_advise.json"]
 REPORTS = REPO / "reports"
 # Committed GPU runs whose figures were hard to read: ten ddp bars in one CUDA-graph panel, and a
 # split sweep whose step times span 1 to 2,500 ms.
@@ -665,3 +666,39 @@ def test_skipped_cases_are_listed_once_per_reason(tmp_path):
         assert strategy in rows[0]
     skip_notes = [line for line in result.stderr.splitlines() if "skipped: needs 2 GPUs" in line]
     assert len(skip_notes) == 1, result.stderr  # one note for the three cases
+
+
+# --- parbench --advise: predicted against measured ---
+
+def test_advise_report_sets_each_prediction_beside_its_measurement(tmp_path):
+    result = run(MAKE_REPORT, tmp_path, CPU_ADVISE)
+    assert result.returncode == 0, result.stderr
+    report = (tmp_path / "REPORT.md").read_text(encoding="utf-8")
+    profile_s = json.loads(CPU_ADVISE[0].read_text())["context"]["advise_profile_s"]
+    assert f"The profile took {profile_s} s." in section(report, "Predicted vs measured")
+    [(heading, rows)] = tables(report, "Predicted vs measured").items()
+    reps = repetitions(CPU_ADVISE)
+    assert len(rows) == len(reps)
+    errors = {}
+    for name, entries in reps.items():
+        predicted, measured = median(entries, "predicted_step_ms"), median(entries, "step_ms")
+        rank = int(median(entries, "predicted_rank"))
+        [cells] = [r for r in rows if r["predicted rank"] == str(rank) and number(r["predicted (ms)"]) ==
+                   pytest.approx(predicted, abs=0.005) and number(r["measured (ms)"]) == pytest.approx(measured, abs=0.005)]
+        error = (predicted - measured) / measured
+        assert number(cells["error"]) == pytest.approx(abs(error) * 100, abs=0.05)
+        assert cells["error"].startswith("+" if error >= 0 else "-")
+        errors[name] = error
+    summary = section(report, "Predicted vs measured").split(heading, 1)[1]
+    pipeline = [abs(e) for name, e in errors.items() if name.startswith("train/pipeline/")]
+    mean = f"mean absolute error is {sum(pipeline) / len(pipeline):.1%}"
+    assert mean in summary, summary
+    best = min(reps, key=lambda name: median(reps[name], "step_ms"))
+    assert f"at {median(reps[best], 'step_ms'):.2f} ms" in summary, summary
+    assert "Recommended: " in summary
+
+
+def test_report_without_predictions_has_no_prediction_section(tmp_path):
+    result = run(MAKE_REPORT, tmp_path, CPU_STRATEGIES)
+    assert result.returncode == 0, result.stderr
+    assert "## Predicted vs measured" not in (tmp_path / "REPORT.md").read_text(encoding="utf-8")
