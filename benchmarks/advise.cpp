@@ -1,6 +1,7 @@
 #include "benchmarks/advise.h"
 
 #include "benchmarks/device_timer.h"
+#include "benchmarks/graphed_step.h"
 #include "models/model_zoo.h"
 #include "strategies/partition.h"
 #include "strategies/schedule_simulator.h"
@@ -12,50 +13,77 @@
 #include <chrono>
 #include <cstdio>
 #include <map>
+#include <set>
 
 namespace parbench {
 namespace {
 
 constexpr int kProfileRepeats = 5;
 
-// What one set-up's profile measured, in milliseconds. Per part (of the cut) and per profiled
-// micro-batch size: forward, backward, and the copy of the output to the next part's device.
-struct Profile {
-  double single_step_ms = 0;
+// How data_parallel scatters `batch` images over `devices` replicas: torch::chunk's sizes.
+std::vector<int64_t> shard_sizes(int64_t batch, size_t devices) {
+  const auto count = static_cast<int64_t>(devices);
+  const int64_t shard = (batch + count - 1) / count;
   std::vector<int64_t> sizes;
-  std::vector<std::vector<double>> forward_ms, backward_ms, copy_ms;
-  std::vector<double> update_ms;
-  std::string cut;
-};
+  for (int64_t begin = 0; begin < batch; begin += shard) sizes.push_back(std::min(shard, batch - begin));
+  return sizes;
+}
 
 double median_ms(const std::vector<torch::Device>& devices, const std::function<void()>& work) {
   return 1e3 * median_synchronised_seconds(devices, kProfileRepeats, work);
 }
 
-// 1, 2, 4, ... below the batch, and the batch.
-std::vector<int64_t> profile_sizes(int64_t batch) {
-  std::vector<int64_t> sizes;
-  for (int64_t size = 1; size < batch; size *= 2) sizes.push_back(size);
-  sizes.push_back(batch);
-  return sizes;
+// A piece of work (a part's forward, or its forward and backward) as a Strategy, so that
+// GraphedStep captures and replays it as it does a training step.
+class CapturableWork final : public Strategy {
+ public:
+  CapturableWork(torch::Device device, std::function<torch::Tensor()> work) : work_(std::move(work)) {
+    devices_ = {device};
+  }
+  void setup(const ModelFactory&, const std::vector<torch::Device>&, const RunConfig&) override {}
+  torch::Device input_device() const override { return devices_.front(); }
+  torch::Device target_device() const override { return devices_.front(); }
+  torch::Tensor train_step(const Batch&) override { return work_(); }
+
+ private:
+  std::function<torch::Tensor()> work_;
+};
+
+// The median time of `work` on `device`: run eagerly, or (`graphed`) captured once in a CUDA
+// graph and replayed, so that only the device's time counts.
+double work_ms(torch::Device device, bool graphed, const std::function<torch::Tensor()>& work) {
+  if (!graphed) return median_ms({device}, [&] { work(); });
+  CapturableWork capturable(device, work);
+  const Batch nothing{torch::empty({0}, device), torch::empty({0}, device)};
+  GraphedStep replayed(capturable, nothing);
+  return median_ms({device}, [&] { replayed.run(nothing); });
 }
 
-double single_step_ms(const CaseSpec& spec, torch::Device device) {
+// 1, 2, 4, ... below the batch, the batch, and data_parallel's shard on `devices` devices.
+std::vector<int64_t> profile_sizes(int64_t batch, size_t devices) {
+  std::set<int64_t> sizes = {batch, shard_sizes(batch, devices).front()};
+  for (int64_t size = 1; size < batch; size *= 2) sizes.insert(size);
+  return {sizes.begin(), sizes.end()};
+}
+
+double single_step_ms(const CaseSpec& spec, torch::Device device, bool graphed) {
   auto single = StrategyRegistry::instance().get("single").create();
   const auto& config = spec.config;
   single->setup([&config] { return make_model(config.model, config.num_classes); }, {device}, config);
   const auto batch = make_random_batch(config, config.batch_size, device, device);
   for (int step = 0; step < kProfileRepeats; ++step) single->train_step(batch);
-  return median_ms({device}, [&] { single->train_step(batch); });
+  if (!graphed) return median_ms({device}, [&] { single->train_step(batch); });
+  GraphedStep replayed(*single, batch);
+  return median_ms({device}, [&] { replayed.run(batch); });
 }
 
-void profile_parts(const CaseSpec& spec, const std::vector<torch::Device>& devices, Profile& profile) {
+void profile_parts(const CaseSpec& spec, const std::vector<torch::Device>& devices, bool graphed, AdviseProfile& profile) {
   const auto& config = spec.config;
   auto model = make_model(config.model, config.num_classes);
   Cut cut;
   const auto parts = partition_model(*model, devices, config, config.batch_size, &cut);
   profile.cut = format_cut(cut);
-  profile.sizes = profile_sizes(config.batch_size);
+  profile.sizes = profile_sizes(config.batch_size, devices.size());
   profile.forward_ms.assign(parts.size(), {});
   profile.backward_ms.assign(parts.size(), {});
   profile.copy_ms.assign(parts.size() - 1, {});
@@ -77,10 +105,11 @@ void profile_parts(const CaseSpec& spec, const std::vector<torch::Device>& devic
         } else {
           output.backward(output_gradient);
         }
+        return output.detach();
       };
       for (int warm = 0; warm < 2; ++warm) forward_and_backward();
-      const double forward_ms = median_ms({part.device}, [&] { forward(); });
-      const double both_ms = median_ms({part.device}, forward_and_backward);
+      const double forward_ms = work_ms(part.device, graphed, [&] { return forward().detach(); });
+      const double both_ms = work_ms(part.device, graphed, forward_and_backward);
       profile.forward_ms[p].push_back(forward_ms);
       profile.backward_ms[p].push_back(std::max(0.0, both_ms - forward_ms));
       activation = forward().detach();
@@ -97,7 +126,10 @@ void profile_parts(const CaseSpec& spec, const std::vector<torch::Device>& devic
         for (const auto& parameter : module->parameters()) parameters.push_back(parameter);
       }
     }
-    profile.update_ms.push_back(median_ms({part.device}, [&] { sgd_update(parameters, config.learning_rate); }));
+    profile.update_ms.push_back(work_ms(part.device, graphed, [&] {
+      sgd_update(parameters, config.learning_rate);
+      return torch::Tensor();
+    }));
   }
 }
 
@@ -112,7 +144,7 @@ double interpolate(const std::vector<int64_t>& sizes, const std::vector<double>&
 }
 
 // model_parallel (one micro-batch of the whole batch) or pipeline, from the profile.
-SimulatedStep predict_staged(const Profile& profile, int64_t batch, int64_t split, const std::string& schedule) {
+SimulatedStep predict_staged(const AdviseProfile& profile, int64_t batch, int64_t split, const std::string& schedule) {
   std::vector<int64_t> micro_batches;
   for (int64_t begin = 0; begin < batch; begin += split) micro_batches.push_back(std::min(split, batch - begin));
   StageDurations durations;
@@ -140,13 +172,50 @@ std::string setup_key(const CaseSpec& spec) {
          "/precision:" + to_string(c.precision) + "/data:" + to_string(spec.data) + (spec.cuda_graph ? "/graph:on" : "");
 }
 
+// data_parallel (broadcast): the broadcast, the replicas' forwards side by side, then their
+// backwards side by side (each replica's is the cut's parts in sequence, at its shard's size),
+// the reduction, and the update of the whole model on device 0.
+double predict_data_parallel(const AdviseProfile& profile, int64_t batch, size_t devices) {
+  const auto whole_model = [&](const std::vector<std::vector<double>>& per_part, int64_t size) {
+    double sum = 0;
+    for (const auto& values : per_part) sum += interpolate(profile.sizes, values, size);
+    return sum;
+  };
+  double forward = 0, backward = 0;
+  for (auto size : shard_sizes(batch, devices)) {
+    forward = std::max(forward, whole_model(profile.forward_ms, size));
+    backward = std::max(backward, whole_model(profile.backward_ms, size));
+  }
+  double update = 0;
+  for (auto part_update : profile.update_ms) update += part_update;
+  return profile.broadcast_ms + forward + backward + profile.reduce_ms + update;
+}
+
 bool modelled(const CaseSpec& spec) {
   const auto& name = spec.strategy->name;
   if (name == "pipeline") return spec.config.stage_lanes == 1;
+  if (name == "data_parallel") return spec.config.dp_replicate == "broadcast";
   return name == "single" || name == "model_parallel";
 }
 
 }  // namespace
+
+AdviseProfile profile_setup(const CaseSpec& spec, const std::vector<torch::Device>& devices, bool graphed) {
+  AdviseProfile profile;
+  profile.graphed = graphed;
+  profile.single_step_ms = single_step_ms(spec, devices.front(), graphed);
+  if (devices.size() < 2) return profile;
+  profile_parts(spec, devices, graphed, profile);
+  // data_parallel's broadcast and reduction, as it measures them at set-up.
+  auto data_parallel = StrategyRegistry::instance().get("data_parallel").create();
+  auto config = spec.config;
+  config.dp_replicate = "broadcast";
+  data_parallel->setup([&config] { return make_model(config.model, config.num_classes); }, devices, config);
+  const auto counters = data_parallel->counters();
+  profile.broadcast_ms = counters.at("broadcast_ms");
+  profile.reduce_ms = counters.at("reduce_ms");
+  return profile;
+}
 
 std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& options) {
   std::vector<std::string> order;
@@ -163,8 +232,8 @@ std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& 
   }
   if (left_out > 0) {
     std::fprintf(stderr,
-                 "parbench advise: %zu case(s) left out: advise models single, model_parallel and pipeline on one "
-                 "lane, on the devices this machine has\n",
+                 "parbench advise: %zu case(s) left out: advise models single, model_parallel, pipeline on one "
+                 "lane and data_parallel's broadcast variant, on the devices this machine has\n",
                  left_out);
   }
 
@@ -174,12 +243,14 @@ std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& 
   for (const auto& key : order) {
     auto& specs = setups[key];
     const auto began = std::chrono::steady_clock::now();
-    Profile profile;
+    AdviseProfile profile;
     const auto multi = std::find_if(specs.begin(), specs.end(), [](const auto& s) { return s.strategy->name != "single"; });
-    const auto device = multi != specs.end() ? case_devices(*multi).front() : case_devices(specs.front()).front();
+    const auto devices = case_devices(multi != specs.end() ? *multi : specs.front());
+    const auto device = devices.front();
     try {
-      profile.single_step_ms = single_step_ms(specs.front(), device);
-      if (multi != specs.end()) profile_parts(*multi, case_devices(*multi), profile);
+      // Graph cases are predicted from graphed work, where there are GPUs to capture it on.
+      profile = profile_setup(multi != specs.end() ? *multi : specs.front(), devices,
+                              specs.front().cuda_graph && device.is_cuda());
     } catch (const std::exception& error) {
       // The set-up's cases still run, unpredicted, and fail or not on their own.
       const std::string message = error.what();
@@ -195,6 +266,8 @@ std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& 
       const auto& name = spec.strategy->name;
       if (name == "single") {
         spec.predicted_step_ms = profile.single_step_ms;
+      } else if (name == "data_parallel") {
+        spec.predicted_step_ms = predict_data_parallel(profile, spec.config.batch_size, devices.size());
       } else {
         const auto split = name == "pipeline" ? spec.config.split_size : spec.config.batch_size;
         const auto schedule = name == "pipeline" ? spec.config.schedule : "gpipe";
@@ -203,8 +276,8 @@ std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& 
     }
     std::stable_sort(specs.begin(), specs.end(),
                      [](const auto& a, const auto& b) { return *a.predicted_step_ms < *b.predicted_step_ms; });
-    std::printf("parbench advise: %s (cut %s; profiled in %.1f s)\n", key.c_str(),
-                profile.cut.empty() ? "-" : profile.cut.c_str(), seconds);
+    std::printf("parbench advise: %s (cut %s; profiled%s in %.1f s)\n", key.c_str(),
+                profile.cut.empty() ? "-" : profile.cut.c_str(), profile.graphed ? " under CUDA graphs" : "", seconds);
     if (!device.is_cuda() && multi != specs.end()) {
       std::printf("  CPU stand-ins: the predictions assume the devices run side by side; here they share one CPU\n");
     }

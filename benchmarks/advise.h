@@ -1,26 +1,47 @@
-// parbench --advise: predicts the step time of every single, model_parallel and pipeline case
-// from a short profile, ranks them, and runs the best predicted ones to check the prediction.
+// parbench --advise: predicts the step time of every single, model_parallel, pipeline and
+// data_parallel case from a short profile, ranks them, and runs the best predicted ones to check
+// the prediction.
 //
 // The profile, per set-up (model, batch, image, precision, data), on the devices the
 // multi-device cases use: single's step; and, for the cut model_parallel and pipeline use, each
 // part's forward and backward (the loss included on the last part) and the copy of its output
-// to the next device, at micro-batches of 1, 2, 4, ... images and the whole batch, and each
-// part's SGD update. Each is the median of 5 synchronised runs after an untimed one (eager: on
-// GPUs that includes the host's dispatch, as the eager steps it predicts do).
+// to the next device, at micro-batches of 1, 2, 4, ... images, data_parallel's shard and the
+// whole batch, and each part's SGD update; data_parallel's broadcast and reduction. Each is the median of 5 synchronised runs after an untimed one: replays of
+// the piece captured in a CUDA graph for --cuda-graph=on cases on GPUs, else eager runs (which
+// on GPUs include the host's dispatch, as the eager steps they predict do).
 // The prediction: single's profiled step; model_parallel and pipeline from the schedule
 // simulator (strategies/schedule_simulator.h), their micro-batches' times interpolated linearly
-// between the profiled sizes. docs/METRICS.md ("Predicted step time") has the model.
+// between the profiled sizes; data_parallel from its broadcast, the replicas' forwards and
+// backwards side by side (the whole model at its shard), its reduction and update. docs/METRICS.md ("Predicted step time") has the model.
 #pragma once
 
 #include "benchmarks/cases.h"
 
 namespace parbench {
 
+// What one set-up's profile measured, in milliseconds. Per part of the cut and per profiled
+// micro-batch size: forward, backward (the loss included on the last part), and the copy of the
+// part's output to the next part's device; per part, its SGD update.
+struct AdviseProfile {
+  double single_step_ms = 0;
+  std::vector<int64_t> sizes;
+  std::vector<std::vector<double>> forward_ms, backward_ms, copy_ms;
+  std::vector<double> update_ms;
+  double broadcast_ms = 0, reduce_ms = 0;  // data_parallel's (docs/METRICS.md)
+  std::string cut;       // empty where only single was profiled
+  bool graphed = false;  // every piece captured in a CUDA graph and replayed
+};
+
+// Profiles `spec`'s set-up: single's step on the first of `devices` and, given more than one
+// device (they may repeat one GPU), the parts of model_parallel's and pipeline's cut on them and
+// data_parallel's broadcast and reduction over them.
+AdviseProfile profile_setup(const CaseSpec& spec, const std::vector<torch::Device>& devices, bool graphed);
+
 // Profiles and predicts every set-up of `cases`, prints the ranked predictions, records them in
 // the run's context (advise_predictions, advise_profile_s) and returns the cases to run: per
 // set-up single and the `options.advise_validate` best predicted (all of them for
-// kValidateAll), each carrying its prediction. Cases of other strategies, and pipeline cases on
-// two lanes, are not modelled: they are left out, with a line saying so.
+// kValidateAll), each carrying its prediction. ddp, data_parallel's clone variant and pipeline
+// cases on two lanes are not modelled: they are left out, with a line saying so.
 std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& options);
 
 }  // namespace parbench

@@ -86,14 +86,14 @@ step_data_parallel() {
   return $status
 }
 
-# Issue 18: every single, model_parallel and pipeline case predicted by --advise, then all of
-# them measured, at the tutorial's set-up and at 224x224/128 (eager: the profile is eager).
+# Issue 18: every single, model_parallel, pipeline and data_parallel case predicted by --advise, then all of
+# them measured, at the tutorial's set-up and at 224x224/128, graphed (the targets) and eager.
 step_advise() {
   local status=0
-  bench advise_128 --strategies=single,model_parallel,pipeline --precision=fp32 --advise=all \
-    --benchmark_min_time=0.2 || status=1
-  bench advise_224 --strategies=single,model_parallel,pipeline --precision=fp32 --image=224 --batch=128 \
+  bench advise_128 --strategies=single,model_parallel,pipeline,data_parallel --precision=fp32 --cuda-graph=on,off \
     --advise=all --benchmark_min_time=0.2 || status=1
+  bench advise_224 --strategies=single,model_parallel,pipeline,data_parallel --precision=fp32 --image=224 --batch=128 \
+    --cuda-graph=on,off --advise=all --benchmark_min_time=0.2 || status=1
   return $status
 }
 

@@ -225,16 +225,17 @@ TEST(Cli, CudaGraphCasesAreNamedAndSkippedWithTheirReasons) {
 TEST(Cli, AdviseRanksEveryModelledCaseAndRunsTheBestPredicted) {
   parbench::TemporaryDirectory dir("parbench-cli-test");
   const auto out = dir.file("advise.json");
-  const auto run = run_parbench(std::string(kSmallRun) + " --strategies=single,model_parallel,pipeline,ddp" +
+  const auto run = run_parbench(std::string(kSmallRun) + " --strategies=single,model_parallel,pipeline,data_parallel,ddp" +
                                 " --split-sizes=1,2 --schedules=gpipe,1f1b --advise=2" + " --benchmark_out=" + out +
                                 " --benchmark_out_format=json");
   ASSERT_EQ(run.exit_code, 0) << run.output;
   std::ifstream file(out);
   const auto json = nlohmann::json::parse(file);
   const bool multi_device_runs = json["context"]["gpu_count"] != "1";
-  // single, model_parallel and 4 pipeline cases; ddp is not modelled and is said to be left out.
+  // single, model_parallel, 4 pipeline cases and data_parallel; ddp is not modelled and is said
+  // to be left out.
   const auto predictions = nlohmann::json::parse(json["context"]["advise_predictions"].get<std::string>());
-  EXPECT_EQ(predictions.size(), multi_device_runs ? 6u : 1u) << predictions.dump();
+  EXPECT_EQ(predictions.size(), multi_device_runs ? 7u : 1u) << predictions.dump();
   EXPECT_NE(run.error.find("case(s) left out"), std::string::npos) << run.error;
   EXPECT_NE(run.output.find("<- recommended"), std::string::npos) << run.output;
   std::map<std::string, int> rank_of;

@@ -28,11 +28,12 @@ constexpr double kDeadline = 120;  // the test kills parbench after this: a hang
 
 const std::string kDdpCase = "train/ddp/tinycnn/batch:2/image:16/precision:fp32/data:device/gpus:2/bucket_mib:25";
 
-// A ddp run on 2 CPU ranks whose timed loop is long enough to be interrupted: 2 x 200 iterations
-// of store barriers and all-reduces (a few seconds), after start-up and set-up.
+// A ddp run on 2 CPU ranks whose timed loop is long enough to be interrupted: 2 x 1000 iterations
+// of store barriers and all-reduces (about 15 s on an idle 2-core machine, which ran 2 x 200 in
+// under the 2 s a test waits before it interrupts), after start-up and set-up.
 std::vector<std::string> ddp_arguments(const std::string& out, const std::string& overlaps) {
   return {"--strategies=ddp", "--models=tinycnn", "--batch=2", "--image=16", "--warmup=1", "--repetitions=2",
-          "--iterations=200", "--allreduce=off", "--overlap=" + overlaps, "--dist-timeout=3",
+          "--iterations=1000", "--allreduce=off", "--overlap=" + overlaps, "--dist-timeout=3",
           "--benchmark_out=" + out, "--benchmark_out_format=json"};
 }
 

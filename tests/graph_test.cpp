@@ -2,6 +2,7 @@
 // GPU (single), over two stages (model_parallel, pipeline) and over two replicas (data_parallel):
 // one graph spanning both GPUs, or both stages or replicas on GPU 0 where only one is visible.
 // Capture refuses a step that is not on GPUs.
+#include "benchmarks/advise.h"
 #include "benchmarks/graphed_step.h"
 #include "benchmarks/options.h"
 #include "models/model_zoo.h"
@@ -168,6 +169,42 @@ TEST_P(GraphedStaged, ReplaysTrainAsEagerStepsDo) {
   for (size_t i = 0; i < expected.tensors.size(); ++i) {
     EXPECT_LT(relative_difference(replayed.tensors[i], expected.tensors[i]), kTolerance) << "tensor " << i;
   }
+}
+
+// --advise's profile (benchmarks/advise.h) eager and with every piece captured in a graph of its
+// own: every part timed at every size, on two GPUs (both parts on GPU 0 where one is visible).
+TEST(AdviseProfile, TimesEveryPartAtEverySizeEagerAndGraphed) {
+  if (visible_gpus() == 0) GTEST_SKIP() << "needs a GPU, 0 visible";
+  CaseSpec spec;
+  spec.strategy = &StrategyRegistry::instance().get("pipeline");
+  spec.config.model = "resnet50";
+  spec.config.num_classes = 10;
+  spec.config.batch_size = 8;
+  spec.config.image_size = 64;
+  const std::vector<torch::Device> gpus = {torch::Device(torch::kCUDA, 0),
+                                           torch::Device(torch::kCUDA, visible_gpus() >= 2 ? 1 : 0)};
+  for (bool graphed : {false, true}) {
+    const auto profile = profile_setup(spec, gpus, graphed);
+    EXPECT_EQ(profile.graphed, graphed);
+    EXPECT_EQ(profile.cut, "stem,layer1,layer2|layer3,layer4,head");
+    EXPECT_EQ(profile.sizes, (std::vector<int64_t>{1, 2, 4, 8}));
+    EXPECT_GT(profile.single_step_ms, 0.0);
+    ASSERT_EQ(profile.forward_ms.size(), 2u);
+    ASSERT_EQ(profile.copy_ms.size(), 1u);
+    ASSERT_EQ(profile.update_ms.size(), 2u);
+    for (size_t part = 0; part < 2; ++part) {
+      ASSERT_EQ(profile.forward_ms[part].size(), 4u);
+      ASSERT_EQ(profile.backward_ms[part].size(), 4u);
+      for (size_t i = 0; i < 4; ++i) {
+        EXPECT_GT(profile.forward_ms[part][i], 0.0) << "part " << part << " size " << profile.sizes[i];
+        EXPECT_GE(profile.backward_ms[part][i], 0.0) << "part " << part << " size " << profile.sizes[i];
+      }
+      EXPECT_GT(profile.update_ms[part], 0.0);
+    }
+    EXPECT_EQ(profile.copy_ms.front().size(), 4u);
+  }
+  // No capture is left open: the device still runs eager work.
+  EXPECT_EQ(torch::ones({2}, gpus.front()).sum().item<double>(), 2.0);
 }
 
 TEST(GraphedStep, RefusesAStepThatIsNotOnGpus) {
