@@ -64,6 +64,7 @@ STRATEGY_COLORS = {
     "ddp": "#8172b3",
 }
 OTHER_COLOR = "#937860"
+PREDICTION_PANEL_IN = 4.2
 # Name fields a bar's label shows (or the panel title has): others are added as "key value".
 TICK_FIELDS = {"batch", "image", "precision", "data", "gpus", "schedule", "split", "overlap",
                "bucket_mib", "scaling", "graph", "replicate"}
@@ -310,8 +311,43 @@ def _draw_memory(results, groups, notes):
     return figure
 
 
+def _draw_prediction(results, groups, notes):
+    """--advise runs: each case's predicted step time against its measured one."""
+    panels = {setup: [case for case in cases if case.ran and case.stats("predicted_step_ms")]
+              for setup, cases in groups.items()}
+    panels = {setup: shown for setup, shown in panels.items() if shown}
+    if not panels:
+        notes.append((None, "no case carries a prediction (runs without --advise)"))
+        return None
+    figure, axes, titles = _figure(results, "Predicted against measured step time (parbench --advise)",
+                                   panels, [PREDICTION_PANEL_IN] * len(panels))
+    for ax, shown in zip(axes, panels.values()):
+        measured = [case.stats("step_ms").median for case in shown]
+        predicted = [case.stats("predicted_step_ms").median for case in shown]
+        low, high = min(measured + predicted) * 0.85, max(measured + predicted) * 1.15
+        ax.fill_between([low, high], [low * 0.9, high * 0.9], [low * 1.1, high * 1.1], color="0.92", zorder=0)
+        ax.plot([low, high], [low, high], color="0.4", linestyle="--", linewidth=1, zorder=1)
+        strategies = list(dict.fromkeys(case.strategy for case in shown))
+        for strategy in strategies:
+            points = [(m, p) for case, m, p in zip(shown, measured, predicted) if case.strategy == strategy]
+            ax.scatter(*zip(*points), s=28, color=STRATEGY_COLORS.get(strategy, OTHER_COLOR), zorder=3)
+        recommended = min(range(len(shown)), key=lambda i: shown[i].stats("predicted_rank").median)
+        ax.scatter([measured[recommended]], [predicted[recommended]], s=150, facecolor="none",
+                   edgecolor="black", linewidth=1.3, zorder=4)
+        ax.set_xlim(low, high)
+        ax.set_ylim(low, high)
+        ax.set_xlabel("measured step time (ms, median)")
+        ax.set_ylabel("predicted step time (ms)")
+        _legend_above(ax, [Patch(color=STRATEGY_COLORS.get(s, OTHER_COLOR), label=s) for s in strategies]
+                      + [Patch(facecolor="0.92", label="within ±10%")])
+    _footer(figure, "Each point is one case: its median measured step time against the step time "
+                    "--advise predicted before running it; dashed: predicted = measured; circled: the "
+                    "recommended case (predicted fastest).", notes, titles)
+    return figure
+
+
 FIGURES = {"step_time": _draw_step_time, "split_size": _draw_split_size,
-           "throughput": _draw_throughput, "memory": _draw_memory}
+           "throughput": _draw_throughput, "memory": _draw_memory, "prediction": _draw_prediction}
 
 
 def _headline_panels(groups, notes):

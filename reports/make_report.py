@@ -37,6 +37,7 @@ FIGURE_CAPTIONS = {
     "split_size": "Pipeline speedup over single against split_size, with the ideal S\u00b7M/(M+S\u22121)",
     "throughput": "Images/s per strategy against ideal scaling, with scaling efficiency",
     "memory": "Peak allocated memory per device",
+    "prediction": "Predicted against measured step time (parbench --advise)",
 }
 ENVIRONMENT_ROWS = (
     ("date", "date"),

@@ -696,9 +696,21 @@ def test_advise_report_sets_each_prediction_beside_its_measurement(tmp_path):
     best = min(reps, key=lambda name: median(reps[name], "step_ms"))
     assert f"at {median(reps[best], 'step_ms'):.2f} ms" in summary, summary
     assert "Recommended: " in summary
+    assert "![Predicted against measured step time (parbench --advise)](prediction.png)" in report
+    [axes] = drawn_figures(CPU_ADVISE)["prediction"].axes
+    points = sorted(point for collection in axes.collections[1:] for point in map(tuple, collection.get_offsets()))
+    expected = sorted((median(entries, "step_ms"), median(entries, "predicted_step_ms")) for entries in reps.values())
+    recommended = min(reps.values(), key=lambda entries: median(entries, "predicted_rank"))
+    # One point per case, and the recommended one circled again.
+    expected = sorted(expected + [(median(recommended, "step_ms"), median(recommended, "predicted_step_ms"))])
+    assert [value for point in points for value in point] == pytest.approx(
+        [value for point in expected for value in point])
 
 
 def test_report_without_predictions_has_no_prediction_section(tmp_path):
     result = run(MAKE_REPORT, tmp_path, CPU_STRATEGIES)
     assert result.returncode == 0, result.stderr
-    assert "## Predicted vs measured" not in (tmp_path / "REPORT.md").read_text(encoding="utf-8")
+    report = (tmp_path / "REPORT.md").read_text(encoding="utf-8")
+    assert "## Predicted vs measured" not in report
+    assert "No `prediction` figure: no case carries a prediction" in report
+    assert "prediction" not in drawn_figures(CPU_STRATEGIES)
