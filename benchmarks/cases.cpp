@@ -141,14 +141,25 @@ void add_strategy_cases(CaseSpec spec, const Options& options, int visible_gpus,
   } else if (strategy.name == "pipeline") {
     for (auto split : split_sizes_for(options, batch)) {
       for (const auto& schedule : options.schedules) {
-        for (auto lanes : options.stage_lanes) {
-          spec.config.split_size = split;
-          spec.config.schedule = schedule;
-          spec.config.stage_lanes = static_cast<int>(lanes);
-          // One lane is the default and keeps the names that baselines already hold.
-          const auto lanes_part = lanes == 1 ? std::string() : "/lanes:" + std::to_string(lanes);
-          spec.name = base + gpus + "/split:" + std::to_string(split) + "/schedule:" + schedule + lanes_part + graph;
-          cases.push_back(spec);
+        const bool interleaved = schedule == "interleaved-1f1b";
+        for (auto chunks : interleaved ? options.chunks : std::vector<int64_t>{1}) {
+          for (auto lanes : options.stage_lanes) {
+            CaseSpec variant = spec;
+            variant.config.split_size = split;
+            variant.config.schedule = schedule;
+            variant.config.chunks = static_cast<int>(chunks);
+            variant.config.stage_lanes = static_cast<int>(lanes);
+            // One lane is the default and keeps the names that baselines already hold.
+            const auto lanes_part = lanes == 1 ? std::string() : "/lanes:" + std::to_string(lanes);
+            const auto chunks_part = interleaved ? "/chunks:" + std::to_string(chunks) : std::string();
+            variant.name = base + gpus + "/split:" + std::to_string(split) + "/schedule:" + schedule + chunks_part +
+                           lanes_part + graph;
+            const auto micro_batches = (batch + split - 1) / split;
+            if (interleaved && chunks > 1 && micro_batches % spec.gpus != 0 && variant.skip_reason.empty()) {
+              variant.skip_reason = "interleaved-1f1b needs the micro-batches to be a multiple of the devices";
+            }
+            cases.push_back(variant);
+          }
         }
       }
     }

@@ -169,7 +169,10 @@ Google Benchmark's own flags all work: --benchmark_filter=REGEX, --benchmark_rep
                          clone variant; on GPUs); default off
   --split-sizes=LIST     pipeline micro-batch sizes; default 1,3,5,8,10,12,20,40,60 (those below the
                          batch) and the full batch
-  --schedules=LIST       pipeline schedules: tutorial, gpipe, 1f1b; default all three
+  --schedules=LIST       pipeline schedules: tutorial, gpipe, 1f1b, interleaved-1f1b (Megatron-LM's:
+                         each device holds --chunks non-contiguous stages; the micro-batches must
+                         be a multiple of the devices); default tutorial, gpipe, 1f1b
+  --chunks=LIST          interleaved-1f1b: stages (model chunks) per device; default 2
   --stage-lanes=LIST     pipeline on GPUs: compute streams per stage, 1 | 2 (micro-batches take the
                          two in turn, so a forward can overlap a backward); default 1
   --cut=SPEC             stage placement for model_parallel/pipeline: balanced, or stages per device
@@ -251,7 +254,8 @@ Options parse_options(int argc, char** argv, bool has_gpu, std::vector<char*>* b
       {"cuda-graph", [&](auto& f, auto& v) { options.cuda_graphs = pick_list(f, v, kOnOff); }},
       {"split-sizes", [&](auto& f, auto& v) { options.split_sizes = int_list(f, v, 1); }},
       {"stage-lanes", [&](auto& f, auto& v) { options.stage_lanes = pick_list<int64_t>(f, v, {{"1", 1}, {"2", 2}}); }},
-      {"schedules", [&](auto& f, auto& v) { options.schedules = pick_list<std::string>(f, v, {{"tutorial", "tutorial"}, {"gpipe", "gpipe"}, {"1f1b", "1f1b"}}); }},
+      {"schedules", [&](auto& f, auto& v) { options.schedules = pick_list<std::string>(f, v, {{"tutorial", "tutorial"}, {"gpipe", "gpipe"}, {"1f1b", "1f1b"}, {"interleaved-1f1b", "interleaved-1f1b"}}); }},
+      {"chunks", [&](auto& f, auto& v) { options.chunks = int_list(f, v, 1); }},
       {"cut", [&](auto&, auto& v) { options.cut = v; }},
       {"bucket-mib", [&](auto& f, auto& v) {
          options.bucket_mibs.clear();

@@ -44,6 +44,7 @@ struct Options {
   std::vector<int64_t> split_sizes;  // empty: the tutorial's sweep plus the full batch
   std::vector<std::string> schedules = {"tutorial", "gpipe", "1f1b"};
   std::vector<int64_t> stage_lanes = {1};
+  std::vector<int64_t> chunks = {2};  // interleaved-1f1b's chunks per device
   std::string cut;
   // data_parallel
   std::vector<std::string> dp_replicates = {"broadcast"};

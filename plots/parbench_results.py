@@ -32,7 +32,7 @@ from pathlib import Path
 
 KNOWN_SCHEMA_MAJOR = 1
 STRATEGY_ORDER = ("single", "model_parallel", "pipeline", "data_parallel", "ddp")
-SCHEDULE_ORDER = ("tutorial", "gpipe", "1f1b")
+SCHEDULE_ORDER = ("tutorial", "gpipe", "1f1b", "interleaved-1f1b")
 PRECISION_ORDER = ("fp32", "bf16")
 
 # Name components Google Benchmark appends to a registered name.
@@ -213,10 +213,12 @@ class Case:
         return -(-int(self.fields["batch"]) // self.split_size)
 
     def ideal_bubble_fraction(self) -> float | None:
-        """(S-1)/(M+S-1) for a pipeline of S stages and M equal micro-batches (docs/METRICS.md)."""
+        """(S-1)/(vM+S-1) for a pipeline over S devices of M equal micro-batches, each device
+        holding v chunks (v = 1 but for interleaved-1f1b; docs/METRICS.md)."""
         if self.split_size is None:
             return None
-        return (self.gpus - 1) / (self.micro_batches() + self.gpus - 1)
+        chunks = int(self.fields.get("chunks", 1))
+        return (self.gpus - 1) / (chunks * self.micro_batches() + self.gpus - 1)
 
     def ideal_speedup(self) -> float | None:
         """S*M/(M+S-1): a pipeline's speedup over single with balanced stages and free copies

@@ -267,8 +267,8 @@ def sweep_table(cases: list[pr.Case]) -> list[str]:
             f"{case.ideal_bubble_fraction():.2f}",
         ])
     return _table(["schedule", "devices", "split_size", "reps", "step time median (ms)", "stddev (ms)",
-                   "min\u2013max (ms)", "images/s (median)", "speedup vs single", "ideal speedup S\u00b7M/(M+S-1)",
-                   "busy fraction (measured)", "bubble fraction (measured)", "ideal bubble (S-1)/(M+S-1)"], rows)
+                   "min\u2013max (ms)", "images/s (median)", "speedup vs single", "ideal speedup S\u00b7vM/(vM+S-1)",
+                   "busy fraction (measured)", "bubble fraction (measured)", "ideal bubble (S-1)/(vM+S-1)"], rows)
 
 
 def prediction_preamble(results: pr.Results) -> list[str]:

@@ -21,9 +21,12 @@ class Pipeline final : public StagedStrategy {
       throw std::invalid_argument("split_size must be a positive number of images, got " +
                                   std::to_string(config.split_size));
     }
-    make_schedule(config.schedule, devices.size(), 1);  // throws for an unknown schedule
     TORCH_CHECK(devices.size() >= 2, "pipeline needs at least 2 devices, got ", devices.size());
-    set_up_stages(make_model, devices, config, std::min(config.split_size, config.batch_size), config.stage_lanes);
+    const size_t chunks = config.schedule == "interleaved-1f1b" ? static_cast<size_t>(config.chunks) : 1;
+    const auto micro_batches = static_cast<size_t>((config.batch_size + config.split_size - 1) / config.split_size);
+    make_schedule(config.schedule, devices.size(), micro_batches, chunks);  // throws for what it cannot run
+    set_up_stages(make_model, devices, config, std::min(config.split_size, config.batch_size), config.stage_lanes,
+                  chunks);
   }
 
   torch::Tensor train_step(const Batch& batch) override {
@@ -31,7 +34,10 @@ class Pipeline final : public StagedStrategy {
   }
 
   std::map<std::string, std::string> describe() const override {
-    return {{"cut", format_cut(cut_)}, {"schedule", config_.schedule}, {"lanes", std::to_string(config_.stage_lanes)}};
+    std::map<std::string, std::string> facts = {
+        {"cut", format_cut(cut_)}, {"schedule", config_.schedule}, {"lanes", std::to_string(config_.stage_lanes)}};
+    if (config_.schedule == "interleaved-1f1b") facts["chunks"] = std::to_string(config_.chunks);
+    return facts;
   }
 };
 

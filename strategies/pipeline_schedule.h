@@ -1,8 +1,10 @@
-// Pipeline schedules as data: for each stage, the order in which it runs its micro-batches'
-// forwards and backwards. The executor (strategies/stage_executor.h) issues these programs, one
-// host thread per stage, and anything that models a schedule can read the same programs.
+// Pipeline schedules as data: for each device, the order in which its host thread runs the
+// forwards and backwards of its stages' micro-batches. The executor (strategies/stage_executor.h)
+// issues these programs, one host thread per device, and anything that models a schedule (the
+// simulator, strategies/schedule_simulator.h) reads the same programs.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -18,8 +20,11 @@ enum class StageOp {
 struct StageAction {
   StageOp op;
   int64_t micro_batch;  // -1 for kBackwardAll
+  size_t stage;         // which stage (model chunk) of the model runs it
 };
 
+// One device's actions, in order. With one stage per device, program d holds stage d's actions;
+// with `chunks` stages per device (interleaved-1f1b), device d holds stages d, d+D, d+2D, ...
 using StageProgram = std::vector<StageAction>;
 
 // The schedules a pipeline can run, in listing order:
@@ -30,10 +35,19 @@ using StageProgram = std::vector<StageAction>;
 //   1f1b      stage s runs min(S-1-s, M) warm-up forwards, then one forward and one backward in
 //             turn, then the remaining backwards (PipeDream-flush): at most S-s micro-batches
 //             hold activations on stage s.
+//   interleaved-1f1b
+//             Megatron-LM's interleaved schedule (Narayanan et al., SC'21): each of D devices
+//             holds v = `chunks` non-contiguous stages (device d: stages d, d+D, ...); device d
+//             runs min((D-1-d)*2 + (v-1)*D, M*v) warm-up forwards, then one forward and one
+//             backward in turn. Its k-th forward runs micro-batch (k / Dv)*D + k % D on its chunk
+//             (k % Dv) / D, its k-th backward the same micro-batch on chunk v-1-(k % Dv) / D. The
+//             micro-batches must be a multiple of D; with v = 1 it is 1f1b.
 const std::vector<std::string>& pipeline_schedules();
 
-// One program per stage for `micro_batches` micro-batches over `stages` stages. Throws
-// std::invalid_argument naming the allowed schedules.
-std::vector<StageProgram> make_schedule(const std::string& schedule, size_t stages, size_t micro_batches);
+// One program per device for `micro_batches` micro-batches over `devices` devices holding
+// `chunks` stages each (more than one for interleaved-1f1b only). Throws std::invalid_argument
+// for an unknown schedule (naming the allowed ones) or counts the schedule cannot run.
+std::vector<StageProgram> make_schedule(const std::string& schedule, size_t devices, size_t micro_batches,
+                                        size_t chunks = 1);
 
 }  // namespace parbench

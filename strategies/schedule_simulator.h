@@ -2,9 +2,9 @@
 // per-stage programs (strategies/pipeline_schedule.h) as a dependency graph: the first layer of
 // `parbench advise` (issue 18), which will feed it measured stage timings.
 //
-// The model, as the executor (strategies/stage_executor.h) runs a step with one lane per stage:
-// - each stage computes on one stream, its program's actions one after another, each starting
-//   when the previous one ended and its input is there;
+// The model, as the executor (strategies/stage_executor.h) runs a step with one lane per device:
+// - each device computes on one stream, its program's actions one after another (whichever of
+//   its stages they belong to), each starting when the previous one ended and its input is there;
 // - a stage's forward of micro-batch m needs the previous stage's output of m, copied on that
 //   stage's send stream; its backward needs the next stage's input gradient of m, copied on the
 //   next stage's send stream (the last stage's backward needs only its own forward);
@@ -21,7 +21,8 @@
 
 namespace parbench {
 
-// Durations in milliseconds, indexed [stage][micro-batch].
+// Durations in milliseconds, indexed [stage][micro-batch]; a stage runs on the device whose
+// program holds its actions.
 struct StageDurations {
   std::vector<std::vector<double>> forward_ms, backward_ms;
   // [s][m]: copying micro-batch m's output of stage s to stage s+1 (S-1 rows), and its input
@@ -30,11 +31,12 @@ struct StageDurations {
   std::vector<double> update_ms;  // [stage]
 };
 
+// Per device (program), in the programs' order.
 struct SimulatedStep {
   double step_ms = 0;
-  std::vector<double> busy_ms;             // per stage: forwards, backwards and update
-  std::vector<double> bubble_fraction;     // per stage: 1 - busy_ms / step_ms
-  std::vector<int64_t> peak_micro_batches; // per stage: most micro-batches forwarded and not yet backwarded
+  std::vector<double> busy_ms;             // forwards, backwards and updates of the device's stages
+  std::vector<double> bubble_fraction;     // 1 - busy_ms / step_ms
+  std::vector<int64_t> peak_micro_batches; // most (stage, micro-batch) activations held at once
 };
 
 // Throws std::invalid_argument for durations whose shape does not match `programs`, and

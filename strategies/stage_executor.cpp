@@ -124,7 +124,6 @@ struct StageExecutor::Impl {
     std::vector<c10::Event> finished;            // recorded on every stream at the end of the step
     Mailbox activations;                         // from the previous stage
     Mailbox gradients;                           // from the next stage
-    std::unique_ptr<WorkerThread> thread;
     // Host seconds over all steps: issuing forwards, issuing backwards (mailbox waits
     // excluded, counted apart).
     double host_seconds[2] = {0, 0};
@@ -136,6 +135,8 @@ struct StageExecutor::Impl {
   int64_t steps = 0;
   std::optional<c10::ScalarType> autocast_dtype;
   std::deque<Stage> stages;  // a deque: a Stage holds mutexes and cannot move
+  // One host thread per device; device d runs stages d, d+D, ... (more than one with chunks).
+  std::vector<std::unique_ptr<WorkerThread>> devices;
   std::atomic<bool> abandoned{false};
 
   // The step's batch, cut into micro-batches.
@@ -291,72 +292,92 @@ struct StageExecutor::Impl {
     }
   }
 
-  void run_stage(size_t s, const StageProgram& program, bool autocast_cache) {
-    auto& stage = stages[s];
+  // Device d's program, over its stages (d, d+D, ...), which share the device's lanes.
+  void run_device(size_t d, const StageProgram& program, bool autocast_cache) {
+    std::vector<size_t> own;
+    for (size_t s = d; s < stages.size(); s += devices.size()) own.push_back(s);
+    const auto& lanes = stages[d].lanes;
     std::optional<c10::StreamGuard> on_first_lane;
-    if (on_cuda()) on_first_lane.emplace(stage.lanes.front());
-    stage.forwards_done.reset();
-    stage.backwards_done.reset();
+    if (on_cuda()) on_first_lane.emplace(lanes.front());
     AutocastCacheSetting cache(autocast_cache);
-    for (auto& parameter : stage.parameters) parameter.mutable_grad().reset();
+    for (auto s : own) {
+      stages[s].forwards_done.reset();
+      stages[s].backwards_done.reset();
+      for (auto& parameter : stages[s].parameters) parameter.mutable_grad().reset();
+    }
     for (const auto& action : program) {
+      auto& stage = stages[action.stage];
       const auto began = Clock::now();
       const double waited_before = stage.host_wait_seconds;
       switch (action.op) {
-        case StageOp::kForward: forward(s, action.micro_batch); break;
-        case StageOp::kBackward: backward(s, action.micro_batch); break;
-        case StageOp::kBackwardAll: backward_all(s); break;
+        case StageOp::kForward: forward(action.stage, action.micro_batch); break;
+        case StageOp::kBackward: backward(action.stage, action.micro_batch); break;
+        case StageOp::kBackwardAll: backward_all(action.stage); break;
       }
       stage.host_seconds[action.op == StageOp::kForward ? 0 : 1] +=
           seconds_since(began) - (stage.host_wait_seconds - waited_before);
     }
-    // The update, on the first lane, behind every lane's work.
-    for (size_t l = 1; l < stage.lanes.size(); ++l) {
+    // The updates, on the first lane, behind every lane's work.
+    for (size_t l = 1; l < lanes.size(); ++l) {
       c10::Event lane_done(c10::DeviceType::CUDA);
-      lane_done.record(stage.lanes[l]);
-      lane_done.block(stage.lanes.front());
+      lane_done.record(lanes[l]);
+      lane_done.block(lanes.front());
     }
-    sgd_update(stage.parameters, learning_rate);
-    if (s + 1 == stages.size()) stage.loss = torch::stack(stage.losses).sum();
-    for (const auto& stream : streams_of(stage)) {
-      stage.finished.emplace_back(c10::DeviceType::CUDA);
-      stage.finished.back().record(stream);
+    for (auto s : own) {
+      auto& stage = stages[s];
+      sgd_update(stage.parameters, learning_rate);
+      if (s + 1 == stages.size()) stage.loss = torch::stack(stage.losses).sum();
+      for (const auto& stream : streams_of(stage)) {
+        stage.finished.emplace_back(c10::DeviceType::CUDA);
+        stage.finished.back().record(stream);
+      }
     }
   }
 };
 
 StageExecutor::StageExecutor(std::vector<Partition> partitions, LossKind loss, double learning_rate,
-                             std::optional<c10::ScalarType> autocast_dtype, int lanes)
+                             std::optional<c10::ScalarType> autocast_dtype, int lanes, size_t devices)
     : impl_(std::make_unique<Impl>()) {
   TORCH_CHECK(!partitions.empty(), "a staged model needs at least one stage");
   TORCH_CHECK(lanes == 1 || lanes == 2, "a stage computes on 1 or 2 lanes, got ", lanes);
+  if (devices == 0) devices = partitions.size();
+  TORCH_CHECK(partitions.size() % devices == 0, partitions.size(), " stages do not divide over ", devices, " devices");
   impl_->loss_kind = loss;
   impl_->learning_rate = learning_rate;
   impl_->autocast_dtype = autocast_dtype;
-  for (auto& partition : partitions) {
-    auto& stage = impl_->stages.emplace_back(std::move(partition));
+  for (size_t s = 0; s < partitions.size(); ++s) {
+    auto& stage = impl_->stages.emplace_back(std::move(partitions[s]));
     const auto device = stage.partition.device;
     if (device.is_cuda()) {
       c10::impl::VirtualGuardImpl guard(device.type());
-      for (int l = 0; l < lanes; ++l) stage.lanes.push_back(guard.getStreamFromGlobalPool(device));
+      // A device's stages share its lanes, so its program's order is the order they compute in.
+      if (s < devices) {
+        for (int l = 0; l < lanes; ++l) stage.lanes.push_back(guard.getStreamFromGlobalPool(device));
+      } else {
+        TORCH_CHECK(device == impl_->stages[s % devices].partition.device, "stage ", s, " is on ", device.str(),
+                    ", not on its device's ", impl_->stages[s % devices].partition.device.str());
+        stage.lanes = impl_->stages[s % devices].lanes;
+      }
       stage.send = guard.getStreamFromGlobalPool(device);
       stage.receive = guard.getStreamFromGlobalPool(device);
     }
     stage.parameters = parameters_of(stage.partition);
-    stage.thread = std::make_unique<WorkerThread>();
   }
+  for (size_t d = 0; d < devices; ++d) impl_->devices.push_back(std::make_unique<WorkerThread>());
 }
 
 StageExecutor::~StageExecutor() = default;
 
 void StagedStrategy::set_up_stages(const ModelFactory& make_model, const std::vector<torch::Device>& devices,
-                                   const RunConfig& config, int64_t micro_batch, int lanes) {
+                                   const RunConfig& config, int64_t micro_batch, int lanes, size_t chunks) {
   devices_ = devices;
   config_ = config;
   model_ = make_model();
-  auto partitions = partition_model(*model_, devices, config, micro_batch, &cut_);
+  std::vector<torch::Device> part_devices;
+  for (size_t part = 0; part < devices.size() * chunks; ++part) part_devices.push_back(devices[part % devices.size()]);
+  auto partitions = partition_model(*model_, part_devices, config, micro_batch, &cut_);
   executor_ = std::make_unique<StageExecutor>(std::move(partitions), config.loss, config.learning_rate,
-                                              model_->autocast_dtype(), lanes);
+                                              model_->autocast_dtype(), lanes, devices.size());
 }
 
 std::map<std::string, double> StageExecutor::host_counters() const {
@@ -382,7 +403,8 @@ torch::Tensor StageExecutor::train_step(const Batch& batch, int64_t split_size, 
   impl.micro_targets = batch.targets.split(split_size);
   impl.targets = batch.targets;
   impl.batch_size = static_cast<double>(batch.inputs.size(0));
-  const auto programs = make_schedule(schedule, impl.stages.size(), impl.micro_inputs.size());
+  const auto programs = make_schedule(schedule, impl.devices.size(), impl.micro_inputs.size(),
+                                      impl.stages.size() / impl.devices.size());
   impl.abandoned = false;
   for (auto& stage : impl.stages) {
     stage.inputs.assign(impl.micro_inputs.size(), torch::Tensor());
@@ -406,10 +428,10 @@ torch::Tensor StageExecutor::train_step(const Batch& batch, int64_t split_size, 
   }
   ++impl.steps;
   const bool autocast_cache = at::autocast::is_autocast_cache_enabled();
-  for (size_t s = 0; s < impl.stages.size(); ++s) {
-    impl.stages[s].thread->start([&impl, &programs, s, autocast_cache] {
+  for (size_t d = 0; d < impl.devices.size(); ++d) {
+    impl.devices[d]->start([&impl, &programs, d, autocast_cache] {
       try {
-        impl.run_stage(s, programs[s], autocast_cache);
+        impl.run_device(d, programs[d], autocast_cache);
       } catch (...) {
         impl.abandoned = true;
         for (auto& stage : impl.stages) {
@@ -421,13 +443,13 @@ torch::Tensor StageExecutor::train_step(const Batch& batch, int64_t split_size, 
     });
   }
   std::exception_ptr first_error;
-  for (auto& stage : impl.stages) {
-    const auto error = stage.thread->finish();
+  for (auto& device : impl.devices) {
+    const auto error = device->finish();
     if (!error) continue;
     try {
       std::rethrow_exception(error);
     } catch (const StepAbandoned&) {
-      // Another stage's error is the one to report.
+      // Another device's error is the one to report.
     } catch (...) {
       if (!first_error) first_error = error;
     }

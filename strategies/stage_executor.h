@@ -5,11 +5,12 @@
 // - Each stage owns its backward: a stage's input is a leaf that requires grad, the stage runs
 //   its own backward from the gradient of its output, and the gradient of its input travels
 //   back to the previous stage. No autograd graph spans two devices.
-// - Each stage has its own host thread, which issues the stage's program on the stage's device
-//   streams; stages hand activations and gradients to each other through mailboxes, so the
-//   host dispatch of one stage overlaps that of its neighbours.
-// - On CUDA each stage computes on its own stream, or on two "lanes" that take micro-batches
-//   in turn, so one micro-batch's forward can overlap another's backward on the device (the
+// - Each device has its own host thread, which issues the device's program (its stage's, or its
+//   stages' with interleaved-1f1b's chunks) on the device's streams; stages hand activations and
+//   gradients to each other through mailboxes, so the host dispatch of one device overlaps that
+//   of its neighbours.
+// - On CUDA each device computes on its own stream, or on two "lanes" that take micro-batches
+//   in turn (a device's stages share them), so one micro-batch's forward can overlap another's backward on the device (the
 //   forwards stay in order, as do the backwards); a tensor travels on a send stream of the
 //   source and a receive stream of the destination, ordered with events, so copies overlap
 //   the neighbours' compute. Every stream starts behind the caller's current streams and the
@@ -27,9 +28,11 @@ namespace parbench {
 
 class StageExecutor {
  public:
-  // `lanes`: compute streams per stage on CUDA, 1 or 2 (RunConfig::stage_lanes).
+  // `lanes`: compute streams per device on CUDA, 1 or 2 (RunConfig::stage_lanes). `devices`:
+  // how many host threads, device d running partitions d, d+devices, ... (which must be on one
+  // device); 0 for one per partition.
   StageExecutor(std::vector<Partition> partitions, LossKind loss, double learning_rate,
-                std::optional<c10::ScalarType> autocast_dtype, int lanes = 1);
+                std::optional<c10::ScalarType> autocast_dtype, int lanes = 1, size_t devices = 0);
   ~StageExecutor();
   StageExecutor(const StageExecutor&) = delete;
   StageExecutor& operator=(const StageExecutor&) = delete;
@@ -60,10 +63,11 @@ class StagedStrategy : public Strategy {
   torch::Device target_device() const override { return executor_->target_device(); }
 
  protected:
-  // Makes the model, cuts it for micro-batches of `micro_batch` images (--cut) and builds the
-  // executor with `lanes` compute streams per stage.
+  // Makes the model, cuts it for micro-batches of `micro_batch` images (--cut) into `chunks`
+  // parts per device (part c on device c % D) and builds the executor with `lanes` compute
+  // streams per device.
   void set_up_stages(const ModelFactory& make_model, const std::vector<torch::Device>& devices,
-                     const RunConfig& config, int64_t micro_batch, int lanes);
+                     const RunConfig& config, int64_t micro_batch, int lanes, size_t chunks = 1);
 
   RunConfig config_;
   Cut cut_;

@@ -31,9 +31,11 @@ struct RunConfig {
   // model_parallel and pipeline: "" (the default cut), "balanced", or stage names per device,
   // devices separated by '|' and stages by ',': "stem,layer1,layer2|layer3,layer4,head".
   std::string cut;
-  // pipeline: micro-batch size and schedule ("tutorial", "gpipe", "1f1b").
+  // pipeline: micro-batch size and schedule (strategies/pipeline_schedule.h).
   int64_t split_size = 0;
   std::string schedule = "tutorial";
+  // interleaved-1f1b: model chunks (stages) per device.
+  int chunks = 2;
   // pipeline on GPUs: compute streams per stage (1, or 2 so that forwards overlap backwards).
   int stage_lanes = 1;
 

@@ -12,6 +12,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 namespace parbench {
@@ -124,10 +125,13 @@ INSTANTIATE_TEST_SUITE_P(
                       StagedCase{"pipeline", "tutorial", 3}, StagedCase{"pipeline", "gpipe", 4},
                       StagedCase{"pipeline", "gpipe", 3}, StagedCase{"pipeline", "1f1b", 2},
                       StagedCase{"pipeline", "1f1b", 3}, StagedCase{"pipeline", "1f1b", 2, /*lanes=*/2},
-                      StagedCase{"pipeline", "tutorial", 3, /*lanes=*/2}),
+                      StagedCase{"pipeline", "tutorial", 3, /*lanes=*/2},
+                      StagedCase{"pipeline", "interleaved-1f1b", 2}, StagedCase{"pipeline", "interleaved-1f1b", 2, 2}),
     [](const auto& info) {
       const auto& c = info.param;
-      return c.strategy + (c.schedule.empty() ? "" : "_" + c.schedule + "_split" + std::to_string(c.split_size)) +
+      auto schedule = c.schedule;
+      std::replace(schedule.begin(), schedule.end(), '-', '_');  // test names take no '-'
+      return c.strategy + (schedule.empty() ? "" : "_" + schedule + "_split" + std::to_string(c.split_size)) +
              (c.lanes == 1 ? "" : "_lanes" + std::to_string(c.lanes));
     });
 

@@ -81,10 +81,40 @@ TEST(ScheduleSimulator, CopiesQueueOnTheLink) {
   EXPECT_DOUBLE_EQ(step.step_ms, 15.0);
 }
 
+// Interleaved 1F1B over D devices holding v chunks of 1/v of a stage's work each: the step is
+// (M + (D-1)/v) of one micro-batch's forward and backward, Megatron-LM's bubble shrunk v-fold,
+// (D-1)/(vM+D-1) of the step on every device.
+TEST(ScheduleSimulator, InterleavingShrinksTheBubbleByTheChunksPerDevice) {
+  constexpr double kForward = 1.0, kBackward = 2.0;
+  for (size_t devices : {2, 3, 4}) {
+    for (size_t chunks : {2, 3}) {
+      for (size_t micro_batches : {devices, 2 * devices, 3 * devices}) {
+        const size_t stages = devices * chunks;
+        const auto durations = per_stage(std::vector<double>(stages, kForward / chunks),
+                                         std::vector<double>(stages, kBackward / chunks), micro_batches);
+        const auto step = simulate_step(make_schedule("interleaved-1f1b", devices, micro_batches, chunks), durations);
+        const auto what = std::to_string(devices) + " devices, " + std::to_string(chunks) + " chunks, " +
+                          std::to_string(micro_batches) + " micro-batches";
+        const double bubbles = (devices - 1.0) / chunks;
+        EXPECT_NEAR(step.step_ms, (micro_batches + bubbles) * (kForward + kBackward), 1e-9) << what;
+        for (double bubble : step.bubble_fraction) {
+          EXPECT_NEAR(bubble, (devices - 1.0) / (chunks * micro_batches + devices - 1.0), 1e-9) << what;
+        }
+      }
+    }
+  }
+  // Beside 1F1B on the same work cut into D stages: a smaller bubble, at the cost of activations.
+  const auto plain = simulate_step(make_schedule("1f1b", 2, 4), per_stage({1, 1}, {2, 2}, 4));
+  const auto interleaved =
+      simulate_step(make_schedule("interleaved-1f1b", 2, 4, 2), per_stage({0.5, 0.5, 0.5, 0.5}, {1, 1, 1, 1}, 4));
+  EXPECT_LT(interleaved.step_ms, plain.step_ms);
+  EXPECT_GT(interleaved.peak_micro_batches.front(), plain.peak_micro_batches.front());
+}
+
 TEST(ScheduleSimulator, RefusesADeadlockAndMismatchedDurations) {
   const std::vector<StageProgram> waits_for_itself = {
-      {{StageOp::kBackward, 0}, {StageOp::kForward, 0}},
-      {{StageOp::kForward, 0}, {StageOp::kBackward, 0}},
+      {{StageOp::kBackward, 0, 0}, {StageOp::kForward, 0, 0}},
+      {{StageOp::kForward, 0, 1}, {StageOp::kBackward, 0, 1}},
   };
   EXPECT_THROW(simulate_step(waits_for_itself, per_stage({1, 1}, {1, 1}, 1)), std::logic_error);
   EXPECT_THROW(simulate_step(make_schedule("gpipe", 3, 2), per_stage({1, 1}, {1, 1}, 2)), std::invalid_argument);

@@ -90,6 +90,21 @@ TEST_P(SplitEquivalence, MatchesSingleDevice) {
                        "pipeline split " + std::to_string(split) + " " + schedule);
     }
   }
+  // interleaved-1f1b with 2 or 3 chunks per device, where the model has a stage for every chunk
+  // and the micro-batches fill whole rounds of the devices.
+  const auto model_stages = make_model(c.model, config.num_classes)->stages().size();
+  for (int64_t split : c.split_sizes) {
+    for (int chunks : {2, 3}) {
+      const auto micro_batches = static_cast<size_t>((c.batch + split - 1) / split);
+      if (micro_batches % c.devices != 0 || chunks * c.devices > model_stages) continue;
+      config.split_size = split;
+      config.schedule = "interleaved-1f1b";
+      config.chunks = chunks;
+      expect_same_step(train("pipeline", config, c.devices, batch, c.eval_mode), reference,
+                       "pipeline split " + std::to_string(split) + " interleaved-1f1b, " + std::to_string(chunks) +
+                           " chunks");
+    }
+  }
   // data_parallel over several steps, so that a wrong broadcast of updated weights shows. In
   // double: three steps of an eval-mode resnet50 (no batch statistics, so its activations grow
   // block after block) amplify a float rounding difference a thousandfold, measured; at larger
@@ -252,6 +267,33 @@ TEST(PipelineSchedule, EveryMicroBatchOnceAndTheActivationsInFlightEachScheduleA
     }
   }
   EXPECT_THROW(make_schedule("interleaved", 2, 4), std::invalid_argument);
+}
+
+// Interleaved 1F1B: each device runs only its own chunks (d, d+D, ...), every stage forwards and
+// backwards each micro-batch once, forwards in order; micro-batches must fill whole rounds of D.
+TEST(PipelineSchedule, InterleavedRunsEveryChunkOfEachDeviceOnceForEveryMicroBatch) {
+  constexpr size_t kDevices = 2, kChunks = 3, kMicroBatches = 6;
+  const auto programs = make_schedule("interleaved-1f1b", kDevices, kMicroBatches, kChunks);
+  ASSERT_EQ(programs.size(), kDevices);
+  std::map<size_t, std::vector<int>> forwards, backwards;
+  std::map<size_t, int64_t> next_forward;
+  for (size_t d = 0; d < kDevices; ++d) {
+    for (const auto& action : programs[d]) {
+      EXPECT_EQ(action.stage % kDevices, d) << "stage " << action.stage;
+      auto& counts = action.op == StageOp::kForward ? forwards[action.stage] : backwards[action.stage];
+      counts.resize(kMicroBatches);
+      ++counts[action.micro_batch];
+      if (action.op == StageOp::kForward) EXPECT_EQ(action.micro_batch, next_forward[action.stage]++);
+    }
+  }
+  ASSERT_EQ(forwards.size(), kDevices * kChunks);
+  for (const auto& [stage, counts] : forwards) {
+    EXPECT_EQ(counts, std::vector<int>(kMicroBatches, 1)) << "stage " << stage;
+    EXPECT_EQ(backwards[stage], std::vector<int>(kMicroBatches, 1)) << "stage " << stage;
+  }
+  EXPECT_THROW(make_schedule("interleaved-1f1b", 2, 5, 2), std::invalid_argument);
+  EXPECT_THROW(make_schedule("gpipe", 2, 4, 2), std::invalid_argument);
+  EXPECT_EQ(make_schedule("interleaved-1f1b", 2, 5, 1).size(), 2u);  // one chunk: 1f1b
 }
 
 TEST(Cut, ParsesAndRejectsBadSpecs) {

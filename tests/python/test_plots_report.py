@@ -584,7 +584,7 @@ def test_graph_pipeline_curves_compare_with_single_under_a_graph_in_the_same_pan
             assert busy[device] == pytest.approx(median(reps[name], f"busy_frac_dev{device}"), abs=0.005)
             assert bubble[device] == pytest.approx(median(reps[name], f"bubble_frac_dev{device}"), abs=0.005)
         micro_batches = -(-120 // number(cells["split_size"]))
-        assert number(cells["ideal bubble (S-1)/(M+S-1)"]) == pytest.approx(1 / (micro_batches + 1), abs=0.005)
+        assert number(cells["ideal bubble (S-1)/(vM+S-1)"]) == pytest.approx(1 / (micro_batches + 1), abs=0.005)
 
 
 def test_data_parallel_variants_are_distinct_bars_and_rows(tmp_path):
