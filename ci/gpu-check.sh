@@ -2,7 +2,8 @@
 # Builds, tests and times parbench on a GPU machine in one call.
 #   ci/gpu-check.sh STEP...   steps, in the order given: build, test, smoke, model_parallel,
 #                             data_parallel, reference (= model_parallel data_parallel), tutorial,
-#                             concurrent_single, graph, pipeline, advise, fault (2 GPUs), oom (1 GPU)
+#                             concurrent_single, graph, pipeline, advise, schedules, fault (2 GPUs),
+#                             oom (1 GPU)
 # The GPU machines have no network: Google Benchmark, GoogleTest and nlohmann/json come as
 # files in .deps/: Debian packages (cp ../shared/device-deps/*.deb .deps/), unpacked into a
 # prefix, and Google Benchmark's source, built in Release there (seconds), as ci/setup.sh builds
@@ -134,6 +135,17 @@ step_pipeline() {
     --benchmark_filter='single|model_parallel|graph:on' || status=1
   bench pipeline_224_balanced "${common[@]}" --image=224 --batch=128 --cut=balanced --cuda-graph=on \
     --split-sizes=8,16,32,64 || status=1
+  return $status
+}
+
+# Issue 20: the interleaved schedule beside 1f1b and single under graphs, at both set-ups, with
+# splits whose micro-batches fill whole rounds of 2 devices, on 2 and 3 chunks per device.
+step_schedules() {
+  local status=0
+  local common=(--strategies=single,pipeline --precision=fp32 --cuda-graph=on --repetitions=5
+                --benchmark_min_time=0.2 --schedules=1f1b,interleaved-1f1b --chunks=2,3)
+  bench schedules_128 "${common[@]}" --split-sizes=10,12,15,20,30,60 || status=1
+  bench schedules_224 "${common[@]}" --image=224 --batch=128 --split-sizes=8,16,32,64 || status=1
   return $status
 }
 
