@@ -194,7 +194,8 @@ double predict_data_parallel(const AdviseProfile& profile, int64_t batch, size_t
 bool modelled(const CaseSpec& spec) {
   const auto& name = spec.strategy->name;
   if (name == "pipeline") {
-    return spec.config.stage_lanes == 1 && (spec.config.schedule != "interleaved-1f1b" || spec.config.chunks == 1);
+    const auto& schedule = spec.config.schedule;
+    return spec.config.stage_lanes == 1 && schedule != "zb-h1" && (schedule != "interleaved-1f1b" || spec.config.chunks == 1);
   }
   if (name == "data_parallel") return spec.config.dp_replicate == "broadcast";
   return name == "single" || name == "model_parallel";
@@ -235,7 +236,7 @@ std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& 
   if (left_out > 0) {
     std::fprintf(stderr,
                  "parbench advise: %zu case(s) left out: advise models single, model_parallel, pipeline on one "
-                 "lane and one chunk per device, and data_parallel's broadcast variant, on the devices this machine "
+                 "lane and one chunk per device (not zb-h1), and data_parallel's broadcast variant, on the devices this machine "
                  "has\n",
                  left_out);
   }

@@ -41,7 +41,7 @@ AdviseProfile profile_setup(const CaseSpec& spec, const std::vector<torch::Devic
 // the run's context (advise_predictions, advise_profile_s) and returns the cases to run: per
 // set-up single and the `options.advise_validate` best predicted (all of them for
 // kValidateAll), each carrying its prediction. ddp, data_parallel's clone variant, pipeline
-// cases on two lanes and interleaved ones are not modelled: they are left out, with a line
+// cases on two lanes, interleaved and zb-h1 ones are not modelled: they are left out, with a line
 // saying so.
 std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& options);
 

@@ -171,7 +171,9 @@ Google Benchmark's own flags all work: --benchmark_filter=REGEX, --benchmark_rep
                          batch) and the full batch
   --schedules=LIST       pipeline schedules: tutorial, gpipe, 1f1b, interleaved-1f1b (Megatron-LM's:
                          each device holds --chunks non-contiguous stages; the micro-batches must
-                         be a multiple of the devices); default tutorial, gpipe, 1f1b
+                         be a multiple of the devices), zb-h1 (zero bubble: each backward split into
+                         input and weight gradients, the latter deferred); default tutorial, gpipe,
+                         1f1b
   --chunks=LIST          interleaved-1f1b: stages (model chunks) per device; default 2
   --stage-lanes=LIST     pipeline on GPUs: compute streams per stage, 1 | 2 (micro-batches take the
                          two in turn, so a forward can overlap a backward); default 1
@@ -254,7 +256,7 @@ Options parse_options(int argc, char** argv, bool has_gpu, std::vector<char*>* b
       {"cuda-graph", [&](auto& f, auto& v) { options.cuda_graphs = pick_list(f, v, kOnOff); }},
       {"split-sizes", [&](auto& f, auto& v) { options.split_sizes = int_list(f, v, 1); }},
       {"stage-lanes", [&](auto& f, auto& v) { options.stage_lanes = pick_list<int64_t>(f, v, {{"1", 1}, {"2", 2}}); }},
-      {"schedules", [&](auto& f, auto& v) { options.schedules = pick_list<std::string>(f, v, {{"tutorial", "tutorial"}, {"gpipe", "gpipe"}, {"1f1b", "1f1b"}, {"interleaved-1f1b", "interleaved-1f1b"}}); }},
+      {"schedules", [&](auto& f, auto& v) { options.schedules = pick_list<std::string>(f, v, {{"tutorial", "tutorial"}, {"gpipe", "gpipe"}, {"1f1b", "1f1b"}, {"interleaved-1f1b", "interleaved-1f1b"}, {"zb-h1", "zb-h1"}}); }},
       {"chunks", [&](auto& f, auto& v) { options.chunks = int_list(f, v, 1); }},
       {"cut", [&](auto&, auto& v) { options.cut = v; }},
       {"bucket-mib", [&](auto& f, auto& v) {

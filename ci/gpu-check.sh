@@ -138,12 +138,12 @@ step_pipeline() {
   return $status
 }
 
-# Issue 20: the interleaved schedule beside 1f1b and single under graphs, at both set-ups, with
+# Issue 20: the interleaved and zero-bubble schedules beside 1f1b and single under graphs, at both set-ups, with
 # splits whose micro-batches fill whole rounds of 2 devices, on 2 and 3 chunks per device.
 step_schedules() {
   local status=0
   local common=(--strategies=single,pipeline --precision=fp32 --cuda-graph=on --repetitions=5
-                --benchmark_min_time=0.2 --schedules=1f1b,interleaved-1f1b --chunks=2,3)
+                --benchmark_min_time=0.2 --schedules=1f1b,interleaved-1f1b,zb-h1 --chunks=2,3)
   bench schedules_128 "${common[@]}" --split-sizes=10,12,15,20,30,60 || status=1
   bench schedules_224 "${common[@]}" --image=224 --batch=128 --split-sizes=8,16,32,64 || status=1
   return $status

@@ -32,7 +32,7 @@ from pathlib import Path
 
 KNOWN_SCHEMA_MAJOR = 1
 STRATEGY_ORDER = ("single", "model_parallel", "pipeline", "data_parallel", "ddp")
-SCHEDULE_ORDER = ("tutorial", "gpipe", "1f1b", "interleaved-1f1b")
+SCHEDULE_ORDER = ("tutorial", "gpipe", "1f1b", "interleaved-1f1b", "zb-h1")
 PRECISION_ORDER = ("fp32", "bf16")
 
 # Name components Google Benchmark appends to a registered name.
@@ -218,6 +218,8 @@ class Case:
         if self.split_size is None:
             return None
         chunks = int(self.fields.get("chunks", 1))
+        if self.fields.get("schedule") == "zb-h1":  # (S-1)(F+B-W) over M(F+B+W) + that, F = B = W
+            return (self.gpus - 1) / (3 * self.micro_batches() + self.gpus - 1)
         return (self.gpus - 1) / (chunks * self.micro_batches() + self.gpus - 1)
 
     def ideal_speedup(self) -> float | None:

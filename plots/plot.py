@@ -68,7 +68,8 @@ PREDICTION_PANEL_IN = 4.2
 # Name fields a bar's label shows (or the panel title has): others are added as "key value".
 TICK_FIELDS = {"batch", "image", "precision", "data", "gpus", "schedule", "split", "overlap",
                "bucket_mib", "scaling", "graph", "replicate"}
-SCHEDULE_COLORS = {"tutorial": "#55a868", "gpipe": "#1f77b4", "1f1b": "#d62728", "interleaved-1f1b": "#9467bd"}
+SCHEDULE_COLORS = {"tutorial": "#55a868", "gpipe": "#1f77b4", "1f1b": "#d62728", "interleaved-1f1b": "#9467bd",
+                   "zb-h1": "#8c564b"}
 DEVICE_COLORS = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3", "#8c8c8c")
 # A speedup axis whose values span more than this factor is drawn on a log scale.
 LOG_SPEEDUP_RANGE = 4.0

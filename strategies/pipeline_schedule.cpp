@@ -36,7 +36,7 @@ std::vector<StageProgram> interleaved_1f1b(size_t devices, size_t micro_batches,
 }  // namespace
 
 const std::vector<std::string>& pipeline_schedules() {
-  static const std::vector<std::string> names = {"tutorial", "gpipe", "1f1b", "interleaved-1f1b"};
+  static const std::vector<std::string> names = {"tutorial", "gpipe", "1f1b", "interleaved-1f1b", "zb-h1"};
   return names;
 }
 
@@ -70,6 +70,25 @@ std::vector<StageProgram> make_schedule(const std::string& schedule, size_t devi
     } else if (schedule == "gpipe") {
       forwards(0, m_count);
       backwards_last_first();
+    } else if (schedule == "zb-h1") {
+      const auto warmup = std::min(static_cast<int64_t>(stages - 1 - s), m_count);
+      const auto deferred = static_cast<size_t>(s);  // W passes stage s keeps pending
+      std::vector<int64_t> pending;
+      const auto backward = [&](int64_t m) {
+        program.push_back({StageOp::kBackwardInput, m, s});
+        pending.push_back(m);
+        if (pending.size() > deferred) {
+          program.push_back({StageOp::kBackwardWeight, pending.front(), s});
+          pending.erase(pending.begin());
+        }
+      };
+      forwards(0, warmup);
+      for (int64_t i = 0; i < m_count - warmup; ++i) {
+        program.push_back({StageOp::kForward, warmup + i, s});
+        backward(i);
+      }
+      for (int64_t m = m_count - warmup; m < m_count; ++m) backward(m);
+      for (auto m : pending) program.push_back({StageOp::kBackwardWeight, m, s});
     } else if (schedule == "1f1b" || schedule == "interleaved-1f1b") {  // one chunk: interleaving is 1f1b
       const auto warmup = std::min(static_cast<int64_t>(stages - 1 - s), m_count);
       forwards(0, warmup);

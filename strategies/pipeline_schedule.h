@@ -15,6 +15,9 @@ enum class StageOp {
   kForward,      // the stage's forward of one micro-batch
   kBackward,     // the stage's backward of one micro-batch
   kBackwardAll,  // the last stage only: one loss over all micro-batches' outputs, one backward
+  // zb-h1's halves of kBackward:
+  kBackwardInput,   // B: the gradient of the stage's input only, sent on at once
+  kBackwardWeight,  // W: the gradients of the stage's weights, from the graph B kept
 };
 
 struct StageAction {
@@ -42,6 +45,11 @@ using StageProgram = std::vector<StageAction>;
 //             backward in turn. Its k-th forward runs micro-batch (k / Dv)*D + k % D on its chunk
 //             (k % Dv) / D, its k-th backward the same micro-batch on chunk v-1-(k % Dv) / D. The
 //             micro-batches must be a multiple of D; with v = 1 it is 1f1b.
+//   zb-h1     Qi et al.'s ZB-H1 ("Zero Bubble Pipeline Parallelism", ICLR 2024): 1f1b's order
+//             with each backward split into B (input gradient, on the critical path) and W
+//             (weight gradients); stage s runs a W only once more than s of them are pending,
+//             so later stages defer theirs into what would be the cooldown's bubbles. Every
+//             stage holds at most S micro-batches' activations (1f1b's first stage's).
 const std::vector<std::string>& pipeline_schedules();
 
 // One program per device for `micro_batches` micro-batches over `devices` devices holding

@@ -54,6 +54,15 @@ SimulatedStep simulate_step(const std::vector<StageProgram>& programs, const Sta
   check_rows(durations.gradient_copy_ms, stages - 1, micro_batches, "gradient_copy_ms");
   if (durations.update_ms.size() != stages) throw std::invalid_argument("update_ms: one duration per stage needed");
   const auto program = expand(programs, micro_batches);
+  const bool split_backwards = std::any_of(program.begin(), program.end(), [](const StageProgram& actions) {
+    return std::any_of(actions.begin(), actions.end(), [](const StageAction& action) {
+      return action.op == StageOp::kBackwardInput || action.op == StageOp::kBackwardWeight;
+    });
+  });
+  if (split_backwards) {
+    check_rows(durations.input_gradient_ms, stages, micro_batches, "input_gradient_ms");
+    check_rows(durations.weight_gradient_ms, stages, micro_batches, "weight_gradient_ms");
+  }
   // Each stage's device: the one program that holds its actions.
   std::vector<size_t> device_of(stages, devices);
   for (size_t d = 0; d < devices; ++d) {
@@ -96,11 +105,15 @@ SimulatedStep simulate_step(const std::vector<StageProgram>& programs, const Sta
         const size_t s = action.stage;
         const auto m = static_cast<size_t>(action.micro_batch);
         const bool forward = action.op == StageOp::kForward;
+        const bool weights_only = action.op == StageOp::kBackwardWeight;
         double ready = 0;
         if (forward && s > 0) ready = activation_at[s][m];
-        if (!forward) ready = s + 1 == stages ? forward_end[s][m] : gradient_at[s][m];
+        if (!forward && !weights_only) ready = s + 1 == stages ? forward_end[s][m] : gradient_at[s][m];
         if (std::isnan(ready)) break;  // waits for a neighbour (or, last stage, its own forward)
-        const double duration = forward ? durations.forward_ms[s][m] : durations.backward_ms[s][m];
+        const double duration = forward                                   ? durations.forward_ms[s][m]
+                                : action.op == StageOp::kBackward         ? durations.backward_ms[s][m]
+                                : action.op == StageOp::kBackwardInput    ? durations.input_gradient_ms[s][m]
+                                                                          : durations.weight_gradient_ms[s][m];
         const double end = std::max(compute_free[d], ready) + duration;
         compute_free[d] = end;
         result.busy_ms[d] += duration;
@@ -109,8 +122,8 @@ SimulatedStep simulate_step(const std::vector<StageProgram>& programs, const Sta
           result.peak_micro_batches[d] = std::max(result.peak_micro_batches[d], ++in_flight[d]);
           if (s + 1 < stages) activation_at[s + 1][m] = copy(s, end, durations.activation_copy_ms[s][m]);
         } else {
-          --in_flight[d];
-          if (s > 0) gradient_at[s - 1][m] = copy(s, end, durations.gradient_copy_ms[s - 1][m]);
+          if (action.op != StageOp::kBackwardInput) --in_flight[d];  // B keeps the activations for W
+          if (!weights_only && s > 0) gradient_at[s - 1][m] = copy(s, end, durations.gradient_copy_ms[s - 1][m]);
         }
         ++next[d];
         --remaining;

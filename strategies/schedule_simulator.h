@@ -11,6 +11,8 @@
 // - a stage's send stream carries its copies one at a time, in the order its program makes them
 //   (the receiving side's stream is not modelled: its order depends on host timing);
 // - the tutorial's kBackwardAll is the last stage's backwards of every micro-batch, last first;
+// - zb-h1's B sends the input gradient as a backward does; its W needs only its own B, earlier
+//   in the same program, and frees the micro-batch's activations;
 // - each stage's SGD update follows its last action; the step ends when every stage's has.
 // Host dispatch is not modelled: the durations are the devices' (measured under CUDA graphs).
 #pragma once
@@ -29,6 +31,9 @@ struct StageDurations {
   // gradient of stage s+1 back to stage s (S-1 rows, row s for the boundary after stage s).
   std::vector<std::vector<double>> activation_copy_ms, gradient_copy_ms;
   std::vector<double> update_ms;  // [stage]
+  // zb-h1's halves of a backward, B (input gradient) and W (weight gradients), [stage][micro-batch]:
+  // needed only by programs that split their backwards.
+  std::vector<std::vector<double>> input_gradient_ms, weight_gradient_ms;
 };
 
 // Per device (program), in the programs' order.

@@ -119,6 +119,7 @@ struct StageExecutor::Impl {
     std::optional<c10::Event> forwards_done, backwards_done;
     std::vector<torch::Tensor> parameters;
     std::vector<torch::Tensor> inputs, outputs;  // per micro-batch: the input leaf, the output (or loss)
+    std::vector<torch::Tensor> output_gradients;  // zb-h1: per micro-batch, from B for its W
     std::vector<torch::Tensor> losses;           // last stage: detached, weighted micro-batch losses
     torch::Tensor loss;                          // last stage: the step's loss
     std::vector<c10::Event> finished;            // recorded on every stream at the end of the step
@@ -269,6 +270,40 @@ struct StageExecutor::Impl {
     send_input_gradient(s, m);
   }
 
+  // zb-h1's B: the gradient of the stage's input alone, sent at once; the graph stays for W. The
+  // last stage's root is its micro-batch loss (its gradient then undefined, i.e. one).
+  void backward_input(size_t s, int64_t m) {
+    auto& stage = stages[s];
+    std::optional<c10::StreamGuard> on_lane;
+    enter_lane(stage, m, stage.backwards_done, on_lane);
+    if (s + 1 == stages.size()) {
+      stage.outputs[m] = micro_loss(m);
+      stage.losses.push_back(stage.outputs[m].detach());
+    } else {
+      const auto what = name(s) + "'s output gradient of micro-batch " + std::to_string(m);
+      stage.output_gradients[m] = unpack(s, m, stage.gradients.take(m, abandoned, what, stage.host_wait_seconds));
+    }
+    if (s > 0) {
+      const auto input_gradient = torch::autograd::grad({stage.outputs[m]}, {stage.inputs[m]},
+                                                        {stage.output_gradients[m]}, /*retain_graph=*/true)[0];
+      stages[s - 1].gradients.put(m, carry(s, s - 1, m, input_gradient));
+    }
+    extend_chain(stage, m, stage.backwards_done);
+  }
+
+  // zb-h1's W: the gradients of the stage's weights, through the graph B kept, which goes.
+  void backward_weight(size_t s, int64_t m) {
+    auto& stage = stages[s];
+    std::optional<c10::StreamGuard> on_lane;
+    enter_lane(stage, m, stage.backwards_done, on_lane);
+    torch::autograd::backward({stage.outputs[m]}, {stage.output_gradients[m]}, /*retain_graph=*/false,
+                              /*create_graph=*/false, stage.parameters);
+    extend_chain(stage, m, stage.backwards_done);
+    stage.inputs[m] = torch::Tensor();
+    stage.outputs[m] = torch::Tensor();
+    stage.output_gradients[m] = torch::Tensor();
+  }
+
   // The tutorial's last stage: one loss over the concatenated outputs. Its gradients with respect
   // to each micro-batch's output come first (the loss and the concatenation alone), then each
   // micro-batch's backward, last first, so the previous stage starts on a gradient as soon as it
@@ -313,6 +348,8 @@ struct StageExecutor::Impl {
         case StageOp::kForward: forward(action.stage, action.micro_batch); break;
         case StageOp::kBackward: backward(action.stage, action.micro_batch); break;
         case StageOp::kBackwardAll: backward_all(action.stage); break;
+        case StageOp::kBackwardInput: backward_input(action.stage, action.micro_batch); break;
+        case StageOp::kBackwardWeight: backward_weight(action.stage, action.micro_batch); break;
       }
       stage.host_seconds[action.op == StageOp::kForward ? 0 : 1] +=
           seconds_since(began) - (stage.host_wait_seconds - waited_before);
@@ -409,6 +446,7 @@ torch::Tensor StageExecutor::train_step(const Batch& batch, int64_t split_size, 
   for (auto& stage : impl.stages) {
     stage.inputs.assign(impl.micro_inputs.size(), torch::Tensor());
     stage.outputs.assign(impl.micro_inputs.size(), torch::Tensor());
+    stage.output_gradients.assign(impl.micro_inputs.size(), torch::Tensor());
     stage.losses.clear();
     stage.finished.clear();
     stage.activations.clear();
@@ -461,6 +499,7 @@ torch::Tensor StageExecutor::train_step(const Batch& batch, int64_t split_size, 
     for (const auto& finished : stage.finished) finished.block(current);
     stage.inputs.clear();
     stage.outputs.clear();
+    stage.output_gradients.clear();
   }
   return impl.stages.back().loss;
 }

@@ -126,7 +126,8 @@ INSTANTIATE_TEST_SUITE_P(
                       StagedCase{"pipeline", "gpipe", 3}, StagedCase{"pipeline", "1f1b", 2},
                       StagedCase{"pipeline", "1f1b", 3}, StagedCase{"pipeline", "1f1b", 2, /*lanes=*/2},
                       StagedCase{"pipeline", "tutorial", 3, /*lanes=*/2},
-                      StagedCase{"pipeline", "interleaved-1f1b", 2}, StagedCase{"pipeline", "interleaved-1f1b", 2, 2}),
+                      StagedCase{"pipeline", "interleaved-1f1b", 2}, StagedCase{"pipeline", "interleaved-1f1b", 2, 2},
+                      StagedCase{"pipeline", "zb-h1", 2}, StagedCase{"pipeline", "zb-h1", 3, 2}),
     [](const auto& info) {
       const auto& c = info.param;
       auto schedule = c.schedule;

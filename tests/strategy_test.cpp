@@ -83,7 +83,7 @@ TEST_P(SplitEquivalence, MatchesSingleDevice) {
 
   expect_same_step(train("model_parallel", config, c.devices, batch, c.eval_mode), reference, "model_parallel");
   for (int64_t split : c.split_sizes) {
-    for (const std::string schedule : {"tutorial", "gpipe", "1f1b"}) {
+    for (const std::string schedule : {"tutorial", "gpipe", "1f1b", "zb-h1"}) {
       config.split_size = split;
       config.schedule = schedule;
       expect_same_step(train("pipeline", config, c.devices, batch, c.eval_mode), reference,
@@ -267,6 +267,39 @@ TEST(PipelineSchedule, EveryMicroBatchOnceAndTheActivationsInFlightEachScheduleA
     }
   }
   EXPECT_THROW(make_schedule("interleaved", 2, 4), std::invalid_argument);
+}
+
+// ZB-H1: every micro-batch's forward, B and W once, each W after its B; stage s keeps at most s
+// W passes pending, and no stage holds more than S micro-batches' activations (freed by W).
+TEST(PipelineSchedule, ZeroBubbleSplitsEachBackwardAndDefersWeightGradients) {
+  constexpr size_t kStages = 4, kMicroBatches = 6;
+  const auto programs = make_schedule("zb-h1", kStages, kMicroBatches);
+  ASSERT_EQ(programs.size(), kStages);
+  for (size_t s = 0; s < kStages; ++s) {
+    std::vector<int> forwards(kMicroBatches), inputs(kMicroBatches), weights(kMicroBatches);
+    size_t in_flight = 0, most = 0, pending = 0, most_pending = 0;
+    for (const auto& action : programs[s]) {
+      const auto m = static_cast<size_t>(action.micro_batch);
+      if (action.op == StageOp::kForward) {
+        ++forwards[m];
+        most = std::max(most, ++in_flight);
+      } else if (action.op == StageOp::kBackwardInput) {
+        ++inputs[m];
+        most_pending = std::max(most_pending, ++pending);
+      } else {
+        ASSERT_EQ(action.op, StageOp::kBackwardWeight);
+        EXPECT_EQ(inputs[m], 1) << "W before B, stage " << s << " micro-batch " << m;
+        ++weights[m];
+        --pending;
+        --in_flight;
+      }
+    }
+    EXPECT_EQ(forwards, std::vector<int>(kMicroBatches, 1)) << "stage " << s;
+    EXPECT_EQ(inputs, std::vector<int>(kMicroBatches, 1)) << "stage " << s;
+    EXPECT_EQ(weights, std::vector<int>(kMicroBatches, 1)) << "stage " << s;
+    EXPECT_LE(most, kStages) << "stage " << s;
+    EXPECT_EQ(most_pending, s + 1) << "stage " << s;  // s deferred, plus the one just issued
+  }
 }
 
 // Interleaved 1F1B: each device runs only its own chunks (d, d+D, ...), every stage forwards and
