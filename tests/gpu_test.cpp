@@ -55,7 +55,7 @@ TEST_P(MultiGpuEquivalence, MatchesSingleGpu) {
   cloned.dp_replicate = "clone";
   std::vector<std::pair<std::string, RunConfig>> variants = {
       {"model_parallel", config}, {"data_parallel", config}, {"data_parallel", cloned}};
-  for (const std::string schedule : {"tutorial", "gpipe", "1f1b"}) {
+  for (const std::string schedule : {"tutorial", "gpipe", "1f1b", "zb-h1"}) {
     for (int64_t split : {1, 5, 12}) {
       for (int lanes : {1, 2}) {
         auto pipelined = config;
@@ -66,11 +66,25 @@ TEST_P(MultiGpuEquivalence, MatchesSingleGpu) {
       }
     }
   }
+  // interleaved-1f1b: 4 and 2 micro-batches (whole rounds of the 2 GPUs), on as many chunks per
+  // GPU as the model has stages for.
+  const auto model_stages = make_model(config.model, config.num_classes)->stages().size();
+  for (int chunks : {2, 3}) {
+    if (static_cast<size_t>(chunks) * two_gpus.size() > model_stages) continue;
+    for (int64_t split : {3, 6}) {
+      auto interleaved = config;
+      interleaved.split_size = split;
+      interleaved.schedule = "interleaved-1f1b";
+      interleaved.chunks = chunks;
+      variants.emplace_back("pipeline", interleaved);
+    }
+  }
   for (const auto& [name, variant] : variants) {
     double loss = 0;
     const auto result = step_and_collect(name, variant, two_gpus, batch, &loss);
     const std::string what = name + " split " + std::to_string(variant.split_size) + " " + variant.schedule +
-                             " lanes " + std::to_string(variant.stage_lanes) + " replicate " + variant.dp_replicate;
+                             " lanes " + std::to_string(variant.stage_lanes) + " chunks " +
+                             std::to_string(variant.chunks) + " replicate " + variant.dp_replicate;
     EXPECT_NEAR(loss, reference_loss, kTolerance * std::abs(reference_loss)) << what;
     for (const auto& [key, expected] : reference) {
       const double scale = std::max(expected.norm().item<double>(), 1e-12);
