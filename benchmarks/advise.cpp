@@ -77,7 +77,8 @@ double single_step_ms(const CaseSpec& spec, torch::Device device, bool graphed) 
   return median_ms({device}, [&] { replayed.run(batch); });
 }
 
-void profile_parts(const CaseSpec& spec, const std::vector<torch::Device>& devices, bool graphed, AdviseProfile& profile) {
+void profile_parts(const CaseSpec& spec, const std::vector<torch::Device>& devices, bool graphed,
+                   AdviseProfile& profile) {
   const auto& config = spec.config;
   auto model = make_model(config.model, config.num_classes);
   Cut cut;
@@ -203,18 +204,20 @@ bool modelled(const CaseSpec& spec) {
 
 }  // namespace
 
-AdviseProfile profile_setup(const CaseSpec& spec, const std::vector<torch::Device>& devices, bool graphed) {
+AdviseProfile profile_setup(const CaseSpec& spec, const std::vector<torch::Device>& devices, bool graphed,
+                            bool data_parallel) {
   AdviseProfile profile;
   profile.graphed = graphed;
   profile.single_step_ms = single_step_ms(spec, devices.front(), graphed);
   if (devices.size() < 2) return profile;
   profile_parts(spec, devices, graphed, profile);
+  if (!data_parallel) return profile;
   // data_parallel's broadcast and reduction, as it measures them at set-up.
-  auto data_parallel = StrategyRegistry::instance().get("data_parallel").create();
+  auto replicated = StrategyRegistry::instance().get("data_parallel").create();
   auto config = spec.config;
   config.dp_replicate = "broadcast";
-  data_parallel->setup([&config] { return make_model(config.model, config.num_classes); }, devices, config);
-  const auto counters = data_parallel->counters();
+  replicated->setup([&config] { return make_model(config.model, config.num_classes); }, devices, config);
+  const auto counters = replicated->counters();
   profile.broadcast_ms = counters.at("broadcast_ms");
   profile.reduce_ms = counters.at("reduce_ms");
   return profile;
@@ -253,8 +256,10 @@ std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& 
     const auto device = devices.front();
     try {
       // Graph cases are predicted from graphed work, where there are GPUs to capture it on.
+      const bool data_parallel = std::any_of(specs.begin(), specs.end(),
+                                             [](const auto& s) { return s.strategy->name == "data_parallel"; });
       profile = profile_setup(multi != specs.end() ? *multi : specs.front(), devices,
-                              specs.front().cuda_graph && device.is_cuda());
+                              specs.front().cuda_graph && device.is_cuda(), data_parallel);
     } catch (const std::exception& error) {
       // The set-up's cases still run, unpredicted, and fail or not on their own.
       const std::string message = error.what();

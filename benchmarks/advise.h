@@ -33,9 +33,10 @@ struct AdviseProfile {
 };
 
 // Profiles `spec`'s set-up: single's step on the first of `devices` and, given more than one
-// device (they may repeat one GPU), the parts of model_parallel's and pipeline's cut on them and
-// data_parallel's broadcast and reduction over them.
-AdviseProfile profile_setup(const CaseSpec& spec, const std::vector<torch::Device>& devices, bool graphed);
+// device (they may repeat one GPU), the parts of model_parallel's and pipeline's cut on them and,
+// with `data_parallel`, its broadcast and reduction over them.
+AdviseProfile profile_setup(const CaseSpec& spec, const std::vector<torch::Device>& devices, bool graphed,
+                            bool data_parallel = false);
 
 // Profiles and predicts every set-up of `cases`, prints the ranked predictions, records them in
 // the run's context (advise_predictions, advise_profile_s) and returns the cases to run: per
