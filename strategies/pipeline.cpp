@@ -1,7 +1,7 @@
 // Pipelined model parallelism: the batch is cut into micro-batches of `split_size`, so that
 // while stage k works on micro-batch i, stage k-1 already works on micro-batch i+1. The
 // schedules are in strategies/pipeline_schedule.h; strategies/stage_executor.h runs them, one
-// host thread per stage, each stage owning its backward.
+// host thread per device, each stage owning its backward.
 #include "strategies/partition.h"
 #include "strategies/pipeline_schedule.h"
 #include "strategies/stage_executor.h"
