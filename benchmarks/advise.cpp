@@ -121,12 +121,7 @@ void profile_parts(const CaseSpec& spec, const std::vector<torch::Device>& devic
     }
   }
   for (const auto& part : parts) {
-    std::vector<torch::Tensor> parameters;
-    for (const auto& stage : part.stages) {
-      for (const auto& module : stage.modules) {
-        for (const auto& parameter : module->parameters()) parameters.push_back(parameter);
-      }
-    }
+    const auto parameters = part.parameters();
     profile.update_ms.push_back(work_ms(part.device, graphed, [&] {
       sgd_update(parameters, config.learning_rate);
       return torch::Tensor();

@@ -43,6 +43,16 @@ torch::Tensor Partition::forward(torch::Tensor x) const {
   return x;
 }
 
+std::vector<torch::Tensor> Partition::parameters() const {
+  std::vector<torch::Tensor> parameters;
+  for (const auto& stage : stages) {
+    for (const auto& module : stage.modules) {
+      for (const auto& parameter : module->parameters()) parameters.push_back(parameter);
+    }
+  }
+  return parameters;
+}
+
 std::string format_cut(const Cut& cut) {
   std::string out;
   for (size_t part = 0; part < cut.size(); ++part) {

@@ -10,6 +10,7 @@ struct Partition {
   torch::Device device;
   std::vector<Stage> stages;
   torch::Tensor forward(torch::Tensor x) const;
+  std::vector<torch::Tensor> parameters() const;  // of every module of its stages, in order
 };
 
 // Stage names per device, in order.

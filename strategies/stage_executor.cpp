@@ -87,16 +87,6 @@ class Mailbox {
   std::map<int64_t, Parcel> parcels_;
 };
 
-std::vector<torch::Tensor> parameters_of(const Partition& partition) {
-  std::vector<torch::Tensor> parameters;
-  for (const auto& stage : partition.stages) {
-    for (const auto& module : stage.modules) {
-      for (auto& parameter : module->parameters()) parameters.push_back(parameter);
-    }
-  }
-  return parameters;
-}
-
 c10::Stream current_stream(const torch::Device& device) {
   return c10::impl::VirtualGuardImpl(device.type()).getStream(device);
 }
@@ -398,7 +388,7 @@ StageExecutor::StageExecutor(std::vector<Partition> partitions, LossKind loss, d
       stage.send = guard.getStreamFromGlobalPool(device);
       stage.receive = guard.getStreamFromGlobalPool(device);
     }
-    stage.parameters = parameters_of(stage.partition);
+    stage.parameters = stage.partition.parameters();
   }
   for (size_t d = 0; d < devices; ++d) impl_->devices.push_back(std::make_unique<WorkerThread>());
 }
