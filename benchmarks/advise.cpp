@@ -20,13 +20,18 @@ namespace {
 
 constexpr int kProfileRepeats = 5;
 
+// The sizes of `batch` images cut into pieces of `piece` (the last may be smaller), as
+// torch::split cuts them.
+std::vector<int64_t> piece_sizes(int64_t batch, int64_t piece) {
+  std::vector<int64_t> sizes;
+  for (int64_t begin = 0; begin < batch; begin += piece) sizes.push_back(std::min(piece, batch - begin));
+  return sizes;
+}
+
 // How data_parallel scatters `batch` images over `devices` replicas: torch::chunk's sizes.
 std::vector<int64_t> shard_sizes(int64_t batch, size_t devices) {
   const auto count = static_cast<int64_t>(devices);
-  const int64_t shard = (batch + count - 1) / count;
-  std::vector<int64_t> sizes;
-  for (int64_t begin = 0; begin < batch; begin += shard) sizes.push_back(std::min(shard, batch - begin));
-  return sizes;
+  return piece_sizes(batch, (batch + count - 1) / count);
 }
 
 double median_ms(const std::vector<torch::Device>& devices, const std::function<void()>& work) {
@@ -141,8 +146,7 @@ double interpolate(const std::vector<int64_t>& sizes, const std::vector<double>&
 
 // model_parallel (one micro-batch of the whole batch) or pipeline, from the profile.
 SimulatedStep predict_staged(const AdviseProfile& profile, int64_t batch, int64_t split, const std::string& schedule) {
-  std::vector<int64_t> micro_batches;
-  for (int64_t begin = 0; begin < batch; begin += split) micro_batches.push_back(std::min(split, batch - begin));
+  const auto micro_batches = piece_sizes(batch, split);
   StageDurations durations;
   const auto per_micro_batch = [&](const std::vector<double>& values) {
     std::vector<double> row;

@@ -7,6 +7,7 @@
 #include "benchmarks/graphed_step.h"
 #include "benchmarks/outcomes.h"
 #include "models/model_zoo.h"
+#include "strategies/pipeline_schedule.h"
 
 #ifdef PARBENCH_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -154,8 +155,8 @@ void add_strategy_cases(CaseSpec spec, const Options& options, int visible_gpus,
             const auto chunks_part = interleaved ? "/chunks:" + std::to_string(chunks) : std::string();
             variant.name = base + gpus + "/split:" + std::to_string(split) + "/schedule:" + schedule + chunks_part +
                            lanes_part + graph;
-            const auto micro_batches = (batch + split - 1) / split;
-            if (interleaved && chunks > 1 && micro_batches % spec.gpus != 0 && variant.skip_reason.empty()) {
+            if (interleaved && chunks > 1 && micro_batch_count(batch, split) % spec.gpus != 0 &&
+                variant.skip_reason.empty()) {
               variant.skip_reason = "interleaved-1f1b needs the micro-batches to be a multiple of the devices";
             }
             cases.push_back(variant);

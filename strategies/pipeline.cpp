@@ -23,7 +23,7 @@ class Pipeline final : public StagedStrategy {
     }
     TORCH_CHECK(devices.size() >= 2, "pipeline needs at least 2 devices, got ", devices.size());
     const size_t chunks = config.schedule == "interleaved-1f1b" ? static_cast<size_t>(config.chunks) : 1;
-    const auto micro_batches = static_cast<size_t>((config.batch_size + config.split_size - 1) / config.split_size);
+    const auto micro_batches = static_cast<size_t>(micro_batch_count(config.batch_size, config.split_size));
     make_schedule(config.schedule, devices.size(), micro_batches, chunks);  // throws for what it cannot run
     set_up_stages(make_model, devices, config, std::min(config.split_size, config.batch_size), config.stage_lanes,
                   chunks);

@@ -35,6 +35,8 @@ std::vector<StageProgram> interleaved_1f1b(size_t devices, size_t micro_batches,
 
 }  // namespace
 
+int64_t micro_batch_count(int64_t batch, int64_t split_size) { return (batch + split_size - 1) / split_size; }
+
 const std::vector<std::string>& pipeline_schedules() {
   static const std::vector<std::string> names = {"tutorial", "gpipe", "1f1b", "interleaved-1f1b", "zb-h1"};
   return names;

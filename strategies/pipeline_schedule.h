@@ -52,6 +52,9 @@ using StageProgram = std::vector<StageAction>;
 //             stage holds at most S micro-batches' activations (1f1b's first stage's).
 const std::vector<std::string>& pipeline_schedules();
 
+// How many micro-batches of `split_size` images a batch of `batch` makes: the last may be smaller.
+int64_t micro_batch_count(int64_t batch, int64_t split_size);
+
 // One program per device for `micro_batches` micro-batches over `devices` devices holding
 // `chunks` stages each (more than one for interleaved-1f1b only). Throws std::invalid_argument
 // for an unknown schedule (naming the allowed ones) or counts the schedule cannot run.
