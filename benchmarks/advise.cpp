@@ -103,7 +103,8 @@ void profile_parts(const CaseSpec& spec, const std::vector<torch::Device>& devic
         AutocastScope autocast(part.device.type(), model->autocast_dtype());
         return part.forward(input);
       };
-      const auto output_gradient = torch::randn_like(forward());
+      const auto next_input = forward().detach();
+      const auto output_gradient = torch::randn_like(next_input);
       const auto forward_and_backward = [&] {
         const auto output = forward();
         if (p + 1 == parts.size()) {
@@ -118,7 +119,7 @@ void profile_parts(const CaseSpec& spec, const std::vector<torch::Device>& devic
       const double both_ms = work_ms(part.device, graphed, forward_and_backward);
       profile.forward_ms[p].push_back(forward_ms);
       profile.backward_ms[p].push_back(std::max(0.0, both_ms - forward_ms));
-      activation = forward().detach();
+      activation = next_input;
       if (p + 1 < parts.size()) {
         const auto next = parts[p + 1].device;
         profile.copy_ms[p].push_back(median_ms({part.device, next}, [&] { activation.to(next); }));
