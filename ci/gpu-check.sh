@@ -3,7 +3,7 @@
 #   ci/gpu-check.sh STEP...   steps, in the order given: build, test, smoke, model_parallel,
 #                             data_parallel, reference (= model_parallel data_parallel), tutorial,
 #                             concurrent_single, graph, pipeline, advise, schedules, fault (2 GPUs),
-#                             oom (1 GPU)
+#                             oom (1 GPU); prebuilt instead of build: see step_prebuilt
 # The GPU machines have no network: Google Benchmark, GoogleTest and nlohmann/json come as
 # files in .deps/: Debian packages (cp ../shared/device-deps/*.deb .deps/), unpacked into a
 # prefix, and Google Benchmark's source, built in Release there (seconds), as ci/setup.sh builds
@@ -28,6 +28,7 @@ deps=/tmp/parbench-deps
 lib=$deps/usr/lib/x86_64-linux-gnu
 export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 parbench=./build-gpu/parbench
+gtest_binary=""  # set by step_prebuilt: the tests then run from it, not through ctest
 
 step_build() {
   for deb in .deps/*.deb; do dpkg -x "$deb" "$deps"; done
@@ -43,8 +44,32 @@ step_build() {
   return $status
 }
 
-# PARBENCH_CTEST_REGEX=...: only the tests whose names match.
+# Instead of build, on a device call with little time: build/parbench and build/tests/parbench_tests,
+# built by ci/build.sh on a machine without GPUs against the same torch wheel (2.11.0+cu130) and
+# carried (carry: ["build/parbench", "build/tests/parbench_tests"]). They find this machine's
+# LibTorch through LD_LIBRARY_PATH; Google Benchmark and GoogleTest are linked in statically.
+step_prebuilt() {
+  local torch_lib
+  torch_lib=$(python3 -c "import os, torch; print(os.path.join(os.path.dirname(torch.__file__), 'lib'))") || return 1
+  export LD_LIBRARY_PATH="$torch_lib:$torch_lib/../../nvidia/cu13/lib:$LD_LIBRARY_PATH"
+  nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv | tee "$results/gpus.csv"
+  lscpu >"$results/lscpu.txt"
+  grep -E "^(Model name|CPU\(s\)|Thread\(s\) per core|NUMA node\(s\)|CPU max MHz)" "$results/lscpu.txt"
+  parbench=./build/parbench
+  gtest_binary=./build/tests/parbench_tests
+  "$parbench" --help >/dev/null && echo "prebuilt: $parbench runs against $torch_lib"
+}
+
+# PARBENCH_CTEST_REGEX=...: only the tests whose names match (with step_prebuilt: a GoogleTest
+# filter, PARBENCH_GTEST_FILTER, default the GPU tests that start no parbench process).
 step_test() {
+  if [[ -n $gtest_binary ]]; then
+    "$gtest_binary" --gtest_filter="${PARBENCH_GTEST_FILTER:-*MultiGpu*:*GraphedS*:AdviseProfile.*:DataParallel.*}" \
+      >"$results/gtest.log" 2>&1
+    local status=$?
+    grep -E "PASSED|FAILED|SKIPPED \[|tests ran" "$results/gtest.log" | tail -n 30
+    return $status
+  fi
   ctest --test-dir build-gpu -j 8 --output-on-failure ${PARBENCH_CTEST_REGEX:+-R "$PARBENCH_CTEST_REGEX"} \
     >"$results/ctest.log" 2>&1
   local status=$?
