@@ -46,7 +46,8 @@ step_build() {
 
 # Instead of build, on a device call with little time: build/parbench and build/tests/parbench_tests,
 # built by ci/build.sh on a machine without GPUs against the same torch wheel (2.11.0+cu130) and
-# carried (carry: ["build/parbench", "build/tests/parbench_tests"]). They find this machine's
+# carried (carry: ["build/parbench", "build/tests/parbench_tests"]; or a copy of the two in
+# PARBENCH_PREBUILT_DIR, as build/ has them, so that build/ may change meanwhile). They find this machine's
 # LibTorch through LD_LIBRARY_PATH; Google Benchmark and GoogleTest are linked in statically.
 step_prebuilt() {
   local torch_lib
@@ -55,8 +56,8 @@ step_prebuilt() {
   nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv | tee "$results/gpus.csv"
   lscpu >"$results/lscpu.txt"
   grep -E "^(Model name|CPU\(s\)|Thread\(s\) per core|NUMA node\(s\)|CPU max MHz)" "$results/lscpu.txt"
-  parbench=./build/parbench
-  gtest_binary=./build/tests/parbench_tests
+  parbench=./${PARBENCH_PREBUILT_DIR:-build}/parbench
+  gtest_binary=./${PARBENCH_PREBUILT_DIR:-build}/tests/parbench_tests
   "$parbench" --help >/dev/null && echo "prebuilt: $parbench runs against $torch_lib"
 }
 
