@@ -3,11 +3,16 @@
 #include "benchmarks/device_timer.h"
 #include "benchmarks/graphed_step.h"
 #include "models/model_zoo.h"
+#include "strategies/distributed/gradient_buckets.h"
 #include "strategies/partition.h"
 #include "strategies/schedule_simulator.h"
 #include "strategies/training.h"
 
 #include <nlohmann/json.hpp>
+
+#ifdef PARBENCH_WITH_CUDA
+#include <torch/csrc/cuda/nccl.h>
+#endif
 
 #include <algorithm>
 #include <chrono>
@@ -82,25 +87,26 @@ double single_step_ms(const CaseSpec& spec, torch::Device device, bool graphed) 
   return median_ms({device}, [&] { replayed.run(batch); });
 }
 
-void profile_parts(const CaseSpec& spec, const std::vector<torch::Device>& devices, bool graphed,
-                   AdviseProfile& profile) {
-  const auto& config = spec.config;
-  auto model = make_model(config.model, config.num_classes);
-  Cut cut;
-  const auto parts = partition_model(*model, devices, config, config.batch_size, &cut);
-  profile.cut = format_cut(cut);
-  profile.sizes = profile_sizes(config.batch_size, devices.size());
-  profile.forward_ms.assign(parts.size(), {});
-  profile.backward_ms.assign(parts.size(), {});
-  profile.copy_ms.assign(parts.size() - 1, {});
-  for (auto size : profile.sizes) {
-    const auto batch = make_random_batch(config, size, devices.front(), parts.back().device);
+// Per part and size: its forward, its backward (the loss included on the last part) and, where
+// `copies`, the copy of its output to the next part's device.
+struct PartTimes {
+  std::vector<std::vector<double>> forward_ms, backward_ms, copy_ms;
+};
+
+PartTimes time_parts(const StagedModel& model, const std::vector<Partition>& parts, const RunConfig& config,
+                     const std::vector<int64_t>& sizes, bool graphed, bool copies) {
+  PartTimes times;
+  times.forward_ms.assign(parts.size(), {});
+  times.backward_ms.assign(parts.size(), {});
+  times.copy_ms.assign(copies ? parts.size() - 1 : 0, {});
+  for (auto size : sizes) {
+    const auto batch = make_random_batch(config, size, parts.front().device, parts.back().device);
     torch::Tensor activation = batch.inputs;
     for (size_t p = 0; p < parts.size(); ++p) {
       const auto& part = parts[p];
       const auto input = p == 0 ? activation : activation.detach().requires_grad_();
       const auto forward = [&] {
-        AutocastScope autocast(part.device.type(), model->autocast_dtype());
+        AutocastScope autocast(part.device.type(), model.autocast_dtype());
         return part.forward(input);
       };
       const auto next_input = forward().detach();
@@ -117,21 +123,112 @@ void profile_parts(const CaseSpec& spec, const std::vector<torch::Device>& devic
       for (int warm = 0; warm < 2; ++warm) forward_and_backward();
       const double forward_ms = work_ms(part.device, graphed, [&] { return forward().detach(); });
       const double both_ms = work_ms(part.device, graphed, forward_and_backward);
-      profile.forward_ms[p].push_back(forward_ms);
-      profile.backward_ms[p].push_back(std::max(0.0, both_ms - forward_ms));
+      times.forward_ms[p].push_back(forward_ms);
+      times.backward_ms[p].push_back(std::max(0.0, both_ms - forward_ms));
       activation = next_input;
-      if (p + 1 < parts.size()) {
+      if (copies && p + 1 < parts.size()) {
         const auto next = parts[p + 1].device;
-        profile.copy_ms[p].push_back(median_ms({part.device, next}, [&] { activation.to(next); }));
+        times.copy_ms[p].push_back(median_ms({part.device, next}, [&] { activation.to(next); }));
       }
     }
   }
+  return times;
+}
+
+void profile_parts(const CaseSpec& spec, const std::vector<torch::Device>& devices, bool graphed,
+                   AdviseProfile& profile) {
+  const auto& config = spec.config;
+  auto model = make_model(config.model, config.num_classes);
+  Cut cut;
+  const auto parts = partition_model(*model, devices, config, config.batch_size, &cut);
+  profile.cut = format_cut(cut);
+  profile.sizes = profile_sizes(config.batch_size, devices.size());
+  auto times = time_parts(*model, parts, config, profile.sizes, graphed, /*copies=*/true);
+  profile.forward_ms = std::move(times.forward_ms);
+  profile.backward_ms = std::move(times.backward_ms);
+  profile.copy_ms = std::move(times.copy_ms);
   for (const auto& part : parts) {
     const auto parameters = part.parameters();
     profile.update_ms.push_back(work_ms(part.device, graphed, [&] {
       sgd_update(parameters, config.learning_rate);
       return torch::Tensor();
     }));
+  }
+}
+
+// The time of one all-reduce (sum) of `bytes` of `dtype` across `devices`, one buffer on each,
+// by NCCL in this process (ddp's ranks are processes; on one host NCCL takes the same links).
+double allreduce_ms(const std::vector<torch::Device>& devices, int64_t bytes, c10::ScalarType dtype) {
+#ifdef PARBENCH_WITH_CUDA
+  std::vector<torch::Tensor> buffers;
+  for (const auto& device : devices) {
+    buffers.push_back(torch::ones({bytes / static_cast<int64_t>(c10::elementSize(dtype))},
+                                  torch::TensorOptions().dtype(dtype).device(device)));
+  }
+  const auto all_reduce = [&] { torch::cuda::nccl::all_reduce(buffers, buffers); };
+  all_reduce();  // the communicators are made on the first one
+  return median_ms(devices, all_reduce);
+#else
+  (void)devices, (void)bytes, (void)dtype;
+  throw std::logic_error("ddp's all-reduces are profiled with NCCL, on GPUs");
+#endif
+}
+
+// ddp's pieces (AdviseProfile::ddp) for every (bucket MiB, per-rank batch) asked for, on the
+// ranks' GPUs `devices`: single's step at the per-rank batch on the first; the backward of each
+// stage of the model there, each stage a part of its own, from which each gradient's ready time
+// follows (backward runs the stages last first; within a stage, its parameters' gradients are
+// taken to come evenly, last first); and each bucket's all-reduce.
+void profile_ddp(const CaseSpec& spec, const std::vector<torch::Device>& devices, bool graphed,
+                 const std::vector<std::pair<double, int64_t>>& cases, AdviseProfile& profile) {
+  std::map<std::pair<int64_t, c10::ScalarType>, double> allreduce_cache;
+  std::map<int64_t, double> step_cache;
+  for (const auto& [bucket_mib, rank_batch] : cases) {
+    auto config = spec.config;
+    config.batch_size = rank_batch;
+    auto model = make_model(config.model, config.num_classes);
+    const auto stage_names = [&] {
+      std::vector<std::string> names;
+      for (const auto& stage : model->stages()) names.push_back(stage.name);
+      return names;
+    }();
+    config.cut.clear();
+    for (const auto& name : stage_names) config.cut += (config.cut.empty() ? "" : "|") + name;
+    const std::vector<torch::Device> one_gpu(stage_names.size(), devices.front());
+    const auto stages = partition_model(*model, one_gpu, config, rank_batch, nullptr);
+    const auto times = time_parts(*model, stages, config, {rank_batch}, graphed, /*copies=*/false);
+
+    DdpProfile ddp;
+    if (step_cache.count(rank_batch) == 0) {
+      CaseSpec at_rank_batch = spec;
+      at_rank_batch.config.batch_size = rank_batch;
+      step_cache[rank_batch] = single_step_ms(at_rank_batch, devices.front(), graphed);
+    }
+    ddp.rank_step_ms = step_cache[rank_batch];
+    std::map<const c10::TensorImpl*, double> ready_ms;
+    for (auto s = stages.size(); s-- > 0;) {
+      const auto parameters = stages[s].parameters();
+      const double begin = ddp.backward_ms;
+      ddp.backward_ms += times.backward_ms[s].front();
+      for (size_t i = 0; i < parameters.size(); ++i) {
+        const double produced = static_cast<double>(parameters.size() - i) / static_cast<double>(parameters.size());
+        ready_ms[parameters[i].unsafeGetTensorImpl()] = begin + produced * (ddp.backward_ms - begin);
+      }
+    }
+    const auto parameters = model->module().parameters();
+    for (const auto& members : plan_buckets(parameters, bucket_mib)) {
+      double ready = 0;
+      int64_t bytes = 0;
+      for (auto index : members) {
+        ready = std::max(ready, ready_ms.at(parameters[index].unsafeGetTensorImpl()));
+        bytes += parameters[index].numel() * static_cast<int64_t>(parameters[index].element_size());
+      }
+      const auto dtype = parameters[members.front()].scalar_type();
+      if (allreduce_cache.count({bytes, dtype}) == 0) allreduce_cache[{bytes, dtype}] = allreduce_ms(devices, bytes, dtype);
+      ddp.bucket_ready_ms.push_back(ready);
+      ddp.bucket_allreduce_ms.push_back(allreduce_cache[{bytes, dtype}]);
+    }
+    profile.ddp[{bucket_mib, rank_batch}] = std::move(ddp);
   }
 }
 
@@ -166,10 +263,11 @@ SimulatedStep predict_staged(const AdviseProfile& profile, int64_t batch, int64_
   return simulate_step(make_schedule(schedule, profile.forward_ms.size(), micro_batches.size()), durations);
 }
 
-// A set-up: what every case of it shares (its name up to the strategy's own options).
+// A set-up: what every case of it shares (its name up to the strategy's own options), with its
+// global batch: a ddp case's config holds its per-rank batch.
 std::string setup_key(const CaseSpec& spec) {
   const auto& c = spec.config;
-  return c.model + "/batch:" + std::to_string(c.batch_size) + "/image:" + std::to_string(c.image_size) +
+  return c.model + "/batch:" + std::to_string(spec.global_batch) + "/image:" + std::to_string(c.image_size) +
          "/precision:" + to_string(c.precision) + "/data:" + to_string(spec.data) + (spec.cuda_graph ? "/graph:on" : "");
 }
 
@@ -192,6 +290,13 @@ double predict_data_parallel(const AdviseProfile& profile, int64_t batch, size_t
   return profile.broadcast_ms + forward + backward + profile.reduce_ms + update;
 }
 
+// ddp: single's step at the per-rank batch, plus the all-reduce time its backward does not hide.
+double predict_ddp(const AdviseProfile& profile, const CaseSpec& spec) {
+  const auto& ddp = profile.ddp.at({spec.config.bucket_mib, spec.config.batch_size});
+  return ddp.rank_step_ms +
+         exposed_allreduce_ms(ddp.bucket_ready_ms, ddp.bucket_allreduce_ms, ddp.backward_ms, spec.config.overlap);
+}
+
 bool modelled(const CaseSpec& spec) {
   const auto& name = spec.strategy->name;
   if (name == "pipeline") {
@@ -199,19 +304,22 @@ bool modelled(const CaseSpec& spec) {
     return spec.config.stage_lanes == 1 && schedule != "zb-h1" && (schedule != "interleaved-1f1b" || spec.config.chunks == 1);
   }
   if (name == "data_parallel") return spec.config.dp_replicate == "broadcast";
+  // ddp's all-reduces are profiled across its ranks' GPUs.
+  if (name == "ddp") return torch::cuda::device_count() >= spec.gpus && spec.gpus > 1;
   return name == "single" || name == "model_parallel";
 }
 
 }  // namespace
 
 AdviseProfile profile_setup(const CaseSpec& spec, const std::vector<torch::Device>& devices, bool graphed,
-                            bool data_parallel) {
+                            const ProfileRequest& request) {
   AdviseProfile profile;
   profile.graphed = graphed;
   profile.single_step_ms = single_step_ms(spec, devices.front(), graphed);
   if (devices.size() < 2) return profile;
-  profile_parts(spec, devices, graphed, profile);
-  if (!data_parallel) return profile;
+  if (request.parts) profile_parts(spec, devices, graphed, profile);
+  if (!request.ddp.empty()) profile_ddp(spec, devices, graphed, request.ddp, profile);
+  if (!request.data_parallel) return profile;
   // data_parallel's broadcast and reduction, as it measures them at set-up.
   auto replicated = StrategyRegistry::instance().get("data_parallel").create();
   auto config = spec.config;
@@ -239,8 +347,8 @@ std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& 
   if (left_out > 0) {
     std::fprintf(stderr,
                  "parbench advise: %zu case(s) left out: advise models single, model_parallel, pipeline on one "
-                 "lane and one chunk per device (not zb-h1), and data_parallel's broadcast variant, on the devices this machine "
-                 "has\n",
+                 "lane and one chunk per device (not zb-h1), data_parallel's broadcast variant, and ddp on GPUs, on the "
+                 "devices this machine has\n",
                  left_out);
   }
 
@@ -254,12 +362,22 @@ std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& 
     const auto multi = std::find_if(specs.begin(), specs.end(), [](const auto& s) { return s.strategy->name != "single"; });
     const auto devices = case_devices(multi != specs.end() ? *multi : specs.front());
     const auto device = devices.front();
+    // The set-up's whole batch, whatever a ddp case's own config holds.
+    CaseSpec setup = multi != specs.end() ? *multi : specs.front();
+    setup.config.batch_size = setup.global_batch;
+    ProfileRequest request;
+    for (const auto& spec : specs) {
+      const auto& name = spec.strategy->name;
+      request.parts |= name == "model_parallel" || name == "pipeline" || name == "data_parallel";
+      request.data_parallel |= name == "data_parallel";
+      const std::pair<double, int64_t> ddp_case{spec.config.bucket_mib, spec.config.batch_size};
+      if (name == "ddp" && std::find(request.ddp.begin(), request.ddp.end(), ddp_case) == request.ddp.end()) {
+        request.ddp.push_back(ddp_case);
+      }
+    }
     try {
       // Graph cases are predicted from graphed work, where there are GPUs to capture it on.
-      const bool data_parallel = std::any_of(specs.begin(), specs.end(),
-                                             [](const auto& s) { return s.strategy->name == "data_parallel"; });
-      profile = profile_setup(multi != specs.end() ? *multi : specs.front(), devices,
-                              specs.front().cuda_graph && device.is_cuda(), data_parallel);
+      profile = profile_setup(setup, devices, specs.front().cuda_graph && device.is_cuda(), request);
     } catch (const std::exception& error) {
       // The set-up's cases still run, unpredicted, and fail or not on their own.
       const std::string message = error.what();
@@ -277,6 +395,8 @@ std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& 
         spec.predicted_step_ms = profile.single_step_ms;
       } else if (name == "data_parallel") {
         spec.predicted_step_ms = predict_data_parallel(profile, spec.config.batch_size, devices.size());
+      } else if (name == "ddp") {
+        spec.predicted_step_ms = predict_ddp(profile, spec);
       } else {
         const auto split = name == "pipeline" ? spec.config.split_size : spec.config.batch_size;
         const auto schedule = name == "pipeline" ? spec.config.schedule : "gpipe";

@@ -6,18 +6,33 @@
 // multi-device cases use: single's step; and, for the cut model_parallel and pipeline use, each
 // part's forward and backward (the loss included on the last part) and the copy of its output
 // to the next device, at micro-batches of 1, 2, 4, ... images, data_parallel's shard and the
-// whole batch, and each part's SGD update; data_parallel's broadcast and reduction. Each is the median of 5 synchronised runs after an untimed one: replays of
+// whole batch, and each part's SGD update; data_parallel's broadcast and reduction; for ddp,
+// single's step at the per-rank batch, each stage's backward there and each gradient bucket's
+// all-reduce across the ranks' GPUs. Each is the median of 5 synchronised runs after an untimed one: replays of
 // the piece captured in a CUDA graph for --cuda-graph=on cases on GPUs, else eager runs (which
 // on GPUs include the host's dispatch, as the eager steps they predict do).
 // The prediction: single's profiled step; model_parallel and pipeline from the schedule
 // simulator (strategies/schedule_simulator.h), their micro-batches' times interpolated linearly
 // between the profiled sizes; data_parallel from its broadcast, the replicas' forwards and
-// backwards side by side (the whole model at its shard), its reduction and update. docs/METRICS.md ("Predicted step time") has the model.
+// backwards side by side (the whole model at its shard), its reduction and update; ddp from
+// single's step at the per-rank batch plus the all-reduce time that backward does not hide.
+// docs/METRICS.md ("Predicted step time") has the model.
 #pragma once
 
 #include "benchmarks/cases.h"
 
+#include <map>
+#include <utility>
+
 namespace parbench {
+
+// ddp's pieces for one bucket size and per-rank batch, in milliseconds.
+struct DdpProfile {
+  double rank_step_ms = 0;  // single's step at the per-rank batch
+  double backward_ms = 0;   // the model's backward there, the loss's included
+  std::vector<double> bucket_ready_ms;      // per bucket, in starting order: when its gradients are ready, from backward's start
+  std::vector<double> bucket_allreduce_ms;  // per bucket: its all-reduce across the ranks' GPUs
+};
 
 // What one set-up's profile measured, in milliseconds. Per part of the cut and per profiled
 // micro-batch size: forward, backward (the loss included on the last part), and the copy of the
@@ -28,22 +43,31 @@ struct AdviseProfile {
   std::vector<std::vector<double>> forward_ms, backward_ms, copy_ms;
   std::vector<double> update_ms;
   double broadcast_ms = 0, reduce_ms = 0;  // data_parallel's (docs/METRICS.md)
+  std::map<std::pair<double, int64_t>, DdpProfile> ddp;  // by (bucket MiB, per-rank batch)
   std::string cut;       // empty where only single was profiled
   bool graphed = false;  // every piece captured in a CUDA graph and replayed
 };
 
-// Profiles `spec`'s set-up: single's step on the first of `devices` and, given more than one
-// device (they may repeat one GPU), the parts of model_parallel's and pipeline's cut on them and,
-// with `data_parallel`, its broadcast and reduction over them.
+// What a set-up's cases need profiled beyond single's step.
+struct ProfileRequest {
+  bool parts = false;          // the cut's parts (model_parallel, pipeline and data_parallel)
+  bool data_parallel = false;  // its broadcast and reduction
+  std::vector<std::pair<double, int64_t>> ddp;  // (bucket MiB, per-rank batch) of each ddp case
+};
+
+// Profiles `spec`'s set-up (spec.config.batch_size: the set-up's whole batch): single's step on
+// the first of `devices` and, given more than one device (they may repeat one GPU), what
+// `request` asks for on them; ddp's all-reduces need distinct GPUs.
 AdviseProfile profile_setup(const CaseSpec& spec, const std::vector<torch::Device>& devices, bool graphed,
-                            bool data_parallel = false);
+                            const ProfileRequest& request);
 
 // Profiles and predicts every set-up of `cases`, prints the ranked predictions, records them in
 // the run's context (advise_predictions, advise_profile_s) and returns the cases to run: per
 // set-up single and the `options.advise_validate` best predicted (all of them for
-// kValidateAll), each carrying its prediction. ddp, data_parallel's clone variant, pipeline
-// cases on two lanes, interleaved and zb-h1 ones are not modelled: they are left out, with a line
-// saying so.
+// kValidateAll), each carrying its prediction. A set-up is a global batch: ddp's strong-scaling
+// cases join the others', its weak-scaling ones make their own. ddp without GPUs for its ranks,
+// data_parallel's clone variant, pipeline cases on two lanes, interleaved and zb-h1 ones are not
+// modelled: they are left out, with a line saying so.
 std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& options);
 
 }  // namespace parbench

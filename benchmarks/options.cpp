@@ -189,8 +189,8 @@ Google Benchmark's own flags all work: --benchmark_filter=REGEX, --benchmark_rep
   --dist-timeout=SECONDS ddp: how long any rank waits for the others before failing; default 60
   --allreduce=on|off     run the comm/allreduce sweep with ddp; default on
   --advise=N|all         profile each set-up briefly, predict the step time of every single,
-                         model_parallel, pipeline (schedule simulator) and data_parallel case,
-                         print them ranked,
+                         model_parallel, pipeline (schedule simulator), data_parallel and ddp
+                         (on GPUs) case, print them ranked per global batch,
                          then run single and the N best predicted (all: every case) with their
                          predictions as counters (predicted_step_ms, predicted_rank)
   --help                 this text

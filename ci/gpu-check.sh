@@ -113,14 +113,15 @@ step_data_parallel() {
   return $status
 }
 
-# Issue 18: every single, model_parallel, pipeline and data_parallel case predicted by --advise, then all of
-# them measured, at the tutorial's set-up and at 224x224/128, graphed (the targets) and eager.
+# Issue 18: every single, model_parallel, pipeline, data_parallel and ddp (strong scaling: the same global
+# batch) case predicted by --advise, then all of them measured, at the tutorial's set-up and at 224x224/128,
+# graphed (the targets) and eager. ADVISE_IMAGES=128 or 224: one of the two.
 step_advise() {
   local status=0
-  bench advise_128 --strategies=single,model_parallel,pipeline,data_parallel --precision=fp32 --cuda-graph=on,off \
-    --advise=all --benchmark_min_time=0.2 || status=1
-  bench advise_224 --strategies=single,model_parallel,pipeline,data_parallel --precision=fp32 --image=224 --batch=128 \
-    --cuda-graph=on,off --advise=all --benchmark_min_time=0.2 || status=1
+  local common=(--strategies=single,model_parallel,pipeline,data_parallel,ddp --scaling=strong --overlap=on,off
+                --allreduce=off --precision=fp32 --cuda-graph=on,off --advise=all --benchmark_min_time=0.2)
+  if [[ ${ADVISE_IMAGES:-128} == 128 ]]; then bench advise_128 "${common[@]}" || status=1; fi
+  if [[ ${ADVISE_IMAGES:-224} == 224 ]]; then bench advise_224 "${common[@]}" --image=224 --batch=128 || status=1; fi
   return $status
 }
 

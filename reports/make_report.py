@@ -99,13 +99,17 @@ def build_report(results: pr.Results, rendered: plot.Rendered, generated: dateti
                   "Time per all-reduce of a float32 buffer across the ranks (median over repetitions); "
                   "algbw = size / time, busbw = algbw × 2(n-1)/n (docs/METRICS.md).", "",
                   *allreduce_table(allreduces), ""]
-    predicted = {setup: [case for case in cases if case.ran and case.stats("predicted_step_ms")]
-                 for setup, cases in groups.items()}
-    predicted = {setup: cases for setup, cases in predicted.items() if cases}
+    # --advise ranks the cases of one global batch together: weak-scaling ddp ranks apart from single.
+    predicted: dict[tuple, list[pr.Case]] = {}
+    for setup, cases in groups.items():
+        for case in cases:
+            if case.ran and case.stats("predicted_step_ms"):
+                predicted.setdefault((setup, _global_batch(case)), []).append(case)
     if predicted:
         lines += ["## Predicted vs measured", "", *prediction_preamble(results), ""]
-        for setup, cases in predicted.items():
-            lines += [f"### {setup.describe()}", "", *prediction_table(cases), "", prediction_summary(cases), ""]
+        for (setup, global_batch), cases in predicted.items():
+            heading = setup.describe() + ("" if global_batch == setup.batch else f", global batch {global_batch}")
+            lines += [f"### {heading}", "", *prediction_table(cases), "", prediction_summary(cases), ""]
     lines += ["## Figures", ""]
     for name in rendered.written:
         lines += [f"![{FIGURE_CAPTIONS[name]}]({name}.png)", "",
@@ -280,6 +284,12 @@ def prediction_preamble(results: pr.Results) -> list[str]:
     if profiles:
         text += f" The profile took {' s, '.join(profiles)} s."
     return [text]
+
+
+def _global_batch(case: pr.Case) -> int:
+    """Images per step over every device and rank."""
+    weak_ddp = case.strategy == "ddp" and case.fields.get("scaling") == "weak"
+    return case.reference_batch * (case.gpus if weak_ddp else 1)
 
 
 def _prediction_error(case: pr.Case) -> float:

@@ -155,4 +155,18 @@ SimulatedStep simulate_step(const std::vector<StageProgram>& programs, const Sta
   return result;
 }
 
+double exposed_allreduce_ms(const std::vector<double>& bucket_ready_ms, const std::vector<double>& allreduce_ms,
+                            double backward_ms, bool overlap) {
+  if (bucket_ready_ms.size() != allreduce_ms.size()) {
+    throw std::invalid_argument("exposed_allreduce_ms: " + std::to_string(bucket_ready_ms.size()) + " ready times for " +
+                                std::to_string(allreduce_ms.size()) + " all-reduces");
+  }
+  double communication_free = 0;
+  for (size_t bucket = 0; bucket < allreduce_ms.size(); ++bucket) {
+    const double start = std::max(communication_free, overlap ? bucket_ready_ms[bucket] : backward_ms);
+    communication_free = start + allreduce_ms[bucket];
+  }
+  return std::max(0.0, communication_free - backward_ms);
+}
+
 }  // namespace parbench

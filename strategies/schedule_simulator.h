@@ -48,4 +48,12 @@ struct SimulatedStep {
 // std::logic_error for programs that wait on something that never comes (a deadlock).
 SimulatedStep simulate_step(const std::vector<StageProgram>& programs, const StageDurations& durations);
 
+// ddp's all-reduce time that its backward does not hide (strategies/distributed/gradient_buckets.h):
+// bucket b's all-reduce starts once its gradients are ready (`overlap`; at bucket_ready_ms[b] from
+// backward's start) or once backward has ended (not), and after bucket b-1's, all on one
+// communication stream; returns how long after backward's end the last one ends (0 where it
+// ends before). Throws std::invalid_argument for mismatched lengths.
+double exposed_allreduce_ms(const std::vector<double>& bucket_ready_ms, const std::vector<double>& allreduce_ms,
+                            double backward_ms, bool overlap);
+
 }  // namespace parbench

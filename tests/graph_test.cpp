@@ -189,7 +189,7 @@ TEST(AdviseProfile, TimesEveryPartAtEverySizeEagerAndGraphed) {
   const std::vector<torch::Device> gpus = {torch::Device(torch::kCUDA, 0),
                                            torch::Device(torch::kCUDA, visible_gpus() >= 2 ? 1 : 0)};
   for (bool graphed : {false, true}) {
-    const auto profile = profile_setup(spec, gpus, graphed);
+    const auto profile = profile_setup(spec, gpus, graphed, {/*parts=*/true});
     EXPECT_EQ(profile.graphed, graphed);
     EXPECT_EQ(profile.cut, "stem,layer1,layer2|layer3,layer4,head");
     EXPECT_EQ(profile.sizes, (std::vector<int64_t>{1, 2, 4, 8}));
@@ -210,6 +210,38 @@ TEST(AdviseProfile, TimesEveryPartAtEverySizeEagerAndGraphed) {
   }
   // No capture is left open: the device still runs eager work.
   EXPECT_EQ(torch::ones({2}, gpus.front()).sum().item<double>(), 2.0);
+}
+
+// ddp's pieces: ResNet-50's 25 MiB buckets come ready in backward's order, the last (the stem's)
+// at backward's end, and each has an all-reduce time across the two GPUs.
+TEST(AdviseProfile, TimesDdpsBucketsOnTwoGpus) {
+  if (visible_gpus() < 2) GTEST_SKIP() << "needs 2 GPUs, " << visible_gpus() << " visible";
+  CaseSpec spec;
+  spec.strategy = &StrategyRegistry::instance().get("ddp");
+  spec.config.model = "resnet50";
+  spec.config.num_classes = 10;
+  spec.config.batch_size = 16;
+  spec.config.image_size = 64;
+  const std::vector<torch::Device> gpus = {torch::Device(torch::kCUDA, 0), torch::Device(torch::kCUDA, 1)};
+  for (bool graphed : {false, true}) {
+    ProfileRequest request;
+    request.ddp = {{25.0, 8}, {100.0, 8}};
+    const auto profile = profile_setup(spec, gpus, graphed, request);
+    ASSERT_EQ(profile.ddp.size(), 2u);
+    const auto& small = profile.ddp.at({25.0, 8});
+    const auto& large = profile.ddp.at({100.0, 8});
+    EXPECT_GT(small.rank_step_ms, small.backward_ms);
+    EXPECT_EQ(small.rank_step_ms, large.rank_step_ms);  // one measurement serves both
+    EXPECT_GE(small.bucket_ready_ms.size(), 4u);  // 97.5 MiB of fp32 gradients
+    EXPECT_EQ(large.bucket_ready_ms.size(), 1u);
+    ASSERT_EQ(small.bucket_allreduce_ms.size(), small.bucket_ready_ms.size());
+    for (size_t b = 0; b < small.bucket_ready_ms.size(); ++b) {
+      if (b > 0) EXPECT_GE(small.bucket_ready_ms[b], small.bucket_ready_ms[b - 1]) << "bucket " << b;
+      EXPECT_GT(small.bucket_allreduce_ms[b], 0.0) << "bucket " << b;
+    }
+    EXPECT_DOUBLE_EQ(small.bucket_ready_ms.back(), small.backward_ms);
+    EXPECT_DOUBLE_EQ(large.bucket_ready_ms.back(), large.backward_ms);
+  }
 }
 
 TEST(GraphedStep, RefusesAStepThatIsNotOnGpus) {

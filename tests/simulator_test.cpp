@@ -141,5 +141,20 @@ TEST(ScheduleSimulator, RefusesADeadlockAndMismatchedDurations) {
   EXPECT_THROW(simulate_step(make_schedule("gpipe", 2, 3), per_stage({1, 1}, {1, 1}, 2)), std::invalid_argument);
 }
 
+// ddp's exposed all-reduce, worked by hand: three buckets ready at 2, 5 and 10 ms of a 10 ms
+// backward.
+TEST(ExposedAllreduce, OverlapHidesAllButWhatFollowsTheLastGradient) {
+  // Short all-reduces: each done before the next bucket is ready; only the last one's 1 ms shows.
+  EXPECT_DOUBLE_EQ(exposed_allreduce_ms({2, 5, 10}, {1, 1, 1}, 10, /*overlap=*/true), 1.0);
+  // Long ones queue on the one stream: 2-6, 6-10, 10-14.
+  EXPECT_DOUBLE_EQ(exposed_allreduce_ms({2, 5, 10}, {4, 4, 4}, 10, true), 4.0);
+  // Longer than backward itself: 2-9, 9-16, 16-23.
+  EXPECT_DOUBLE_EQ(exposed_allreduce_ms({2, 5, 10}, {7, 7, 7}, 10, true), 13.0);
+  // Without overlap every all-reduce follows backward.
+  EXPECT_DOUBLE_EQ(exposed_allreduce_ms({2, 5, 10}, {1, 1, 1}, 10, /*overlap=*/false), 3.0);
+  EXPECT_DOUBLE_EQ(exposed_allreduce_ms({}, {}, 10, true), 0.0);
+  EXPECT_THROW(exposed_allreduce_ms({2, 5}, {1}, 10, true), std::invalid_argument);
+}
+
 }  // namespace
 }  // namespace parbench

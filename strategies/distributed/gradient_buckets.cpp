@@ -6,22 +6,17 @@
 
 namespace parbench {
 
-GradientBuckets::GradientBuckets(std::vector<torch::Tensor> parameters, c10::intrusive_ptr<c10d::Backend> backend,
-                                 double bucket_mib, bool overlap)
-    : parameters_(std::move(parameters)), slots_(parameters_.size()), backend_(std::move(backend)), overlap_(overlap) {
+std::vector<std::vector<size_t>> plan_buckets(const std::vector<torch::Tensor>& parameters, double bucket_mib) {
   TORCH_CHECK(bucket_mib > 0, "bucket size must be positive, got ", bucket_mib, " MiB");
   const double capacity_bytes = bucket_mib * 1024.0 * 1024.0;
-
-  // Reverse order; a bucket holds one dtype and device, and a parameter larger than the
-  // capacity gets a bucket of its own.
   std::vector<std::vector<size_t>> members;
   double bucket_bytes = 0;
-  for (size_t index = parameters_.size(); index-- > 0;) {
-    const auto& parameter = parameters_[index];
+  for (size_t index = parameters.size(); index-- > 0;) {
+    const auto& parameter = parameters[index];
     const double bytes = static_cast<double>(parameter.numel()) * parameter.element_size();
     const bool fits = !members.empty() && bucket_bytes + bytes <= capacity_bytes &&
-                      parameters_[members.back().front()].scalar_type() == parameter.scalar_type() &&
-                      parameters_[members.back().front()].device() == parameter.device();
+                      parameters[members.back().front()].scalar_type() == parameter.scalar_type() &&
+                      parameters[members.back().front()].device() == parameter.device();
     if (!fits) {
       members.emplace_back();
       bucket_bytes = 0;
@@ -29,7 +24,13 @@ GradientBuckets::GradientBuckets(std::vector<torch::Tensor> parameters, c10::int
     members.back().push_back(index);
     bucket_bytes += bytes;
   }
+  return members;
+}
 
+GradientBuckets::GradientBuckets(std::vector<torch::Tensor> parameters, c10::intrusive_ptr<c10d::Backend> backend,
+                                 double bucket_mib, bool overlap)
+    : parameters_(std::move(parameters)), slots_(parameters_.size()), backend_(std::move(backend)), overlap_(overlap) {
+  const auto members = plan_buckets(parameters_, bucket_mib);
   for (size_t b = 0; b < members.size(); ++b) {
     int64_t numel = 0;
     for (size_t index : members[b]) {

@@ -19,6 +19,11 @@
 
 namespace parbench {
 
+// The buckets, as the indices of `parameters` each holds: in reverse order, about `bucket_mib`
+// MiB each, one dtype and device per bucket, a parameter larger than that alone in one.
+// Buckets are listed in the order their all-reduces start.
+std::vector<std::vector<size_t>> plan_buckets(const std::vector<torch::Tensor>& parameters, double bucket_mib);
+
 class GradientBuckets {
  public:
   GradientBuckets(std::vector<torch::Tensor> parameters, c10::intrusive_ptr<c10d::Backend> backend, double bucket_mib,
