@@ -126,9 +126,10 @@ PartTimes time_parts(const StagedModel& model, const std::vector<Partition>& par
       times.forward_ms[p].push_back(forward_ms);
       times.backward_ms[p].push_back(std::max(0.0, both_ms - forward_ms));
       activation = next_input;
-      if (copies && p + 1 < parts.size()) {
+      if (p + 1 < parts.size()) {
         const auto next = parts[p + 1].device;
-        times.copy_ms[p].push_back(median_ms({part.device, next}, [&] { activation.to(next); }));
+        if (copies) times.copy_ms[p].push_back(median_ms({part.device, next}, [&] { activation.to(next); }));
+        activation = activation.to(next);  // the next part's input, on its device
       }
     }
   }
