@@ -310,6 +310,26 @@ bool modelled(const CaseSpec& spec) {
   return name == "single" || name == "model_parallel";
 }
 
+// A case skipped only because it needs more GPUs than are visible: predicted all the same from
+// its parts profiled on the visible GPUs, which they share (so each part's time is its own, but
+// a copy between parts is one within a GPU, not over the link). Not ddp: its all-reduce needs
+// a GPU per rank.
+bool predicted_only(const CaseSpec& spec) {
+  const auto visible = torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0;
+  return visible > 0 && spec.gpus > visible && spec.strategy->name != "ddp" &&
+         spec.skip_reason.rfind("needs ", 0) == 0;
+}
+
+// The devices a set-up's profile runs on: the case's, or for a predicted-only case the visible
+// GPUs, repeated.
+std::vector<torch::Device> profile_devices(const CaseSpec& spec) {
+  if (!predicted_only(spec)) return case_devices(spec);
+  const auto visible = static_cast<int>(torch::cuda::device_count());
+  std::vector<torch::Device> devices;
+  for (int i = 0; i < spec.gpus; ++i) devices.emplace_back(torch::kCUDA, static_cast<c10::DeviceIndex>(i % visible));
+  return devices;
+}
+
 }  // namespace
 
 AdviseProfile profile_setup(const CaseSpec& spec, const std::vector<torch::Device>& devices, bool graphed,
@@ -337,7 +357,7 @@ std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& 
   std::map<std::string, std::vector<CaseSpec>> setups;
   size_t left_out = 0;
   for (const auto& spec : cases) {
-    if (!modelled(spec) || !spec.skip_reason.empty()) {
+    if (!modelled(spec) || (!spec.skip_reason.empty() && !predicted_only(spec))) {
       ++left_out;
       continue;
     }
@@ -361,7 +381,7 @@ std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& 
     const auto began = std::chrono::steady_clock::now();
     AdviseProfile profile;
     const auto multi = std::find_if(specs.begin(), specs.end(), [](const auto& s) { return s.strategy->name != "single"; });
-    const auto devices = case_devices(multi != specs.end() ? *multi : specs.front());
+    const auto devices = profile_devices(multi != specs.end() ? *multi : specs.front());
     const auto device = devices.front();
     // The set-up's whole batch, whatever a ddp case's own config holds.
     CaseSpec setup = multi != specs.end() ? *multi : specs.front();
@@ -416,12 +436,16 @@ std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& 
       auto& spec = specs[rank];
       spec.predicted_rank = static_cast<int>(rank + 1);
       const double images_per_second = 1e3 * static_cast<double>(spec.global_batch) / *spec.predicted_step_ms;
-      std::printf("  %4zu  %12.2f  %10.0f  %s%s\n", rank + 1, *spec.predicted_step_ms, images_per_second,
-                  spec.name.c_str(), rank == 0 ? "  <- recommended" : "");
-      predictions.push_back({{"name", spec.name}, {"predicted_step_ms", *spec.predicted_step_ms},
-                             {"rank", rank + 1}, {"profile", profile.cut.empty() ? "single" : profile.cut}});
+      const bool runs = spec.skip_reason.empty();
+      std::printf("  %4zu  %12.2f  %10.0f  %s%s%s\n", rank + 1, *spec.predicted_step_ms, images_per_second,
+                  spec.name.c_str(), rank == 0 ? "  <- recommended" : "",
+                  runs ? "" : ("  (not run: " + spec.skip_reason + ")").c_str());
+      nlohmann::json prediction = {{"name", spec.name}, {"predicted_step_ms", *spec.predicted_step_ms},
+                                   {"rank", rank + 1}, {"profile", profile.cut.empty() ? "single" : profile.cut}};
+      if (!runs) prediction["not_run"] = spec.skip_reason;
+      predictions.push_back(prediction);
       const bool validated = static_cast<int>(rank) < options.advise_validate || spec.strategy->name == "single";
-      if (validated) to_run.push_back(spec);
+      if (validated && runs) to_run.push_back(spec);
     }
     std::fflush(stdout);
   }

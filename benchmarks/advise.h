@@ -67,7 +67,9 @@ AdviseProfile profile_setup(const CaseSpec& spec, const std::vector<torch::Devic
 // kValidateAll), each carrying its prediction. A set-up is a global batch: ddp's strong-scaling
 // cases join the others', its weak-scaling ones make their own. ddp without GPUs for its ranks,
 // data_parallel's clone variant, pipeline cases on two lanes, interleaved and zb-h1 ones are not
-// modelled: they are left out, with a line saying so.
+// modelled: they are left out, with a line saying so. A case skipped for want of GPUs (on a
+// machine with fewer than it needs, but some) is predicted all the same, from its parts profiled
+// sharing the visible GPUs, and marked not run.
 std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& options);
 
 }  // namespace parbench
