@@ -3,6 +3,7 @@
 #include "models/autocast_cache.h"
 
 #ifdef PARBENCH_WITH_CUDA
+#include <ATen/core/CachingHostAllocator.h>
 #include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -113,7 +114,27 @@ GraphedStep::GraphedStep(Strategy& strategy, Batch example) {
       try {
         captured.graph.capture_end();
       } catch (const std::exception&) {
-        // The step's own error is the one to report.
+        // The step's own error is the one to report. CUDAGraph::capture_end stops at a failed
+        // cudaStreamEndCapture (an invalidated capture) before it ends its device's pool, and
+        // its reset() then never releases it: the allocator would keep a capture underway on
+        // that device, deferring every cross-stream free for the rest of the process (on a
+        // 2-GPU run, 128 GiB reserved and the next cases out of memory). Done here instead.
+        bool graph_owns_pool = true;  // it releases the pool itself once its capture has ended
+        try {
+          captured.graph.pool();
+        } catch (const std::exception&) {
+          graph_owns_pool = false;
+        }
+        if (!graph_owns_pool) {
+          try {
+            c10::cuda::CUDACachingAllocator::endAllocateToPool(primary.index(), captured.pool);
+            at::getHostAllocator(at::kCUDA)->end_allocate_to_pool(captured.pool);
+          } catch (const std::exception&) {
+            // capture_end got as far as ending them.
+          }
+          c10::cuda::CUDACachingAllocator::releasePool(primary.index(), captured.pool);
+          at::getHostAllocator(at::kCUDA)->release_pool(captured.pool);
+        }
       }
       end_pools();
       throw;

@@ -4,7 +4,9 @@
 //   3. run each replica's forward from its own host thread (replica 0's from the caller), on
 //      each device's current stream: C++ has no GIL, so the replicas dispatch in parallel;
 //   4. gather the outputs on device 0 and take the loss there;
-//   5. one backward: LibTorch's autograd engine runs each device's part on that device's thread;
+//   5. backward: the loss's, then each replica's from its output's gradient, in parallel as the
+//      forwards (Python's is one backward through the gather; no edge between devices here, so
+//      that a CUDA graph can capture the step);
 //   6. reduce the replicas' gradients onto device 0, one flat copy per dtype;
 //   7. SGD on device 0.
 // The replicas are built once, at set-up: replica 0 is the model itself, the others live on
@@ -24,6 +26,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <stdexcept>
 
@@ -132,10 +135,17 @@ class DataParallel final : public Strategy {
     const auto began = Clock::now();
     const auto outputs = parallel_forward(batch.inputs);
     const auto forwards_issued = Clock::now();
+    // The outputs join the loss on device 0 as leaves: an autograd edge between devices would
+    // have the engine sync with a device's default stream, which a CUDA graph capture must not
+    // touch. The loss's backward gives each output's gradient, and each replica's backward then
+    // runs from it on its own device.
     std::vector<torch::Tensor> gathered;
-    for (const auto& output : outputs) gathered.push_back(output.to(devices_.front(), /*non_blocking=*/true));
+    for (const auto& output : outputs) {
+      gathered.push_back(output.detach().to(devices_.front(), /*non_blocking=*/true).requires_grad_());
+    }
     auto loss = compute_loss(torch::cat(gathered), batch.targets, config_.loss);
     loss.backward();
+    parallel_backward(outputs, gathered);
     host_forward_seconds_ += std::chrono::duration<double>(forwards_issued - began).count();
     host_backward_seconds_ += std::chrono::duration<double>(Clock::now() - forwards_issued).count();
     ++steps_;
@@ -167,36 +177,52 @@ class DataParallel final : public Strategy {
     for (size_t r = 1; r < used; ++r) torch::_foreach_add_(gradients.front(), coalesced_to(gradients[r], devices_.front()));
   }
 
-  // Scatters `inputs` over the replicas and runs their forwards in parallel: replica r > 0 on
-  // worker r-1, on the caller's current streams. The outputs stay on their devices.
+  // Scatters `inputs` over the replicas and runs their forwards in parallel. The outputs stay
+  // on their devices.
   std::vector<torch::Tensor> parallel_forward(const torch::Tensor& inputs) {
     const auto shards = inputs.chunk(static_cast<int64_t>(replicas_.size()));
     std::vector<torch::Tensor> outputs(shards.size());
     std::vector<torch::Tensor> placed;
     for (size_t r = 0; r < shards.size(); ++r) placed.push_back(shards[r].to(devices_[r], /*non_blocking=*/true));
+    on_every_replica(shards.size(), [this, &placed, &outputs](size_t r) { outputs[r] = replicas_[r]->forward(placed[r]); });
+    return outputs;
+  }
+
+  // Each replica's backward from its output's gradient (on device 0 in `gathered`), in parallel.
+  void parallel_backward(const std::vector<torch::Tensor>& outputs, const std::vector<torch::Tensor>& gathered) {
+    std::vector<torch::Tensor> gradients;
+    for (size_t r = 0; r < outputs.size(); ++r) {
+      gradients.push_back(gathered[r].grad().to(devices_[r], /*non_blocking=*/true));
+    }
+    on_every_replica(outputs.size(), [&outputs, &gradients](size_t r) { outputs[r].backward(gradients[r]); });
+  }
+
+  // Runs `job(r)` for the first `used` replicas in parallel: replica r > 0's on worker r-1, on
+  // the caller's current streams, and replica 0's on the caller's thread. Rethrows the first
+  // error once every job has ended.
+  void on_every_replica(size_t used, const std::function<void(size_t)>& job) {
     std::vector<c10::Stream> streams;
     for (const auto& device : devices_) {
       const auto stream = c10::impl::VirtualGuardImpl(device.type()).getStream(device);
       if (device.is_cuda() && std::find(streams.begin(), streams.end(), stream) == streams.end()) streams.push_back(stream);
     }
-    for (size_t r = 1; r < shards.size(); ++r) {
-      workers_[r - 1]->start([this, r, &placed, &outputs, &streams] {
+    for (size_t r = 1; r < used; ++r) {
+      workers_[r - 1]->start([r, &job, &streams] {
         c10::MultiStreamGuard on_caller_streams(streams);
-        outputs[r] = replicas_[r]->forward(placed[r]);
+        job(r);
       });
     }
     std::exception_ptr first_error;
     try {
-      outputs[0] = replicas_[0]->forward(placed[0]);
+      job(0);
     } catch (...) {
       first_error = std::current_exception();
     }
-    for (size_t r = 1; r < shards.size(); ++r) {
-      const auto error = workers_[r - 1]->finish();  // before `outputs` and `placed` go
+    for (size_t r = 1; r < used; ++r) {
+      const auto error = workers_[r - 1]->finish();  // before what the jobs use goes
       if (error && !first_error) first_error = error;
     }
     if (first_error) std::rethrow_exception(first_error);
-    return outputs;
   }
 
   RunConfig config_;

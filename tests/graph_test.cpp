@@ -12,6 +12,11 @@
 
 #include <gtest/gtest.h>
 
+#ifdef PARBENCH_WITH_CUDA
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
+
 #include <algorithm>
 #include <cmath>
 
@@ -243,6 +248,84 @@ TEST(AdviseProfile, TimesDdpsBucketsOnTwoGpus) {
     EXPECT_DOUBLE_EQ(large.bucket_ready_ms.back(), large.backward_ms);
   }
 }
+
+// --advise on a machine with fewer GPUs than a case needs: the case is predicted from its parts
+// sharing the visible GPUs, and left out of the cases to run.
+TEST(Advise, PredictsCasesNeedingMoreGpusThanVisibleWithoutRunningThem) {
+  if (visible_gpus() == 0) GTEST_SKIP() << "needs a GPU, 0 visible";
+  const auto gpus = "--gpus=" + std::to_string(visible_gpus() + 1);
+  std::vector<std::string> arguments = {"parbench", "--strategies=single,pipeline,ddp", "--models=tinycnn",
+                                        "--batch=8", "--image=32", "--split-sizes=4", "--schedules=gpipe",
+                                        "--advise=all", gpus};
+  std::vector<char*> argv;
+  for (auto& argument : arguments) argv.push_back(argument.data());
+  std::vector<char*> benchmark_args;
+  const auto options = parse_options(static_cast<int>(argv.size()), argv.data(), /*has_gpu=*/true, &benchmark_args);
+  const auto cases = build_cases(options, visible_gpus());
+  testing::internal::CaptureStdout();
+  const auto to_run = advise(cases, options);
+  const auto table = testing::internal::GetCapturedStdout();
+  ASSERT_EQ(to_run.size(), 1u);  // single; pipeline needs a GPU more than are visible, ddp too
+  EXPECT_EQ(to_run.front().strategy->name, "single");
+  EXPECT_TRUE(to_run.front().predicted_step_ms.has_value());
+  const auto pipeline_row = table.find("train/pipeline/tinycnn");
+  ASSERT_NE(pipeline_row, std::string::npos) << table;
+  EXPECT_NE(table.find("(not run: needs", pipeline_row), std::string::npos) << table;
+  EXPECT_EQ(table.find("train/ddp"), std::string::npos) << table;
+}
+
+#ifdef PARBENCH_WITH_CUDA
+// A step whose capture the device refuses: it waits on work outside the capture, as autograd's
+// sync with a device's default stream did in data_parallel's backward across two GPUs.
+class WaitsOutsideTheCapture final : public Strategy {
+ public:
+  explicit WaitsOutsideTheCapture(torch::Device device) { devices_ = {device}; }
+  void setup(const ModelFactory&, const std::vector<torch::Device>&, const RunConfig&) override {}
+  torch::Device input_device() const override { return devices_.front(); }
+  torch::Device target_device() const override { return devices_.front(); }
+  torch::Tensor train_step(const Batch& batch) override {
+    const auto doubled = batch.inputs * 2;  // in the capture's pool
+    const auto index = devices_.front().index();
+    at::cuda::CUDAEvent outside;
+    outside.record(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, index));
+    outside.block(c10::cuda::getCurrentCUDAStream(index));
+    return doubled.sum();
+  }
+};
+
+// After a capture that failed, the allocator still frees memory that another stream used:
+// CUDAGraph leaves its pool's capture open when cudaStreamEndCapture fails, and the allocator
+// then defers every such free until no capture is underway, which was never.
+TEST(GraphedStep, AFailedCaptureLeavesTheAllocatorFreeingMemory) {
+  if (visible_gpus() == 0) GTEST_SKIP() << "needs a GPU, 0 visible";
+  const torch::Device gpu(torch::kCUDA, 0);
+  WaitsOutsideTheCapture strategy(gpu);
+  const Batch batch{torch::ones({1024}, gpu), torch::ones({1}, gpu)};
+  EXPECT_THROW(GraphedStep(strategy, batch), std::exception);
+
+  const auto reserved_bytes = [] {
+    torch::cuda::synchronize();
+    c10::cuda::CUDACachingAllocator::emptyCache();
+    return c10::cuda::CUDACachingAllocator::getDeviceStats(0)
+        .reserved_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)]
+        .current;
+  };
+  const auto before = reserved_bytes();
+  {
+    const auto used_elsewhere = torch::empty({64 << 20}, torch::TensorOptions().device(gpu));  // 256 MiB
+    c10::cuda::CUDACachingAllocator::recordStream(used_elsewhere.storage().data_ptr(),
+                                                  c10::cuda::getStreamFromPool(/*isHighPriority=*/false, 0));
+  }
+  EXPECT_EQ(reserved_bytes(), before);
+  // And the next capture works.
+  RunConfig config;
+  config.model = "tinycnn";
+  auto single = make_single(config, gpu);
+  const auto example = make_random_batch(config, 2, gpu, gpu);
+  GraphedStep replayed(*single, example);
+  EXPECT_TRUE(std::isfinite(replayed.run(example).item<double>()));
+}
+#endif
 
 TEST(GraphedStep, RefusesAStepThatIsNotOnGpus) {
   RunConfig config;
