@@ -159,12 +159,9 @@ class Case:
 
     @property
     def reference_batch(self) -> int:
-        """The batch of the single-GPU case this one compares with: the same global batch,
-        except under weak-scaling ddp, where each rank keeps single's batch."""
-        batch = int(self.fields["batch"])  # per rank for ddp
-        if self.strategy == "ddp" and self.fields["scaling"] != "weak":
-            return batch * self.gpus
-        return batch
+        """The batch of the single-GPU case this one compares with: the name's batch, which is
+        the global one, but for weak-scaling ddp each rank's (as --batch is): single's either way."""
+        return int(self.fields["batch"])
 
     @property
     def setup(self) -> Setup:
@@ -247,7 +244,8 @@ class Case:
         if "replicate" in self.fields:
             words.append(f"replicate {self.fields['replicate']}")
         if self.strategy == "ddp":
-            words.append(f"per-rank batch {self.fields['batch']}")
+            batch = int(self.fields["batch"])  # the global batch in strong scaling
+            words.append(f"per-rank batch {batch if self.fields.get('scaling') == 'weak' else batch // self.gpus}")
         described = set(_SETUP_KEYS) | {"gpus", "schedule", "split", "bucket_mib", "overlap", "scaling", "graph",
                                          "replicate"}
         words += [f"{key} {value}" for key, value in self.fields.items() if key not in described]

@@ -218,6 +218,22 @@ def test_weak_scaling_ddp_compares_with_single_at_the_per_rank_batch(gpu_report)
             median(single, "step_ms") / median(entries, "step_ms"), abs=0.005)
 
 
+def test_strong_scaling_ddp_compares_with_single_at_the_global_batch(tmp_path):
+    # A 2-GPU run: --batch=120 --scaling=strong, each rank's batch 60; its name says batch:120.
+    files = [REPORTS / "2xh200-2026-11-24-advise" / "x2-run2" / "advise_128.json"]
+    result = run(MAKE_REPORT, tmp_path / "out", files)
+    assert result.returncode == 0, result.stderr
+    graphed = tables((tmp_path / "out" / "REPORT.md").read_text(encoding="utf-8"), "Summary")[FP32 + ", CUDA graph"]
+    reps = repetitions(files)
+    single = reps["train/single/resnet50/batch:120/image:128/precision:fp32/data:device/graph:on/manual_time"]
+    ddp = reps["train/ddp/resnet50/batch:120/image:128/precision:fp32/data:device/gpus:2/bucket_mib:25/overlap:on/"
+               "scaling:strong/graph:on/iterations:10/manual_time"]
+    cells = row(graphed, "ddp", "overlap on")
+    assert "per-rank batch 60" in cells["config"]
+    assert number(cells["speedup vs single"]) == pytest.approx(
+        median(single, "step_ms") / median(ddp, "step_ms"), abs=0.005)
+
+
 def pipeline_medians(files, precision):
     """schedule -> {split_size: median step_ms}, from the fixture's pipeline names."""
     found = {}
