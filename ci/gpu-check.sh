@@ -48,7 +48,9 @@ step_build() {
 # built by ci/build.sh on a machine without GPUs against the same torch wheel (2.11.0+cu130) and
 # carried (carry: ["build/parbench", "build/tests/parbench_tests"]; or a copy of the two in
 # PARBENCH_PREBUILT_DIR, as build/ has them, so that build/ may change meanwhile). They find this machine's
-# LibTorch through LD_LIBRARY_PATH; Google Benchmark and GoogleTest are linked in statically.
+# LibTorch through LD_LIBRARY_PATH; Google Benchmark and GoogleTest are linked in statically. Configure
+# that build with PARBENCH_GIT_SHA=$(git rev-parse HEAD) in the environment: otherwise their JSON names
+# the commit this machine's copy carries (the last landed one), not the source they were built from.
 step_prebuilt() {
   local torch_lib
   torch_lib=$(python3 -c "import os, torch; print(os.path.join(os.path.dirname(torch.__file__), 'lib'))") || return 1
