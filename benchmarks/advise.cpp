@@ -312,8 +312,8 @@ bool modelled(const CaseSpec& spec) {
 
 // A case skipped only because it needs more GPUs than are visible: predicted all the same from
 // its parts profiled on the visible GPUs, which they share (so each part's time is its own, but
-// a copy between parts is one within a GPU, not over the link). Not ddp: its all-reduce needs
-// a GPU per rank.
+// two parts on one GPU need no copy: copies count as free). Not ddp: its all-reduce needs a GPU
+// per rank.
 bool predicted_only(const CaseSpec& spec) {
   const auto visible = torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0;
   return visible > 0 && spec.gpus > visible && spec.strategy->name != "ddp" &&
