@@ -183,53 +183,54 @@ double allreduce_ms(const std::vector<torch::Device>& devices, int64_t bytes, c1
 void profile_ddp(const CaseSpec& spec, const std::vector<torch::Device>& devices, bool graphed,
                  const std::vector<std::pair<double, int64_t>>& cases, AdviseProfile& profile) {
   std::map<std::pair<int64_t, c10::ScalarType>, double> allreduce_cache;
-  std::map<int64_t, double> step_cache;
-  for (const auto& [bucket_mib, rank_batch] : cases) {
+  std::set<int64_t> rank_batches;
+  for (const auto& ddp_case : cases) rank_batches.insert(ddp_case.second);
+  // Per per-rank batch, once: the stages' backwards and single's step; per bucket size, the buckets.
+  for (auto rank_batch : rank_batches) {
     auto config = spec.config;
     config.batch_size = rank_batch;
     auto model = make_model(config.model, config.num_classes);
-    const auto stage_names = [&] {
-      std::vector<std::string> names;
-      for (const auto& stage : model->stages()) names.push_back(stage.name);
-      return names;
-    }();
-    config.cut.clear();
-    for (const auto& name : stage_names) config.cut += (config.cut.empty() ? "" : "|") + name;
-    const std::vector<torch::Device> one_gpu(stage_names.size(), devices.front());
+    Cut stage_per_part;
+    for (const auto& stage : model->stages()) stage_per_part.push_back({stage.name});
+    config.cut = format_cut(stage_per_part);
+    const std::vector<torch::Device> one_gpu(stage_per_part.size(), devices.front());
     const auto stages = partition_model(*model, one_gpu, config, rank_batch, nullptr);
     const auto times = time_parts(*model, stages, config, {rank_batch}, graphed, /*copies=*/false);
+    CaseSpec at_rank_batch = spec;
+    at_rank_batch.config.batch_size = rank_batch;
+    const double rank_step_ms = single_step_ms(at_rank_batch, devices.front(), graphed);
 
-    DdpProfile ddp;
-    if (step_cache.count(rank_batch) == 0) {
-      CaseSpec at_rank_batch = spec;
-      at_rank_batch.config.batch_size = rank_batch;
-      step_cache[rank_batch] = single_step_ms(at_rank_batch, devices.front(), graphed);
-    }
-    ddp.rank_step_ms = step_cache[rank_batch];
+    double backward_ms = 0;
     std::map<const c10::TensorImpl*, double> ready_ms;
     for (auto s = stages.size(); s-- > 0;) {
       const auto parameters = stages[s].parameters();
-      const double begin = ddp.backward_ms;
-      ddp.backward_ms += times.backward_ms[s].front();
+      const double begin = backward_ms;
+      backward_ms += times.backward_ms[s].front();
       for (size_t i = 0; i < parameters.size(); ++i) {
         const double produced = static_cast<double>(parameters.size() - i) / static_cast<double>(parameters.size());
-        ready_ms[parameters[i].unsafeGetTensorImpl()] = begin + produced * (ddp.backward_ms - begin);
+        ready_ms[parameters[i].unsafeGetTensorImpl()] = begin + produced * (backward_ms - begin);
       }
     }
     const auto parameters = model->module().parameters();
-    for (const auto& members : plan_buckets(parameters, bucket_mib)) {
-      double ready = 0;
-      int64_t bytes = 0;
-      for (auto index : members) {
-        ready = std::max(ready, ready_ms.at(parameters[index].unsafeGetTensorImpl()));
-        bytes += parameters[index].numel() * static_cast<int64_t>(parameters[index].element_size());
+    for (const auto& [bucket_mib, batch] : cases) {
+      if (batch != rank_batch) continue;
+      DdpProfile ddp;
+      ddp.rank_step_ms = rank_step_ms;
+      ddp.backward_ms = backward_ms;
+      for (const auto& members : plan_buckets(parameters, bucket_mib)) {
+        double ready = 0;
+        int64_t bytes = 0;
+        for (auto index : members) {
+          ready = std::max(ready, ready_ms.at(parameters[index].unsafeGetTensorImpl()));
+          bytes += parameters[index].numel() * static_cast<int64_t>(parameters[index].element_size());
+        }
+        const auto dtype = parameters[members.front()].scalar_type();
+        if (allreduce_cache.count({bytes, dtype}) == 0) allreduce_cache[{bytes, dtype}] = allreduce_ms(devices, bytes, dtype);
+        ddp.bucket_ready_ms.push_back(ready);
+        ddp.bucket_allreduce_ms.push_back(allreduce_cache[{bytes, dtype}]);
       }
-      const auto dtype = parameters[members.front()].scalar_type();
-      if (allreduce_cache.count({bytes, dtype}) == 0) allreduce_cache[{bytes, dtype}] = allreduce_ms(devices, bytes, dtype);
-      ddp.bucket_ready_ms.push_back(ready);
-      ddp.bucket_allreduce_ms.push_back(allreduce_cache[{bytes, dtype}]);
+      profile.ddp[{bucket_mib, rank_batch}] = std::move(ddp);
     }
-    profile.ddp[{bucket_mib, rank_batch}] = std::move(ddp);
   }
 }
 
