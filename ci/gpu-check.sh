@@ -30,11 +30,16 @@ export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 parbench=./build-gpu/parbench
 gtest_binary=""  # set by step_prebuilt: the tests then run from it, not through ctest
 
-step_build() {
-  for deb in .deps/*.deb; do dpkg -x "$deb" "$deps"; done
+# The GPUs and the CPU, into the results and (in short) the output.
+record_machine() {
   nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv | tee "$results/gpus.csv"
   lscpu >"$results/lscpu.txt"
   grep -E "^(Model name|CPU\(s\)|Thread\(s\) per core|NUMA node\(s\)|CPU max MHz)" "$results/lscpu.txt"
+}
+
+step_build() {
+  for deb in .deps/*.deb; do dpkg -x "$deb" "$deps"; done
+  record_machine
   # Google Benchmark is built under $deps, from .deps/'s tarball, whatever .deps/ carries built.
   PARBENCH_NO_APT=1 PARBENCH_BENCHMARK_PREFIX="$deps/benchmark-release" BUILD_DIR=build-gpu \
     BUILD_LOG="$results/cmake.log" bash ci/build.sh "-DGTest_DIR=$lib/cmake/GTest" \
@@ -55,9 +60,7 @@ step_prebuilt() {
   local torch_lib
   torch_lib=$(python3 -c "import os, torch; print(os.path.join(os.path.dirname(torch.__file__), 'lib'))") || return 1
   export LD_LIBRARY_PATH="$torch_lib:$torch_lib/../../nvidia/cu13/lib:$LD_LIBRARY_PATH"
-  nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv | tee "$results/gpus.csv"
-  lscpu >"$results/lscpu.txt"
-  grep -E "^(Model name|CPU\(s\)|Thread\(s\) per core|NUMA node\(s\)|CPU max MHz)" "$results/lscpu.txt"
+  record_machine
   parbench=./${PARBENCH_PREBUILT_DIR:-build}/parbench
   gtest_binary=./${PARBENCH_PREBUILT_DIR:-build}/tests/parbench_tests
   "$parbench" --help >/dev/null && echo "prebuilt: $parbench runs against $torch_lib"

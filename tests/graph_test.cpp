@@ -181,16 +181,22 @@ TEST_P(GraphedStaged, ReplaysTrainAsEagerStepsDo) {
   }
 }
 
+// A set-up for --advise's profile: resnet50 on 64x64 images, 10 classes, `batch` images.
+CaseSpec small_resnet50_setup(const std::string& strategy, int64_t batch) {
+  CaseSpec spec;
+  spec.strategy = &StrategyRegistry::instance().get(strategy);
+  spec.config.model = "resnet50";
+  spec.config.num_classes = 10;
+  spec.config.batch_size = batch;
+  spec.config.image_size = 64;
+  return spec;
+}
+
 // --advise's profile (benchmarks/advise.h) eager and with every piece captured in a graph of its
 // own: every part timed at every size, on two GPUs (both parts on GPU 0 where one is visible).
 TEST(AdviseProfile, TimesEveryPartAtEverySizeEagerAndGraphed) {
   if (visible_gpus() == 0) GTEST_SKIP() << "needs a GPU, 0 visible";
-  CaseSpec spec;
-  spec.strategy = &StrategyRegistry::instance().get("pipeline");
-  spec.config.model = "resnet50";
-  spec.config.num_classes = 10;
-  spec.config.batch_size = 8;
-  spec.config.image_size = 64;
+  const auto spec = small_resnet50_setup("pipeline", 8);
   const std::vector<torch::Device> gpus = {torch::Device(torch::kCUDA, 0),
                                            torch::Device(torch::kCUDA, visible_gpus() >= 2 ? 1 : 0)};
   for (bool graphed : {false, true}) {
@@ -221,12 +227,7 @@ TEST(AdviseProfile, TimesEveryPartAtEverySizeEagerAndGraphed) {
 // at backward's end, and each has an all-reduce time across the two GPUs.
 TEST(AdviseProfile, TimesDdpsBucketsOnTwoGpus) {
   if (visible_gpus() < 2) GTEST_SKIP() << "needs 2 GPUs, " << visible_gpus() << " visible";
-  CaseSpec spec;
-  spec.strategy = &StrategyRegistry::instance().get("ddp");
-  spec.config.model = "resnet50";
-  spec.config.num_classes = 10;
-  spec.config.batch_size = 16;
-  spec.config.image_size = 64;
+  const auto spec = small_resnet50_setup("ddp", 16);
   const std::vector<torch::Device> gpus = {torch::Device(torch::kCUDA, 0), torch::Device(torch::kCUDA, 1)};
   for (bool graphed : {false, true}) {
     ProfileRequest request;
