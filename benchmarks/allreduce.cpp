@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <set>
 
 namespace parbench {
 namespace {
@@ -33,13 +34,15 @@ int64_t all_reduces_per_iteration(int64_t bytes) {
 std::vector<AllreduceCase> build_allreduce_cases(const Options& options, int gpus) {
   const bool ddp_runs = options.strategies.empty() || std::find(options.strategies.begin(), options.strategies.end(),
                                                                 "ddp") != options.strategies.end();
-  if (!ddp_runs || !options.allreduce) return {};
+  // NCCL's ranks cannot share a GPU, as a --devices list with repeats would have them.
+  const bool shared_gpus = std::set<int>(options.devices.begin(), options.devices.end()).size() < options.devices.size();
+  if (!ddp_runs || !options.allreduce || shared_gpus) return {};
   std::vector<int64_t> sizes;
   for (int64_t bytes = kSmallestBytes; bytes <= kLargestBytes; bytes *= 4) sizes.push_back(bytes);
   sizes.push_back(kResNet50GradientBytes);
   std::sort(sizes.begin(), sizes.end());
 
-  const int ranks = options.gpus > 0 ? options.gpus : std::max(gpus, 2);
+  const int ranks = multi_device_count(options, gpus);
   std::vector<AllreduceCase> cases;
   for (auto bytes : sizes) {
     AllreduceCase allreduce;

@@ -6,6 +6,7 @@
 #include "benchmarks/distributed_runner.h"
 #include "benchmarks/graphed_step.h"
 #include "benchmarks/outcomes.h"
+#include "benchmarks/profile_companion.h"
 #include "models/model_zoo.h"
 #include "strategies/pipeline_schedule.h"
 
@@ -14,6 +15,7 @@
 #endif
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -34,6 +36,21 @@ std::string format_number(double value) {
   char text[32];
   std::snprintf(text, sizeof text, "%g", value);
   return text;
+}
+
+std::string join_ids(const std::vector<int>& ids) {
+  std::string joined;
+  for (auto id : ids) joined += (joined.empty() ? "" : ",") + std::to_string(id);
+  return joined;
+}
+
+// "/devices:0,0" where --devices places the case other than on GPUs 0..gpus-1, whose names stay
+// as they were.
+std::string devices_part(const CaseSpec& spec) {
+  for (size_t i = 0; i < spec.gpu_ids.size(); ++i) {
+    if (spec.gpu_ids[i] != static_cast<int>(i)) return "/devices:" + join_ids(spec.gpu_ids);
+  }
+  return "";
 }
 
 // "single, ddp": the strategies whose step can be captured in a CUDA graph.
@@ -68,7 +85,7 @@ struct PreparedCase {
   std::unique_ptr<GraphedStep> graphed;  // set when the case replays a captured step
   double params = 0;
   double forward_flops_per_image = 0;
-  std::optional<std::vector<double>> busy_seconds;
+  CaseProfile profile;  // from the profile companion
 
   void step() { train_step(*strategy, graphed.get(), source->next()); }
 };
@@ -92,12 +109,9 @@ void fail_if_test_hook_names(const std::string& case_name) {
   if (name != nullptr && case_name == name) throw std::runtime_error("failing on purpose (PARBENCH_TEST_FAIL_CASE)");
 }
 
-PreparedCase& prepare(const CaseSpec& spec, const Options& options) {
-  auto& prepared = prepared_case();
-  if (prepared && prepared->name == spec.name) return *prepared;
-  release_prepared_case();
+// Set-up, warm-up and, for a graphed case, the capture: everything before the timed steps.
+std::unique_ptr<PreparedCase> make_prepared_case(const CaseSpec& spec, const Options& options) {
   fail_if_test_hook_names(spec.name);
-
   const auto devices = case_devices(spec);
   reset_peak_memory(devices);
   auto fresh = std::make_unique<PreparedCase>();
@@ -112,8 +126,23 @@ PreparedCase& prepare(const CaseSpec& spec, const Options& options) {
   for (int step = 0; step < options.warmup_steps; ++step) fresh->step();
   if (spec.cuda_graph) fresh->graphed = std::make_unique<GraphedStep>(*fresh->strategy, fresh->source->next());
   synchronize_devices(devices);
-  fresh->busy_seconds = measure_busy_seconds(devices, [&] { fresh->step(); });
-  prepared = std::move(fresh);
+  return fresh;
+}
+
+ProfileCompanion& profile_companion() {
+  static ProfileCompanion companion;
+  return companion;
+}
+
+PreparedCase& prepare(const CaseSpec& spec, const Options& options) {
+  auto& prepared = prepared_case();
+  if (prepared && prepared->name == spec.name) return *prepared;
+  release_prepared_case();
+  // Asked before this process sets the case up, so that the two never hold it at once.
+  CaseProfile profile;
+  if (wants_profile(spec, options)) profile = profile_companion().profile(spec.name);
+  prepared = make_prepared_case(spec, options);
+  prepared->profile = std::move(profile);
   return *prepared;
 }
 
@@ -122,14 +151,20 @@ PreparedCase& prepare(const CaseSpec& spec, const Options& options) {
 void add_strategy_cases(CaseSpec spec, const Options& options, int visible_gpus, std::vector<CaseSpec>& cases) {
   const auto& strategy = *spec.strategy;
   spec.gpus = strategy.min_devices > 1 || strategy.distributed ? multi_device_count(options, visible_gpus) : 1;
+  if (!options.devices.empty()) spec.gpu_ids.assign(options.devices.begin(), options.devices.begin() + spec.gpus);
   // Without GPUs every case runs on CPU devices (docs/JSON.md: devices=cpu).
   if (spec.cuda_graph && visible_gpus == 0) {
     spec.skip_reason = "CUDA graphs need a GPU, 0 visible";
-  } else if (visible_gpus > 0 && spec.gpus > visible_gpus) {
+  } else if (spec.gpus < strategy.min_devices) {
+    spec.skip_reason = "needs " + std::to_string(strategy.min_devices) + " devices, --devices names " +
+                       std::to_string(spec.gpus);
+  } else if (strategy.distributed && !shared_gpu_placement(spec).empty()) {
+    spec.skip_reason = "ddp's NCCL ranks cannot share a GPU (--devices repeats one)";
+  } else if (visible_gpus > 0 && spec.gpu_ids.empty() && spec.gpus > visible_gpus) {
     spec.skip_reason = "needs " + std::to_string(spec.gpus) + " GPUs, " + std::to_string(visible_gpus) + " visible";
   }
   const auto batch = spec.config.batch_size;
-  const auto base = base_name(strategy.name, spec.config, batch, spec.data);
+  const auto base = base_name(strategy.name, spec.config, batch, spec.data) + devices_part(spec);
   const auto gpus = "/gpus:" + std::to_string(spec.gpus);
   const std::string graph = spec.cuda_graph ? "/graph:on" : "";
 
@@ -213,11 +248,77 @@ void add_strategy_cases(CaseSpec spec, const Options& options, int visible_gpus,
 std::vector<torch::Device> case_devices(const CaseSpec& spec) {
   if (!torch::cuda::is_available()) return std::vector<torch::Device>(static_cast<size_t>(spec.gpus), torch::kCPU);
   std::vector<torch::Device> devices;
-  for (int i = 0; i < spec.gpus; ++i) devices.emplace_back(torch::kCUDA, static_cast<c10::DeviceIndex>(i));
+  for (int i = 0; i < spec.gpus; ++i) {
+    const int gpu = spec.gpu_ids.empty() ? i : spec.gpu_ids[static_cast<size_t>(i)];
+    devices.emplace_back(torch::kCUDA, static_cast<c10::DeviceIndex>(gpu));
+  }
   return devices;
 }
 
+std::string shared_gpu_placement(const CaseSpec& spec) {
+  const std::set<int> distinct(spec.gpu_ids.begin(), spec.gpu_ids.end());
+  if (distinct.size() == spec.gpu_ids.size()) return "";
+  return std::to_string(spec.gpu_ids.size()) + " " + spec.strategy->device_role + " on " +
+         std::to_string(distinct.size()) + (distinct.size() == 1 ? " GPU" : " GPUs");
+}
+
+void check_devices(const Options& options, int visible_gpus) {
+  if (options.devices.empty()) return;
+  const auto flag = "--devices=" + join_ids(options.devices);
+  if (visible_gpus == 0) {
+    throw UsageError(flag + " names GPUs, but none is visible (without GPUs, multi-device cases run on " +
+                     std::to_string(kCpuStandInDevices) + " CPU devices)");
+  }
+  for (auto gpu : options.devices) {
+    if (gpu >= visible_gpus) {
+      throw UsageError(flag + ": GPU " + std::to_string(gpu) + " is not visible (visible: 0 to " +
+                       std::to_string(visible_gpus - 1) + ")");
+    }
+  }
+  if (options.gpus > 0 && options.gpus != static_cast<int>(options.devices.size())) {
+    throw UsageError("--gpus=" + std::to_string(options.gpus) + " and " + flag + " disagree on the number of devices "
+                     "(leave --gpus out)");
+  }
+  if (std::set<int>(options.devices.begin(), options.devices.end()).size() == options.devices.size()) return;
+  for (const auto& name : options.strategies) {
+    if (!StrategyRegistry::instance().get(name).distributed) continue;
+    throw UsageError(flag + " repeats a GPU, but " + name + " runs one NCCL rank per GPU and ranks cannot share one "
+                     "(give distinct GPUs, or leave " + name + " out of --strategies)");
+  }
+}
+
+bool wants_profile(const CaseSpec& spec, const Options& options) {
+  return (options.busy_profile && all_cuda(case_devices(spec))) || !options.trace_dir.empty();
+}
+
+std::string trace_path(const std::string& dir, const std::string& case_name, const std::string& suffix) {
+  std::string file = case_name;
+  for (auto& character : file) {
+    if (!std::isalnum(static_cast<unsigned char>(character)) && character != '.' && character != '-') character = '_';
+  }
+  return dir + "/" + file + suffix + ".trace.json";
+}
+
+CaseProfile profile_case(const CaseSpec& spec, const Options& options) {
+  CaseProfile profile;
+  const auto devices = case_devices(spec);
+  auto prepared = make_prepared_case(spec, options);
+  if (options.busy_profile) profile.busy_seconds = measure_busy_seconds(devices, [&] { prepared->step(); });
+  if (!options.trace_dir.empty()) {
+    profile.trace_path = trace_path(options.trace_dir, spec.name);
+    save_step_trace(devices, [&] { prepared->step(); }, profile.trace_path);
+  }
+  prepared.reset();
+#ifdef PARBENCH_WITH_CUDA
+  if (torch::cuda::is_available()) c10::cuda::CUDACachingAllocator::emptyCache();
+#endif
+  return profile;
+}
+
+void stop_profile_companion() { profile_companion().stop(); }
+
 int multi_device_count(const Options& options, int visible_gpus) {
+  if (!options.devices.empty()) return static_cast<int>(options.devices.size());
   if (options.gpus > 0) return options.gpus;
   return visible_gpus > 0 ? std::max(visible_gpus, 2) : kCpuStandInDevices;
 }
@@ -351,10 +452,10 @@ void run_local_case(benchmark::State& state, const CaseSpec& spec, const Options
     set_training_counters(state, spec, seconds, steps, prepared.params, prepared.forward_flops_per_image);
     const auto peaks = peak_memory_bytes(devices);
     for (size_t i = 0; i < peaks.size(); ++i) state.counters["peak_mem_gib_dev" + std::to_string(i)] = peaks[i] / kGiB;
-    if (prepared.busy_seconds) {
+    if (const auto& busy_seconds = prepared.profile.busy_seconds) {
       const double step_seconds = seconds / steps;
-      for (size_t i = 0; i < prepared.busy_seconds->size(); ++i) {
-        const double busy = std::min(1.0, (*prepared.busy_seconds)[i] / step_seconds);
+      for (size_t i = 0; i < busy_seconds->size(); ++i) {
+        const double busy = std::min(1.0, (*busy_seconds)[i] / step_seconds);
         state.counters["busy_frac_dev" + std::to_string(i)] = busy;
         state.counters["bubble_frac_dev" + std::to_string(i)] = 1.0 - busy;
       }
@@ -362,6 +463,8 @@ void run_local_case(benchmark::State& state, const CaseSpec& spec, const Options
     for (const auto& [name, value] : prepared.strategy->counters()) state.counters[name] = value;
     auto facts = prepared.strategy->describe();
     facts["devices"] = device_kind(devices.front());
+    if (const auto placement = shared_gpu_placement(spec); !placement.empty()) facts["placement"] = placement;
+    if (!prepared.profile.trace_path.empty()) facts["trace"] = prepared.profile.trace_path;
     state.SetLabel(format_label(facts));
   } catch (const std::exception& error) {
     release_prepared_case();

@@ -21,6 +21,7 @@ struct CaseSpec {
   RunConfig config;          // config.batch_size: images per step in one process (one ddp rank)
   DataMode data = DataMode::kDevice;
   int gpus = 1;              // devices the case uses (ddp: ranks)
+  std::vector<int> gpu_ids;  // --devices: the GPU of each device, in order; empty: 0..gpus-1
   int64_t global_batch = 0;  // images per step over all devices and ranks
   std::string scaling;       // ddp: weak or strong
   bool cuda_graph = false;   // the step is captured once and replayed (benchmarks/graphed_step.h)
@@ -40,8 +41,16 @@ int multi_device_count(const Options& options, int visible_gpus);
 
 std::vector<CaseSpec> build_cases(const Options& options, int visible_gpus);
 
-// The devices a case runs on: GPUs 0..gpus-1, or as many CPU devices where there is no GPU.
+// The devices a case runs on: its gpu_ids, else GPUs 0..gpus-1, or as many CPU devices where
+// there is no GPU.
 std::vector<torch::Device> case_devices(const CaseSpec& spec);
+
+// "2 stages on 1 GPU" for a case whose devices share GPUs (--devices=0,0); "" otherwise.
+std::string shared_gpu_placement(const CaseSpec& spec);
+
+// Checks --devices against the visible GPUs and the strategies asked for (ddp's NCCL ranks cannot
+// share a GPU). Throws UsageError.
+void check_devices(const Options& options, int visible_gpus);
 
 // The iterations of each repetition where they are fixed (--iterations; distributed cases
 // always), else 0: Google Benchmark's min-time rule decides.
@@ -89,6 +98,26 @@ class RunProgress {
 void register_cases(const std::vector<CaseSpec>& cases, const Options& options, RunProgress& progress);
 
 void run_local_case(benchmark::State& state, const CaseSpec& spec, const Options& options);
+
+// What the profile companion measures of a case outside its timed steps.
+struct CaseProfile {
+  std::optional<std::vector<double>> busy_seconds;  // per device, one step; GPUs and --busy-profile only
+  std::string trace_path;                           // --trace only
+};
+
+// Whether a case is profiled at all: busy fractions on GPUs, traces everywhere.
+bool wants_profile(const CaseSpec& spec, const Options& options);
+
+// The profile companion's work for one case (benchmarks/profile_companion.h): sets it up as
+// run_local_case does, profiles a step for its busy time and another for its trace, and frees
+// its memory.
+CaseProfile profile_case(const CaseSpec& spec, const Options& options);
+
+// "<dir>/<case name, '/' and ':' as '_'><suffix>.trace.json".
+std::string trace_path(const std::string& dir, const std::string& case_name, const std::string& suffix = "");
+
+// Ends the profile companion, if one was started: after the last case.
+void stop_profile_companion();
 
 // Step time, images/s, TFLOP/s and the case's shape, from `seconds` spent on
 // `steps` training steps.

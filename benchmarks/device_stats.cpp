@@ -4,17 +4,15 @@
 
 #ifdef PARBENCH_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
-#include <torch/csrc/autograd/profiler_kineto.h>
 #endif
+#include <torch/csrc/autograd/profiler_kineto.h>
+
+#include <fstream>
 
 #include <algorithm>
 
 namespace parbench {
 namespace {
-
-bool all_cuda(const std::vector<torch::Device>& devices) {
-  return !devices.empty() && std::all_of(devices.begin(), devices.end(), [](const auto& d) { return d.is_cuda(); });
-}
 
 // Length of the union of [start, end) intervals.
 double covered_ns(std::vector<std::pair<uint64_t, uint64_t>> intervals) {
@@ -88,6 +86,28 @@ std::optional<std::vector<double>> measure_busy_seconds(const std::vector<torch:
 #else
   return std::nullopt;
 #endif
+}
+
+void save_step_trace(const std::vector<torch::Device>& devices, const std::function<void()>& step,
+                     const std::string& path) {
+  namespace profiler = torch::autograd::profiler;
+  using torch::profiler::impl::ActivityType;
+  torch::profiler::impl::ExperimentalConfig experimental;
+  experimental.profile_all_threads = true;  // the stage and replica threads issue most of a step
+  const torch::profiler::impl::ProfilerConfig config(torch::profiler::impl::ProfilerState::KINETO,
+                                                     /*report_input_shapes=*/false, /*profile_memory=*/false,
+                                                     /*with_stack=*/false, /*with_flops=*/false,
+                                                     /*with_modules=*/false, experimental);
+  std::set<ActivityType> activities = {ActivityType::CPU};
+  if (all_cuda(devices)) activities.insert(ActivityType::CUDA);
+  synchronize_devices(devices);
+  profiler::prepareProfiler(config, activities);
+  profiler::enableProfiler(config, activities);
+  step();
+  synchronize_devices(devices);
+  const auto result = profiler::disableProfiler();
+  if (!std::ofstream(path)) throw std::runtime_error("cannot write the trace " + path);
+  result->save(path);
 }
 
 }  // namespace parbench

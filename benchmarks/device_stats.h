@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <optional>
+#include <string>
 #include <vector>
 
 namespace parbench {
@@ -20,5 +21,11 @@ std::vector<double> peak_memory_bytes(const std::vector<torch::Device>& devices)
 // where the profiler cannot trace.
 std::optional<std::vector<double>> measure_busy_seconds(const std::vector<torch::Device>& devices,
                                                         const std::function<void()>& step);
+
+// Runs `step` once under the profiler, host threads (every thread: stage and replica threads
+// too) and, on GPUs, kernels and copies, and saves a Chrome/Perfetto trace to `path`. Throws
+// std::runtime_error if the file cannot be written.
+void save_step_trace(const std::vector<torch::Device>& devices, const std::function<void()>& step,
+                     const std::string& path);
 
 }  // namespace parbench

@@ -15,6 +15,10 @@ struct DeviceTimer::CudaEvents {
 #endif
 };
 
+bool all_cuda(const std::vector<torch::Device>& devices) {
+  return !devices.empty() && std::all_of(devices.begin(), devices.end(), [](const auto& d) { return d.is_cuda(); });
+}
+
 void synchronize_devices(const std::vector<torch::Device>& devices) {
   for (const auto& device : devices) {
     if (device.is_cuda()) torch::cuda::synchronize(device.index());
@@ -38,8 +42,7 @@ double median_synchronised_seconds(const std::vector<torch::Device>& devices, in
 DeviceTimer::DeviceTimer(std::vector<torch::Device> devices, TimerKind kind)
     : devices_(std::move(devices)), kind_(kind), events_(std::make_unique<CudaEvents>()) {
 #ifdef PARBENCH_WITH_CUDA
-  use_events_ = kind_ == TimerKind::kEvent &&
-                std::all_of(devices_.begin(), devices_.end(), [](const auto& d) { return d.is_cuda(); });
+  use_events_ = kind_ == TimerKind::kEvent && all_cuda(devices_);
   if (use_events_) {
     for (size_t i = 0; i < devices_.size(); ++i) {
       events_->start.emplace_back(cudaEventDefault);

@@ -41,6 +41,9 @@ class DeviceTimer {
   std::unique_ptr<CudaEvents> events_;
 };
 
+// Whether `devices` is not empty and every one is a GPU.
+bool all_cuda(const std::vector<torch::Device>& devices);
+
 // Waits until every CUDA device in `devices` has finished its queued work.
 void synchronize_devices(const std::vector<torch::Device>& devices);
 

@@ -1,6 +1,7 @@
 #include "benchmarks/distributed_runner.h"
 
 #include "benchmarks/batch_source.h"
+#include "benchmarks/cases.h"
 #include "benchmarks/device_stats.h"
 #include "benchmarks/device_timer.h"
 #include "benchmarks/graphed_step.h"
@@ -34,7 +35,7 @@ void save_weights_for_tests(StagedModel& model, int rank) {
 
 }  // namespace
 
-RankedRun run_training_rank(World& world, const CaseSpec& spec, const Options& options) {
+RankedRun run_training_rank(World& world, const CaseSpec& spec, const Options& options, bool ends_with_case) {
   TORCH_CHECK(world.size() == spec.gpus, spec.name, " needs ", spec.gpus, " ranks, the world has ", world.size());
   const std::vector<torch::Device> devices{world.device()};
   RankedRun run;
@@ -63,9 +64,6 @@ RankedRun run_training_rank(World& world, const CaseSpec& spec, const Options& o
     }
     const auto step = [&] { train_step(*strategy, graphed.get(), source.next()); };
     synchronize_devices(devices);
-    world.report_progress("the busy-time step");
-    world.barrier("the busy-time step");
-    const auto busy = measure_busy_seconds(devices, step);
 
     mine.seconds = time_iterations_together(world, options, devices, [&] {
       for (int repeat = 0; repeat < options.steps_per_iteration; ++repeat) step();
@@ -73,7 +71,20 @@ RankedRun run_training_rank(World& world, const CaseSpec& spec, const Options& o
     save_weights_for_tests(strategy->model(), world.rank());
     const auto peaks = peak_memory_bytes(devices);
     if (!peaks.empty()) mine.peak_bytes = peaks.front();
-    if (busy) mine.busy_seconds = busy->front();
+    // After the timed steps: a profiler session would slow every later step of this process
+    // (benchmarks/profile_companion.h). A rank of parbench's launcher ends with its case; one of
+    // an external launcher goes on to the next case, so it takes no profile.
+    if (ends_with_case && options.busy_profile) {
+      world.report_progress("the busy-time step");
+      world.barrier("the busy-time step");
+      const auto busy = measure_busy_seconds(devices, step);
+      if (busy) mine.busy_seconds = busy->front();
+    }
+    if (ends_with_case && !options.trace_dir.empty()) {
+      world.report_progress("the traced step");
+      world.barrier("the traced step");
+      save_step_trace(devices, step, trace_path(options.trace_dir, spec.name, ".rank" + std::to_string(world.rank())));
+    }
 
     run.facts = strategy->describe();
     run.facts["scaling"] = spec.scaling;
@@ -92,7 +103,7 @@ RankedRun run_training_rank(World& world, const CaseSpec& spec, const Options& o
 
 void run_distributed_case(benchmark::State& state, const CaseSpec& spec, const Options& options) {
   const auto reported = report_next_repetition(state, spec.name, spec.gpus, options,
-                                               [&](World& world) { return run_training_rank(world, spec, options); });
+                                               [&](World& world) { return run_training_rank(world, spec, options, /*ends_with_case=*/false); });
   if (!reported) return;
   const auto& run = *reported->run;
   const auto& repetition = run.repetitions[reported->index];

@@ -1,6 +1,7 @@
 #include "benchmarks/launcher.h"
 
 #include "benchmarks/device_timer.h"
+#include "benchmarks/self_exec.h"
 #include "benchmarks/temporary_directory.h"
 
 #include "benchmarks/allreduce.h"
@@ -263,22 +264,6 @@ double median(std::vector<double> values) {
   return values.size() % 2 == 1 ? values[middle] : (values[middle - 1] + values[middle]) / 2;
 }
 
-std::string self_binary() {
-  char path[4096];
-  const ssize_t length = readlink("/proc/self/exe", path, sizeof path - 1);
-  return length > 0 ? std::string(path, static_cast<size_t>(length)) : "/proc/self/exe";
-}
-
-// This process's own arguments, exactly as given (Options::argv is space-joined).
-std::vector<std::string> self_arguments() {
-  std::ifstream file("/proc/self/cmdline", std::ios::binary);
-  std::vector<std::string> arguments;
-  std::string argument;
-  while (std::getline(file, argument, '\0')) arguments.push_back(argument);
-  if (!arguments.empty()) arguments.erase(arguments.begin());
-  return arguments;
-}
-
 // ---- Being a rank ----------------------------------------------------------------------------
 
 // Whether the test hook `variable` names `rank`.
@@ -301,7 +286,7 @@ RankedRun run_named_case(const std::string& name, const Options& options, World&
     for (const auto& spec : build_cases(options, world.size())) {
       if (spec.name != name) continue;
       if (!spec.skip_reason.empty()) throw std::runtime_error("case " + name + " is skipped: " + spec.skip_reason);
-      return run_training_rank(world, spec, options);
+      return run_training_rank(world, spec, options, /*ends_with_case=*/true);
     }
   }
   throw std::runtime_error("no case named " + name + " with these options on " + std::to_string(world.size()) +
@@ -582,7 +567,11 @@ int run_worker(const WorkerRequest& request, Options options, int visible_gpus) 
     const auto record_stall = [dir = request.result_dir, rank](const std::string& message) {
       std::ofstream(error_file(dir, rank)) << message << "\n";
     };
-    auto world = std::make_shared<World>(*info, rank_device(*info, visible_gpus), timeout_of(options.dist_timeout_s),
+    // --devices names each rank's GPU (distinct: check_devices and the case builder see to it).
+    const auto device = options.devices.empty()
+                            ? rank_device(*info, visible_gpus)
+                            : torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(options.devices.at(rank)));
+    auto world = std::make_shared<World>(*info, device, timeout_of(options.dist_timeout_s),
                                          record_stall);
     set_joined_world(world);
     if (test_hook_names("PARBENCH_TEST_FAIL_RANK", rank)) {

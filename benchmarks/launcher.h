@@ -86,8 +86,9 @@ std::vector<std::vector<double>> time_iterations_together(World& world, const Op
                                                           const std::function<void()>& work,
                                                           double work_per_iteration = 1.0);
 
-// A rank's part of a train/ddp case (benchmarks/distributed_runner.cpp).
-RankedRun run_training_rank(World& world, const CaseSpec& spec, const Options& options);
+// A rank's part of a train/ddp case (benchmarks/distributed_runner.cpp). `ends_with_case`: profile
+// one step after the timed ones, for a rank that ends with the case.
+RankedRun run_training_rank(World& world, const CaseSpec& spec, const Options& options, bool ends_with_case);
 
 // Seeds every rank uses: the same model everywhere, a different batch per rank.
 inline constexpr uint64_t kRankModelSeed = 20240;

@@ -6,6 +6,7 @@
 #include "benchmarks/launcher.h"
 #include "benchmarks/options.h"
 #include "benchmarks/outcomes.h"
+#include "benchmarks/profile_companion.h"
 
 #include <benchmark/benchmark.h>
 #include <torch/torch.h>
@@ -30,7 +31,7 @@ constexpr int kExitBadInput = 2;      // nothing ran: a bad command line or laun
 void check_cut(const Options& options, int visible_gpus) {
   if (options.cut.empty() || options.cut == "balanced") return;
   const int devices = multi_device_count(options, visible_gpus);
-  const bool multi_device_cases_run = visible_gpus == 0 || devices <= visible_gpus;
+  const bool multi_device_cases_run = visible_gpus == 0 || devices <= visible_gpus || !options.devices.empty();
   const auto parts = std::count(options.cut.begin(), options.cut.end(), '|') + 1;
   if (multi_device_cases_run && parts != devices) {
     throw UsageError("--cut=" + options.cut + " places stages on " + std::to_string(parts) + " devices but " +
@@ -73,6 +74,7 @@ int main(int argc, char** argv) {
 
   // Ranks started by parbench's own launcher carry hidden flags (benchmarks/launcher.h).
   const auto worker = take_worker_flags(&argc, argv);
+  const bool profile_companion = take_profile_companion_flag(&argc, argv);
   const int visible_gpus = torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0;
   Options options;
   std::vector<char*> benchmark_args;
@@ -80,6 +82,10 @@ int main(int argc, char** argv) {
   try {
     options = parse_options(argc, argv, visible_gpus > 0, &benchmark_args);
     if (!worker) external = external_launch(options, visible_gpus);
+    if (external && !options.devices.empty()) {
+      throw UsageError("--devices does not apply under a launcher: each rank uses the GPU of its LOCAL_RANK");
+    }
+    if (!worker) check_devices(options, visible_gpus);
     if (!worker && !external && options.gpus > visible_gpus) {
       throw UsageError("--gpus=" + std::to_string(options.gpus) + " asks for more GPUs than the " +
                        std::to_string(visible_gpus) + " visible");
@@ -90,6 +96,7 @@ int main(int argc, char** argv) {
     return kExitBadInput;
   }
   if (worker) return run_worker(*worker, options, visible_gpus);
+  if (profile_companion) return serve_profiles(build_cases(options, visible_gpus), options);
 
   // Under an external launcher only rank 0 writes output; the others run the cases silently.
   const bool writes_output = !external || external->rank == 0;
@@ -160,6 +167,7 @@ int main(int argc, char** argv) {
       make_outcome_reporter(writes_output ? benchmark::CreateDefaultDisplayReporter() : nullptr, outcomes);
   // The cases registered are the ones the filter selects.
   benchmark::RunSpecifiedBenchmarks(reporter.get(), ".");
+  stop_profile_companion();
   benchmark::Shutdown();
 
   int status = outcomes.any_failed() ? kExitCaseFailed : kExitAllRan;

@@ -158,12 +158,24 @@ Google Benchmark's own flags all work: --benchmark_filter=REGEX, --benchmark_rep
                          | host (randn on the CPU every step, pageable copy: the tutorial's); default device
   --loss=NAME            mse (on one-hot labels, the tutorial's) | ce (cross-entropy); default mse
   --gpus=N               GPUs for multi-device strategies and ddp ranks; default all visible
+  --devices=LIST         the GPUs a multi-device case uses, in stage, replica or rank order;
+                         repeats share a GPU: --devices=0,0 puts both stages of model_parallel and
+                         pipeline, or both replicas of data_parallel, on GPU 0 (named /devices:0,0
+                         and labelled "2 stages on 1 GPU"; ddp's NCCL ranks cannot share a GPU);
+                         single runs on the first; default 0,1,...
   --warmup=N             untimed steps before timing; default 5
   --steps=N              training steps per timed iteration; default 1
   --repetitions=N        repetitions per case (median and spread are reported); default 5
   --iterations=N         timed iterations per repetition; default: Google Benchmark's min-time rule
   --timer=NAME           event (synchronise, then CUDA events on every device) | host (host clock,
                          no device sync: the tutorial's); default event
+  --busy-profile=on|off  on GPUs, each case's busy and bubble fractions per device, from one step
+                         profiled in a companion process (the timing process never runs a
+                         profiler: it would slow its later steps); default on
+  --trace=DIR            write DIR/<case>.trace.json (ddp: one per rank), a Chrome/Perfetto trace of
+                         one extra step per case, profiled outside the timed steps: host threads
+                         with parbench's labelled ranges (F3 stage0, B3 stage1, send, all-reduce,
+                         optimizer, ...) and, on GPUs, the streams' kernels and copies
   --cuda-graph=LIST      off | on: capture one training step in a CUDA graph and replay it, so the
                          host's dispatch cost leaves the step (every strategy but data_parallel's
                          clone variant; on GPUs); default off
@@ -248,11 +260,20 @@ Options parse_options(int argc, char** argv, bool has_gpu, std::vector<char*>* b
       {"data", [&](auto& f, auto& v) { options.data_modes = pick_list(f, v, kDataModes); }},
       {"loss", [&](auto& f, auto& v) { options.loss = pick<LossKind>(f, v, {{"mse", LossKind::kMse}, {"ce", LossKind::kCrossEntropy}}); }},
       {"gpus", [&](auto& f, auto& v) { options.gpus = static_cast<int>(parse_int(f, v, 1)); }},
+      {"devices", [&](auto& f, auto& v) {
+         options.devices.clear();
+         for (auto index : int_list(f, v, 0)) options.devices.push_back(static_cast<int>(index));
+       }},
       {"warmup", [&](auto& f, auto& v) { options.warmup_steps = static_cast<int>(parse_int(f, v, 0)); }},
       {"steps", [&](auto& f, auto& v) { options.steps_per_iteration = static_cast<int>(parse_int(f, v, 1)); }},
       {"repetitions", [&](auto& f, auto& v) { options.repetitions = static_cast<int>(parse_int(f, v, 1)); }},
       {"iterations", [&](auto& f, auto& v) { options.iterations = parse_int(f, v, 1); }},
       {"timer", [&](auto& f, auto& v) { options.timer = pick<TimerKind>(f, v, {{"event", TimerKind::kEvent}, {"host", TimerKind::kHost}}); }},
+      {"busy-profile", [&](auto& f, auto& v) { options.busy_profile = pick(f, v, kOnOff); }},
+      {"trace", [&](auto& f, auto& v) {
+         if (v.empty()) throw UsageError("--" + f + " needs a directory");
+         options.trace_dir = v;
+       }},
       {"cuda-graph", [&](auto& f, auto& v) { options.cuda_graphs = pick_list(f, v, kOnOff); }},
       {"split-sizes", [&](auto& f, auto& v) { options.split_sizes = int_list(f, v, 1); }},
       {"stage-lanes", [&](auto& f, auto& v) { options.stage_lanes = pick_list<int64_t>(f, v, {{"1", 1}, {"2", 2}}); }},
@@ -309,6 +330,12 @@ Options parse_options(int argc, char** argv, bool has_gpu, std::vector<char*>* b
       StrategyRegistry::instance().get(strategy);
     } catch (const std::invalid_argument& error) {
       throw UsageError(std::string("--strategies: ") + error.what());
+    }
+  }
+  if (!options.trace_dir.empty()) {
+    mkdir(options.trace_dir.c_str(), 0755);  // an existing one is fine; access() says the rest
+    if (access(options.trace_dir.c_str(), W_OK) != 0) {
+      throw UsageError("cannot write traces into --trace=" + options.trace_dir + ": " + std::strerror(errno));
     }
   }
   if (!options.benchmark_out.empty()) {

@@ -33,11 +33,20 @@ struct Options {
   std::vector<DataMode> data_modes = {DataMode::kDevice};
   LossKind loss = LossKind::kMse;
   int gpus = 0;  // GPUs for multi-device strategies and ddp ranks; 0: all visible
+  // --devices: the GPUs of a multi-device case in stage, replica or rank order, repeats allowed
+  // (0,0: two stages on GPU 0); single runs on the first. Empty: GPUs 0..gpus-1.
+  std::vector<int> devices;
   int warmup_steps = 5;
   int steps_per_iteration = 1;
   int repetitions = 5;
   int64_t iterations = 0;  // fixed iterations per repetition; 0: Google Benchmark's min-time rule
   TimerKind timer = TimerKind::kEvent;
+  // Busy and bubble fractions, from one step profiled in a companion process
+  // (benchmarks/profile_companion.h); GPUs only.
+  bool busy_profile = true;
+  // --trace: a directory for one Chrome/Perfetto trace per case, of one step profiled outside the
+  // timed ones (in the profile companion; a ddp rank after its timed steps).
+  std::string trace_dir;
   // Capture one training step in a CUDA graph and replay it (strategies that allow it).
   std::vector<bool> cuda_graphs = {false};
   // pipeline

@@ -3,7 +3,7 @@
 #   ci/gpu-check.sh STEP...   steps, in the order given: build, test, smoke, model_parallel,
 #                             data_parallel, reference (= model_parallel data_parallel), tutorial,
 #                             concurrent_single, graph, pipeline, advise, schedules, fault (2 GPUs),
-#                             oom (1 GPU); prebuilt instead of build: see step_prebuilt
+#                             oom (1 GPU), host_cost (1 GPU); prebuilt instead of build: see step_prebuilt
 # The GPU machines have no network: Google Benchmark, GoogleTest and nlohmann/json come as
 # files in .deps/: Debian packages (cp ../shared/device-deps/*.deb .deps/), unpacked into a
 # prefix, and Google Benchmark's source, built in Release there (seconds), as ci/setup.sh builds
@@ -128,6 +128,12 @@ step_advise() {
   if [[ ${ADVISE_IMAGES:-128} == 128 ]]; then bench advise_128 "${common[@]}" || status=1; fi
   if [[ ${ADVISE_IMAGES:-224} == 224 ]]; then bench advise_224 "${common[@]}" --image=224 --batch=128 || status=1; fi
   return $status
+}
+
+# Issue 25: what parbench's harness and its executors cost the host, against a bare loop, on GPU 0
+# (ci/host-cost.sh; the ratios and their targets at the end).
+step_host_cost() {
+  bash ci/host-cost.sh "$(dirname "$parbench")" "$results/host_cost" 2>&1 | tee "$results/host_cost.txt"
 }
 
 # single on both GPUs at once, one process each: single's speed under the host load ddp's two

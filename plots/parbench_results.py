@@ -148,7 +148,12 @@ class Case:
         return self.devices == "cpu" and self.strategy != "single"
 
     def device_count(self) -> str:
-        """'2 GPUs', or on CPU devices '2 CPU devices' ('2 CPU ranks' for ddp)."""
+        """'2 GPUs', '2 stages on 1 GPU' where --devices had them share GPUs, or on CPU devices
+        '2 CPU devices' ('2 CPU ranks' for ddp)."""
+        if "placement" in self.label:
+            return self.label["placement"]
+        if "devices" in self.fields and len(set(self.fields["devices"].split(","))) < self.gpus:
+            return f"{self.gpus} devices on {len(set(self.fields['devices'].split(',')))} GPU(s)"
         if self.devices != "cpu":
             return f"{self.gpus} GPUs"
         return f"{self.gpus} CPU {'ranks' if self.strategy == 'ddp' else 'devices'}"
@@ -247,7 +252,7 @@ class Case:
             batch = int(self.fields["batch"])  # the global batch in strong scaling
             words.append(f"per-rank batch {batch if self.fields.get('scaling') == 'weak' else batch // self.gpus}")
         described = set(_SETUP_KEYS) | {"gpus", "schedule", "split", "bucket_mib", "overlap", "scaling", "graph",
-                                         "replicate"}
+                                         "replicate", "devices"}
         words += [f"{key} {value}" for key, value in self.fields.items() if key not in described]
         return ", ".join(words)
 

@@ -21,6 +21,7 @@
 #include "strategies/training.h"
 #include "strategies/worker_thread.h"
 
+#include <ATen/record_function.h>
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 
@@ -140,11 +141,15 @@ class DataParallel final : public Strategy {
     // touch. The loss's backward gives each output's gradient, and each replica's backward then
     // runs from it on its own device.
     std::vector<torch::Tensor> gathered;
-    for (const auto& output : outputs) {
-      gathered.push_back(output.detach().to(devices_.front(), /*non_blocking=*/true).requires_grad_());
+    torch::Tensor loss;
+    {
+      RECORD_USER_SCOPE("gather and loss");
+      for (const auto& output : outputs) {
+        gathered.push_back(output.detach().to(devices_.front(), /*non_blocking=*/true).requires_grad_());
+      }
+      loss = compute_loss(torch::cat(gathered), batch.targets, config_.loss);
+      loss.backward();
     }
-    auto loss = compute_loss(torch::cat(gathered), batch.targets, config_.loss);
-    loss.backward();
     parallel_backward(outputs, gathered);
     host_forward_seconds_ += std::chrono::duration<double>(forwards_issued - began).count();
     host_backward_seconds_ += std::chrono::duration<double>(Clock::now() - forwards_issued).count();
@@ -152,6 +157,7 @@ class DataParallel final : public Strategy {
     std::vector<std::vector<torch::Tensor>> gradients;
     for (const auto& parameters : parameters_) gradients.push_back(gradients_of(parameters));
     reduce(gradients, outputs.size());
+    RECORD_USER_SCOPE("optimizer");
     sgd_update(parameters_.front(), config_.learning_rate);
     return loss.detach();
   }
@@ -161,6 +167,7 @@ class DataParallel final : public Strategy {
 
   // Replica 0's parameters and buffers into every other replica.
   void broadcast() {
+    RECORD_USER_SCOPE("broadcast");
     torch::NoGradGuard no_grad;
     auto tensors = parameters_.front();
     tensors.insert(tensors.end(), buffers_.front().begin(), buffers_.front().end());
@@ -173,6 +180,7 @@ class DataParallel final : public Strategy {
 
   // Adds the first `used` replicas' gradients into replica 0's (the model's).
   void reduce(const std::vector<std::vector<torch::Tensor>>& gradients, size_t used) {
+    RECORD_USER_SCOPE("reduce");
     torch::NoGradGuard no_grad;
     for (size_t r = 1; r < used; ++r) torch::_foreach_add_(gradients.front(), coalesced_to(gradients[r], devices_.front()));
   }
@@ -183,8 +191,14 @@ class DataParallel final : public Strategy {
     const auto shards = inputs.chunk(static_cast<int64_t>(replicas_.size()));
     std::vector<torch::Tensor> outputs(shards.size());
     std::vector<torch::Tensor> placed;
-    for (size_t r = 0; r < shards.size(); ++r) placed.push_back(shards[r].to(devices_[r], /*non_blocking=*/true));
-    on_every_replica(shards.size(), [this, &placed, &outputs](size_t r) { outputs[r] = replicas_[r]->forward(placed[r]); });
+    {
+      RECORD_USER_SCOPE("scatter");
+      for (size_t r = 0; r < shards.size(); ++r) placed.push_back(shards[r].to(devices_[r], /*non_blocking=*/true));
+    }
+    on_every_replica(shards.size(), [this, &placed, &outputs](size_t r) {
+      RECORD_USER_SCOPE("forward replica" + std::to_string(r));
+      outputs[r] = replicas_[r]->forward(placed[r]);
+    });
     return outputs;
   }
 
@@ -194,7 +208,10 @@ class DataParallel final : public Strategy {
     for (size_t r = 0; r < outputs.size(); ++r) {
       gradients.push_back(gathered[r].grad().to(devices_[r], /*non_blocking=*/true));
     }
-    on_every_replica(outputs.size(), [&outputs, &gradients](size_t r) { outputs[r].backward(gradients[r]); });
+    on_every_replica(outputs.size(), [&outputs, &gradients](size_t r) {
+      RECORD_USER_SCOPE("backward replica" + std::to_string(r));
+      outputs[r].backward(gradients[r]);
+    });
   }
 
   // Runs `job(r)` for the first `used` replicas in parallel: replica r > 0's on worker r-1, on
@@ -243,7 +260,8 @@ PARBENCH_REGISTER_STRATEGY({"data_parallel",
                             "one process; broadcast parameters to replicas, scatter, parallel forwards, gather, "
                             "reduce gradients",
                             /*order=*/3, /*min_devices=*/2, /*distributed=*/false,
-                            [] { return std::make_unique<DataParallel>(); }, /*graph_capturable=*/true});
+                            [] { return std::make_unique<DataParallel>(); }, /*graph_capturable=*/true,
+                            /*device_role=*/"replicas"});
 
 }  // namespace
 }  // namespace parbench

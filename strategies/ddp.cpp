@@ -89,7 +89,7 @@ class DistributedDataParallel final : public Strategy {
 PARBENCH_REGISTER_STRATEGY({"ddp", "one process per device; gradients averaged by bucketed all-reduce during backward",
                             /*order=*/4, /*min_devices=*/1, /*distributed=*/true,
                             [] { return std::make_unique<DistributedDataParallel>(); },
-                            /*graph_capturable=*/true});
+                            /*graph_capturable=*/true, /*device_role=*/"ranks"});
 
 }  // namespace
 }  // namespace parbench

@@ -43,7 +43,8 @@ class Pipeline final : public StagedStrategy {
 
 PARBENCH_REGISTER_STRATEGY({"pipeline", "stages split across devices, micro-batches of split_size in flight",
                             /*order=*/2, /*min_devices=*/2, /*distributed=*/false,
-                            [] { return std::make_unique<Pipeline>(); }, /*graph_capturable=*/true});
+                            [] { return std::make_unique<Pipeline>(); }, /*graph_capturable=*/true,
+                            /*device_role=*/"stages"});
 
 }  // namespace
 }  // namespace parbench

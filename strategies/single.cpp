@@ -2,6 +2,8 @@
 #include "strategies/strategy.h"
 #include "strategies/training.h"
 
+#include <ATen/record_function.h>
+
 namespace parbench {
 namespace {
 
@@ -21,8 +23,16 @@ class SingleDevice final : public Strategy {
 
   torch::Tensor train_step(const Batch& batch) override {
     optimizer_->zero_grad();
-    auto loss = compute_loss(model_->forward(batch.inputs), batch.targets, config_.loss);
-    loss.backward();
+    torch::Tensor loss;
+    {
+      RECORD_USER_SCOPE("forward");
+      loss = compute_loss(model_->forward(batch.inputs), batch.targets, config_.loss);
+    }
+    {
+      RECORD_USER_SCOPE("backward");
+      loss.backward();
+    }
+    RECORD_USER_SCOPE("optimizer");
     optimizer_->step();
     return loss.detach();
   }

@@ -5,6 +5,7 @@
 #include "strategies/worker_thread.h"
 
 #include <ATen/autocast_mode.h>
+#include <ATen/record_function.h>
 #include <c10/core/Event.h>
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
@@ -87,6 +88,22 @@ class Mailbox {
   std::map<int64_t, Parcel> parcels_;
 };
 
+// The trace's name of a schedule action (--trace; docs/METRICS.md): "F3 stage0" is micro-batch 3's
+// forward on stage 0; B is a whole backward (B and W together), or with zb-h1 the input
+// gradient alone, W the weight gradients; "B* stage1" the tutorial's backward over every
+// micro-batch.
+std::string action_label(const StageAction& action) {
+  const auto stage = " stage" + std::to_string(action.stage);
+  switch (action.op) {
+    case StageOp::kForward: return "F" + std::to_string(action.micro_batch) + stage;
+    case StageOp::kBackwardAll: return "B*" + stage;
+    case StageOp::kBackwardWeight: return "W" + std::to_string(action.micro_batch) + stage;
+    case StageOp::kBackward:
+    case StageOp::kBackwardInput:
+    default: return "B" + std::to_string(action.micro_batch) + stage;
+  }
+}
+
 c10::Stream current_stream(const torch::Device& device) {
   return c10::impl::VirtualGuardImpl(device.type()).getStream(device);
 }
@@ -168,6 +185,8 @@ struct StageExecutor::Impl {
   // Copies micro-batch m's `tensor` from stage `from` to stage `to`, on `from`'s send stream
   // and `to`'s receive stream, behind `from`'s compute.
   Parcel carry(size_t from, size_t to, int64_t m, const torch::Tensor& tensor) {
+    RECORD_USER_SCOPE("send " + std::string(to > from ? "activation" : "gradient") + std::to_string(m) + " stage" +
+                      std::to_string(from) + "->" + std::to_string(to));
     const auto destination = stages[to].partition.device;
     if (!on_cuda()) return {tensor.to(destination), std::nullopt};
     auto& source = stages[from];
@@ -308,6 +327,7 @@ struct StageExecutor::Impl {
     std::optional<c10::Event> gradients_ready;
     extend_chain(stage, 0, gradients_ready);
     for (int64_t m = static_cast<int64_t>(stage.outputs.size()); m-- > 0;) {
+      RECORD_USER_SCOPE(action_label({StageOp::kBackward, s, m}));
       std::optional<c10::StreamGuard> on_lane;
       enter_lane(stage, m, stage.backwards_done, on_lane);
       if (gradients_ready) gradients_ready->block(lane(stage, m));
@@ -334,6 +354,7 @@ struct StageExecutor::Impl {
       auto& stage = stages[action.stage];
       const auto began = Clock::now();
       const double waited_before = stage.host_wait_seconds;
+      RECORD_USER_SCOPE(action_label(action));
       switch (action.op) {
         case StageOp::kForward: forward(action.stage, action.micro_batch); break;
         case StageOp::kBackward: backward(action.stage, action.micro_batch); break;
@@ -352,6 +373,7 @@ struct StageExecutor::Impl {
     }
     for (auto s : own) {
       auto& stage = stages[s];
+      RECORD_USER_SCOPE("optimizer stage" + std::to_string(s));
       sgd_update(stage.parameters, learning_rate);
       if (s + 1 == stages.size()) stage.loss = torch::stack(stage.losses).sum();
       for (const auto& stream : streams_of(stage)) {

@@ -95,6 +95,8 @@ struct StrategyInfo {
   // train_step can be captured in a CUDA graph and replayed (benchmarks/graphed_step.h): GPUs
   // only, no host synchronisation, and the same work every step.
   bool graph_capturable = false;
+  // What each of its devices holds, for labels such as "2 stages on 1 GPU".
+  std::string device_role = "devices";
 };
 
 // The strategies linked into this binary. A function-local static, so registration from

@@ -260,6 +260,48 @@ TEST(Cli, AdviseRanksEveryModelledCaseAndRunsTheBestPredicted) {
   EXPECT_LE(ran.size(), 3u);
 }
 
+// --trace: one Chrome trace per case, of a step profiled outside the timed ones, with the
+// schedule's actions as labelled ranges on the stage threads.
+TEST(Cli, TraceWritesAChromeTracePerCaseWithTheScheduleLabelled) {
+  parbench::TemporaryDirectory dir("parbench-cli-trace");
+  const auto out = dir.file("run.json");
+  const auto traces = dir.file("traces");
+  const auto run = run_parbench(std::string(kSmallRun) +
+                                " --strategies=single,pipeline --split-sizes=2 --schedules=1f1b --trace=" + traces +
+                                " --benchmark_out=" + out + " --benchmark_out_format=json");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const auto json = nlohmann::json::parse(std::ifstream(out));
+  std::map<std::string, std::string> trace_of;
+  for (const auto& entry : json["benchmarks"]) {
+    const std::string label = entry.value("label", "");
+    const auto at = label.find("trace=");
+    ASSERT_NE(at, std::string::npos) << label;
+    trace_of[entry["run_name"]] = label.substr(at + 6, label.find(';', at) - at - 6);
+  }
+  ASSERT_EQ(trace_of.size(), 2u);
+  for (const auto& [name, path] : trace_of) {
+    const auto trace = nlohmann::json::parse(std::ifstream(path));
+    std::map<std::string, std::set<long long>> threads_of;  // range name -> threads it ran on
+    for (const auto& event : trace["traceEvents"]) {
+      if (event.value("ph", "") == "X" && event.contains("tid") && event["tid"].is_number()) {
+        threads_of[event["name"]].insert(event["tid"].get<long long>());
+      }
+    }
+    if (name.find("train/single/") == 0) {
+      for (const char* range : {"forward", "backward", "optimizer"}) EXPECT_TRUE(threads_of.count(range)) << range;
+      continue;
+    }
+    // Batch 4 in micro-batches of 2 over 2 stages, each stage on its own thread.
+    for (const char* range : {"F0 stage0", "F1 stage0", "F0 stage1", "B1 stage1", "B0 stage0", "optimizer stage1",
+                              "send activation0 stage0->1", "send gradient1 stage1->0"}) {
+      EXPECT_TRUE(threads_of.count(range)) << name << ": " << range;
+    }
+    if (threads_of.count("F0 stage0") && threads_of.count("F0 stage1")) {
+      EXPECT_NE(*threads_of["F0 stage0"].begin(), *threads_of["F0 stage1"].begin());
+    }
+  }
+}
+
 struct BadInput {
   std::string arguments;
   std::string expected;  // a phrase the one-line error must contain
@@ -297,6 +339,10 @@ INSTANTIATE_TEST_SUITE_P(
                       BadInput{"--advise=0", "at least 1"},
                       BadInput{"'--cut=stem,layer9|head'", "unknown stage 'layer9'"},
                       BadInput{"--preset=fast", "default, tutorial, cpu"},
+                      BadInput{"--devices=99", "--devices=99"},
+                      BadInput{"--devices=a", "not a whole number"},
+                      BadInput{"--busy-profile=maybe", "on, off"},
+                      BadInput{"--trace=", "needs a directory"},
                       BadInput{"--colour=blue", "unknown option --colour"},
                       BadInput{"--strategies=single --benchmark_filter=no-such-case", "selects no case of the 1 this run has"},
                       BadInput{"'--benchmark_filter=single(' --strategies=single", "not a valid extended regular expression"}),
@@ -308,7 +354,8 @@ TEST(Cli, HelpListsEveryOption) {
   for (const char* option : {"--preset", "--models", "--strategies", "--batch", "--image", "--precision", "--data",
                              "--loss", "--gpus", "--warmup", "--steps", "--repetitions", "--iterations", "--timer",
                              "--cuda-graph", "--split-sizes", "--schedules", "--cut", "--bucket-mib", "--overlap", "--scaling",
-                             "--dist-timeout", "--dp-replicate", "--advise", "Exit status"}) {
+                             "--dist-timeout", "--dp-replicate", "--advise", "--devices", "--busy-profile", "--trace",
+                             "Exit status"}) {
     EXPECT_NE(run.output.find(option), std::string::npos) << option;
   }
 }

@@ -1,5 +1,7 @@
 #include "strategies/distributed/gradient_buckets.h"
 
+#include <ATen/record_function.h>
+
 #include <c10/core/Event.h>
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
@@ -115,6 +117,7 @@ void GradientBuckets::start_ready_buckets() {
   std::optional<c10::StreamGuard> on_fill_stream;
   if (fill_stream_) on_fill_stream.emplace(*fill_stream_);
   while (next_to_start_ < buckets_.size() && buckets_[next_to_start_].pending == 0) {
+    RECORD_USER_SCOPE("all-reduce bucket" + std::to_string(next_to_start_));
     auto& bucket = buckets_[next_to_start_++];
     std::vector<at::Tensor> tensors{bucket.flat};
     bucket.work = backend_->allreduce(tensors, average);
