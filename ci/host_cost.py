@@ -1,18 +1,21 @@
 """Prints the harness- and executor-cost ratios of one ci/host-cost.sh run (docs/METRICS.md,
 "Harness cost"), each with its target, from the files that run wrote into DIR:
 
-  bare_b<N>.json        parbench_bare_loop at batch N (one JSON line)
+  bare_b<N>_r<K>.json   parbench_bare_loop at batch N, round K (one JSON line each)
   parbench/*.json       parbench's own results (Google Benchmark JSON)
   busy_off/*.json       single again with --busy-profile=off, for the profile's own cost
+  before/*.json         optional: an earlier build's results, whose graphed cases the same
+                        cases of this run must stay within 2% of
 
   python3 ci/host_cost.py DIR
 
-Every ratio divides two medians of the same call. Exits 1 if a target is missed, 2 if a file is
+Every ratio divides two medians of the same call, each over every round's steps or repetitions. Exits 1 if a target is missed, 2 if a file is
 missing or unreadable.
 """
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 from pathlib import Path
 
@@ -21,8 +24,13 @@ from parbench_results import ResultsError, load  # noqa: E402
 
 
 def bare_median(directory: Path, batch: int) -> float:
-    path = directory / f"bare_b{batch}.json"
-    return json.loads(path.read_text().splitlines()[-1])["step_ms"]["median"]
+    """The median step of every round's bare loop at `batch`, pooled."""
+    samples = []
+    for path in sorted(directory.glob(f"bare_b{batch}_r*.json")):
+        samples += json.loads(path.read_text().splitlines()[-1])["samples_ms"]
+    if not samples:
+        raise ValueError(f"no bare loop at batch {batch} in {directory}")
+    return statistics.median(samples)
 
 
 def main(argv: list[str]) -> int:
@@ -33,6 +41,8 @@ def main(argv: list[str]) -> int:
     try:
         results = load(sorted(str(path) for path in (directory / "parbench").glob("*.json")))
         without_profile = load(sorted(str(path) for path in (directory / "busy_off").glob("*.json")))
+        before_paths = sorted(str(path) for path in (directory / "before").glob("*.json"))
+        before = load(before_paths) if before_paths else None
         bare = {batch: bare_median(directory, batch) for batch in (8, 20, 120)}
     except (OSError, ValueError, KeyError, ResultsError) as error:
         print(f"host_cost: {error}", file=sys.stderr)
@@ -65,6 +75,13 @@ def main(argv: list[str]) -> int:
     for batch in (8, 120):
         compare(f"model_parallel, 2 stages on GPU 0, batch {batch} / single", step_ms("model_parallel", batch),
                 step_ms("single", batch), 1.05)
+
+    if before is not None:
+        earlier = {case.name: case for case in before.train_cases() if case.ran}
+        for case in results.train_cases():
+            if case.ran and case.fields.get("graph") == "on" and case.name in earlier:
+                compare(f"{case.title()}, batch {case.fields['batch']}, graphed / before",
+                        case.stats("step_ms").median, earlier[case.name].stats("step_ms").median, 1.02)
 
     missed = 0
     print("| ratio | case ms | reference ms | ratio | target |")

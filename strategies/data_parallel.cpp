@@ -22,6 +22,7 @@
 #include "strategies/worker_thread.h"
 
 #include <ATen/record_function.h>
+#include <c10/core/Event.h>
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 
@@ -54,6 +55,35 @@ std::vector<torch::Tensor> coalesced_to(const std::vector<torch::Tensor>& source
     for (size_t k = 0; k < indices.size(); ++k) moved[indices[k]] = parts[k].view(sources[indices[k]].sizes());
   }
   return moved;
+}
+
+// Moves `tensors` (a replica's parameters and buffers) into one flat tensor per dtype, in order of
+// first appearance, each tensor becoming a view of its slot with its own sizes and strides
+// (channels-last weights stay so). Returns the flat tensors: a broadcast is then one copy per dtype.
+std::vector<torch::Tensor> flatten_in_place(const std::vector<torch::Tensor>& tensors) {
+  torch::NoGradGuard no_grad;
+  std::vector<c10::ScalarType> dtypes;
+  std::map<c10::ScalarType, int64_t> elements;
+  for (const auto& tensor : tensors) {
+    TORCH_CHECK(tensor.is_non_overlapping_and_dense(), "data_parallel flattens dense tensors only");
+    if (elements.count(tensor.scalar_type()) == 0) dtypes.push_back(tensor.scalar_type());
+    elements[tensor.scalar_type()] += tensor.numel();
+  }
+  std::map<c10::ScalarType, torch::Tensor> flat;
+  std::map<c10::ScalarType, int64_t> used;
+  for (auto dtype : dtypes) {
+    flat[dtype] = torch::empty({elements[dtype]}, tensors.front().options().dtype(dtype));
+  }
+  for (const auto& tensor : tensors) {
+    auto& offset = used[tensor.scalar_type()];
+    auto view = flat[tensor.scalar_type()].as_strided(tensor.sizes(), tensor.strides(), offset);
+    view.copy_(tensor);
+    const_cast<torch::Tensor&>(tensor).set_data(view);
+    offset += tensor.numel();
+  }
+  std::vector<torch::Tensor> flats;
+  for (auto dtype : dtypes) flats.push_back(flat[dtype]);
+  return flats;
 }
 
 std::vector<torch::Tensor> gradients_of(const std::vector<torch::Tensor>& parameters) {
@@ -91,9 +121,18 @@ class DataParallel final : public Strategy {
       replicas_.push_back(make_model_on(make_model, devices[d], config.precision));
       workers_.push_back(std::make_unique<WorkerThread>());
     }
+    for (size_t r = 0; r < devices.size(); ++r) {
+      const bool shared = devices[r].is_cuda() && std::find(devices.begin(), devices.begin() + r, devices[r]) != devices.begin() + r;
+      own_streams_.push_back(shared ? std::optional<c10::Stream>(c10::impl::VirtualGuardImpl(devices[r].type())
+                                                                     .getStreamFromGlobalPool(devices[r]))
+                                    : std::nullopt);
+    }
     for (const auto& replica : replicas_) {
       parameters_.push_back(replica->module().parameters());
       buffers_.push_back(replica->module().buffers());
+      auto state = parameters_.back();
+      state.insert(state.end(), buffers_.back().begin(), buffers_.back().end());
+      flat_state_.push_back(flatten_in_place(state));
     }
     broadcast_ms_ = 1e3 * median_synchronised_seconds(devices_, kMeasureRepeats, [this] { broadcast(); });
     // Gradient-sized zeros, made before the timing so that only the reduction is timed.
@@ -165,24 +204,26 @@ class DataParallel final : public Strategy {
  private:
   static constexpr int kMeasureRepeats = 5;
 
-  // Replica 0's parameters and buffers into every other replica.
+  // Replica 0's parameters and buffers into every other replica: one copy per dtype, their flat
+  // tensors being alike.
   void broadcast() {
     RECORD_USER_SCOPE("broadcast");
     torch::NoGradGuard no_grad;
-    auto tensors = parameters_.front();
-    tensors.insert(tensors.end(), buffers_.front().begin(), buffers_.front().end());
     for (size_t r = 1; r < replicas_.size(); ++r) {
-      auto destinations = parameters_[r];
-      destinations.insert(destinations.end(), buffers_[r].begin(), buffers_[r].end());
-      torch::_foreach_copy_(destinations, coalesced_to(tensors, devices_[r]));
+      for (size_t k = 0; k < flat_state_[r].size(); ++k) flat_state_[r][k].copy_(flat_state_.front()[k], /*non_blocking=*/true);
     }
   }
 
-  // Adds the first `used` replicas' gradients into replica 0's (the model's).
+  // Adds the first `used` replicas' gradients into replica 0's (the model's): from another
+  // device in one coalesced copy per dtype, on the same device straight from the tensors.
   void reduce(const std::vector<std::vector<torch::Tensor>>& gradients, size_t used) {
     RECORD_USER_SCOPE("reduce");
     torch::NoGradGuard no_grad;
-    for (size_t r = 1; r < used; ++r) torch::_foreach_add_(gradients.front(), coalesced_to(gradients[r], devices_.front()));
+    for (size_t r = 1; r < used; ++r) {
+      torch::_foreach_add_(gradients.front(), devices_[r] == devices_.front()
+                                                  ? gradients[r]
+                                                  : coalesced_to(gradients[r], devices_.front()));
+    }
   }
 
   // Scatters `inputs` over the replicas and runs their forwards in parallel. The outputs stay
@@ -214,18 +255,19 @@ class DataParallel final : public Strategy {
     });
   }
 
-  // Runs `job(r)` for the first `used` replicas in parallel: replica r > 0's on worker r-1, on
-  // the caller's current streams, and replica 0's on the caller's thread. Rethrows the first
-  // error once every job has ended.
+  // Runs `job(r)` for the first `used` replicas in parallel: replica r > 0's on worker r-1, and
+  // replica 0's on the caller's thread, each on its replica's stream (compute_stream). Rethrows
+  // the first error once every job has ended.
   void on_every_replica(size_t used, const std::function<void(size_t)>& job) {
     std::vector<c10::Stream> streams;
-    for (const auto& device : devices_) {
-      const auto stream = c10::impl::VirtualGuardImpl(device.type()).getStream(device);
-      if (device.is_cuda() && std::find(streams.begin(), streams.end(), stream) == streams.end()) streams.push_back(stream);
+    for (size_t r = 0; r < used; ++r) streams.push_back(compute_stream(r));
+    // A replica with a stream of its own starts behind the caller's work on its device.
+    for (size_t r = 0; r < used; ++r) {
+      if (own_streams_[r]) join(current_stream(devices_[r]), *own_streams_[r]);
     }
     for (size_t r = 1; r < used; ++r) {
       workers_[r - 1]->start([r, &job, &streams] {
-        c10::MultiStreamGuard on_caller_streams(streams);
+        c10::StreamGuard on_replica_stream(streams[r]);
         job(r);
       });
     }
@@ -239,14 +281,36 @@ class DataParallel final : public Strategy {
       const auto error = workers_[r - 1]->finish();  // before what the jobs use goes
       if (error && !first_error) first_error = error;
     }
+    for (size_t r = 0; r < used; ++r) {
+      if (own_streams_[r]) join(*own_streams_[r], current_stream(devices_[r]));
+    }
     if (first_error) std::rethrow_exception(first_error);
   }
+
+  static c10::Stream current_stream(const torch::Device& device) {
+    return c10::impl::VirtualGuardImpl(device.type()).getStream(device);
+  }
+
+  // `later` waits for the work queued so far on `earlier`, without the host waiting.
+  static void join(const c10::Stream& earlier, const c10::Stream& later) {
+    c10::Event done(earlier.device_type());
+    done.record(earlier);
+    done.block(later);
+  }
+
+  // Where replica r computes: the caller's current stream on its device, or, for a replica that
+  // shares its GPU with an earlier one (--devices=0,0), a stream of its own, as it would have on
+  // a GPU of its own: the replicas' host threads then do not queue onto one stream, and their
+  // kernels may overlap.
+  c10::Stream compute_stream(size_t r) const { return own_streams_[r] ? *own_streams_[r] : current_stream(devices_[r]); }
 
   RunConfig config_;
   bool clone_ = false;
   // broadcast: the replicas (0 is model_), their parameters and buffers, a worker per replica > 0.
   std::vector<ModelPtr> replicas_;
   std::vector<std::vector<torch::Tensor>> parameters_, buffers_;
+  std::vector<std::optional<c10::Stream>> own_streams_;  // per replica: set where it shares a GPU
+  std::vector<std::vector<torch::Tensor>> flat_state_;  // per replica: its parameters and buffers, one flat tensor per dtype
   std::vector<std::unique_ptr<WorkerThread>> workers_;
   double broadcast_ms_ = 0, reduce_ms_ = 0;
   double host_forward_seconds_ = 0, host_backward_seconds_ = 0;

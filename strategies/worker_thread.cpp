@@ -1,5 +1,7 @@
 #include "strategies/worker_thread.h"
 
+#include <c10/core/AutogradState.h>
+
 namespace parbench {
 
 WorkerThread::WorkerThread() : thread_([this] { serve(); }) {}
@@ -30,6 +32,10 @@ std::exception_ptr WorkerThread::finish() {
 }
 
 void WorkerThread::serve() {
+  // A backward started here runs here, not on LibTorch's one autograd thread per GPU: stages or
+  // replicas that share a GPU then dispatch their backwards in parallel, as on GPUs of their own,
+  // and none waits on another's (docs/STRATEGIES.md).
+  c10::AutogradState::get_tls_state().set_multithreading_enabled(false);
   std::unique_lock<std::mutex> lock(mutex_);
   while (true) {
     wake_.wait(lock, [this] { return stopping_ || job_; });

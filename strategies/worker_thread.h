@@ -1,5 +1,6 @@
 // A host thread that runs one job at a time: a pipeline stage's program, a data-parallel
-// replica's forward. C++ has no GIL, so jobs on several of these dispatch in parallel.
+// replica's forward or backward. C++ has no GIL, so jobs on several of these dispatch in
+// parallel; a backward started in a job runs on its thread (not on the GPU's autograd thread).
 #pragma once
 
 #include <condition_variable>
