@@ -353,6 +353,18 @@ AdviseProfile profile_setup(const CaseSpec& spec, const std::vector<torch::Devic
   return profile;
 }
 
+std::optional<SimulatedStep> predict_staged_case(const CaseSpec& spec) {
+  const auto& name = spec.strategy->name;
+  if ((name != "pipeline" && name != "model_parallel") || !modelled(spec)) return std::nullopt;
+  const auto devices = case_devices(spec);
+  ProfileRequest request;
+  request.parts = true;
+  const auto profile = profile_setup(spec, devices, spec.cuda_graph && devices.front().is_cuda(), request);
+  const auto batch = spec.config.batch_size;
+  return name == "pipeline" ? predict_staged(profile, batch, spec.config.split_size, spec.config.schedule)
+                            : predict_staged(profile, batch, batch, "gpipe");
+}
+
 std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& options) {
   std::vector<std::string> order;
   std::map<std::string, std::vector<CaseSpec>> setups;

@@ -20,8 +20,10 @@
 #pragma once
 
 #include "benchmarks/cases.h"
+#include "strategies/schedule_simulator.h"
 
 #include <map>
+#include <optional>
 #include <utility>
 
 namespace parbench {
@@ -60,6 +62,11 @@ struct ProfileRequest {
 // `request` asks for on them; ddp's all-reduces need distinct GPUs.
 AdviseProfile profile_setup(const CaseSpec& spec, const std::vector<torch::Device>& devices, bool graphed,
                             const ProfileRequest& request);
+
+// The schedule simulator's step for one model_parallel or pipeline case as advise predicts it
+// (its parts profiled on the case's devices, eager or graphed as the case runs), with every
+// action placed; nullopt for a case advise does not model (see advise()).
+std::optional<SimulatedStep> predict_staged_case(const CaseSpec& spec);
 
 // Profiles and predicts every set-up of `cases`, prints the ranked predictions, records them in
 // the run's context (advise_predictions, advise_profile_s) and returns the cases to run: per

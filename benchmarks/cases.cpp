@@ -1,5 +1,6 @@
 #include "benchmarks/cases.h"
 
+#include "benchmarks/advise.h"
 #include "benchmarks/batch_source.h"
 #include "benchmarks/device_stats.h"
 #include "benchmarks/device_timer.h"
@@ -10,12 +11,16 @@
 #include "models/model_zoo.h"
 #include "strategies/pipeline_schedule.h"
 
+#include <nlohmann/json.hpp>
+
 #ifdef PARBENCH_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
 #endif
 
 #include <algorithm>
 #include <cctype>
+#include <cstring>
+#include <fstream>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -299,6 +304,34 @@ std::string trace_path(const std::string& dir, const std::string& case_name, con
   return dir + "/" + file + suffix + ".trace.json";
 }
 
+// The simulator's step for a traced pipeline case, beside its trace: the predicted timeline the
+// report draws under the measured one (docs/JSON.md, "Traces").
+void write_predicted_timeline(const CaseSpec& spec, const SimulatedStep& step, const std::string& path) {
+  nlohmann::ordered_json actions = nlohmann::ordered_json::array();
+  for (const auto& placed : step.actions) {
+    const auto op = placed.action.op;
+    actions.push_back({{"device", placed.device},
+                       {"stage", placed.action.stage},
+                       {"op", op == StageOp::kForward ? "F" : op == StageOp::kBackwardWeight ? "W" : "B"},
+                       {"micro_batch", placed.action.micro_batch},
+                       {"start_ms", placed.start_ms},
+                       {"end_ms", placed.end_ms}});
+  }
+  const bool pipeline = spec.config.split_size > 0;
+  const nlohmann::ordered_json timeline = {
+      {"case", spec.name},
+      {"schedule", pipeline ? spec.config.schedule : "gpipe"},
+      {"devices", spec.gpus},
+      {"micro_batches", pipeline ? micro_batch_count(spec.config.batch_size, spec.config.split_size) : 1},
+      {"chunks", spec.config.schedule == "interleaved-1f1b" ? spec.config.chunks : 1},
+      {"step_ms", step.step_ms},
+      {"bubble_fraction", step.bubble_fraction},
+      {"actions", actions}};
+  std::ofstream file(path);
+  file << timeline.dump(1) << "\n";
+  if (!file) throw std::runtime_error("cannot write " + path);
+}
+
 CaseProfile profile_case(const CaseSpec& spec, const Options& options) {
   CaseProfile profile;
   const auto devices = case_devices(spec);
@@ -312,6 +345,13 @@ CaseProfile profile_case(const CaseSpec& spec, const Options& options) {
 #ifdef PARBENCH_WITH_CUDA
   if (torch::cuda::is_available()) c10::cuda::CUDACachingAllocator::emptyCache();
 #endif
+  if (!profile.trace_path.empty()) {
+    if (const auto predicted = predict_staged_case(spec)) {
+      auto path = profile.trace_path;
+      path.replace(path.size() - std::strlen(".trace.json"), std::string::npos, ".predicted.json");
+      write_predicted_timeline(spec, *predicted, path);
+    }
+  }
   return profile;
 }
 

@@ -41,6 +41,19 @@ std::vector<StageProgram> expand(const std::vector<StageProgram>& programs, size
   return expanded;
 }
 
+double duration_of(const StageDurations& durations, const StageAction& action) {
+  const size_t s = action.stage;
+  const auto m = static_cast<size_t>(action.micro_batch);
+  switch (action.op) {
+    case StageOp::kForward: return durations.forward_ms[s][m];
+    case StageOp::kBackward: return durations.backward_ms[s][m];
+    case StageOp::kBackwardInput: return durations.input_gradient_ms[s][m];
+    case StageOp::kBackwardWeight: return durations.weight_gradient_ms[s][m];
+    case StageOp::kBackwardAll: break;  // expand() has spelled it out
+  }
+  throw std::logic_error("the simulator has no duration for this action");
+}
+
 }  // namespace
 
 SimulatedStep simulate_step(const std::vector<StageProgram>& programs, const StageDurations& durations) {
@@ -110,12 +123,11 @@ SimulatedStep simulate_step(const std::vector<StageProgram>& programs, const Sta
         if (forward && s > 0) ready = activation_at[s][m];
         if (!forward && !weights_only) ready = s + 1 == stages ? forward_end[s][m] : gradient_at[s][m];
         if (std::isnan(ready)) break;  // waits for a neighbour (or, last stage, its own forward)
-        const double duration = forward                                   ? durations.forward_ms[s][m]
-                                : action.op == StageOp::kBackward         ? durations.backward_ms[s][m]
-                                : action.op == StageOp::kBackwardInput    ? durations.input_gradient_ms[s][m]
-                                                                          : durations.weight_gradient_ms[s][m];
-        const double end = std::max(compute_free[d], ready) + duration;
+        const double duration = duration_of(durations, action);
+        const double start = std::max(compute_free[d], ready);
+        const double end = start + duration;
         compute_free[d] = end;
+        result.actions.push_back({d, action, start, end});
         result.busy_ms[d] += duration;
         if (forward) {
           forward_end[s][m] = end;

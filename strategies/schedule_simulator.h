@@ -1,6 +1,7 @@
 // Predicts a pipeline step from the durations of its parts, by replaying the schedule's
-// per-stage programs (strategies/pipeline_schedule.h) as a dependency graph: the first layer of
-// `parbench advise` (issue 18), which will feed it measured stage timings.
+// per-stage programs (strategies/pipeline_schedule.h) as a dependency graph: `parbench --advise`
+// feeds it profiled stage timings (benchmarks/advise.h), and `--trace` draws its timeline beside
+// the measured one.
 //
 // The model, as the executor (strategies/stage_executor.h) runs a step with one lane per device:
 // - each device computes on one stream, its program's actions one after another (whichever of
@@ -36,8 +37,17 @@ struct StageDurations {
   std::vector<std::vector<double>> input_gradient_ms, weight_gradient_ms;
 };
 
+// One action as the simulator placed it: on `device` (its program), from start_ms to end_ms
+// after the step's start. The tutorial's kBackwardAll appears as its per-micro-batch backwards.
+struct SimulatedAction {
+  size_t device = 0;
+  StageAction action;
+  double start_ms = 0, end_ms = 0;
+};
+
 // Per device (program), in the programs' order.
 struct SimulatedStep {
+  std::vector<SimulatedAction> actions;    // every forward and backward, as placed
   double step_ms = 0;
   std::vector<double> busy_ms;             // forwards, backwards and updates of the device's stages
   std::vector<double> bubble_fraction;     // 1 - busy_ms / step_ms
