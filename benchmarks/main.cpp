@@ -7,6 +7,7 @@
 #include "benchmarks/options.h"
 #include "benchmarks/outcomes.h"
 #include "benchmarks/profile_companion.h"
+#include "strategies/schedule_simulator.h"
 
 #include <benchmark/benchmark.h>
 #include <torch/torch.h>
@@ -60,6 +61,20 @@ size_t count_to_run(const std::vector<Case>& cases) {
       std::count_if(cases.begin(), cases.end(), [](const Case& spec) { return spec.skip_reason.empty(); }));
 }
 
+// --print-schedule: the grid, or a usage error (thrown) for a schedule or counts it cannot run.
+int print_schedule(const Options& options) {
+  const auto devices = options.gpus > 0 ? static_cast<size_t>(options.gpus) : 2;
+  const auto chunks = options.print_schedule == "interleaved-1f1b" ? static_cast<size_t>(options.chunks.front()) : 1;
+  try {
+    std::fputs(format_schedule_grid(options.print_schedule, devices, static_cast<size_t>(options.micro_batches), chunks)
+                   .c_str(),
+               stdout);
+  } catch (const std::invalid_argument& error) {
+    throw UsageError("--print-schedule=" + options.print_schedule + ": " + error.what());
+  }
+  return kExitAllRan;
+}
+
 }  // namespace
 }  // namespace parbench
 
@@ -81,6 +96,7 @@ int main(int argc, char** argv) {
   std::optional<RankInfo> external;  // set when torchrun, srun or mpirun started this process as one rank
   try {
     options = parse_options(argc, argv, visible_gpus > 0, &benchmark_args);
+    if (!options.print_schedule.empty()) return print_schedule(options);
     if (!worker) external = external_launch(options, visible_gpus);
     if (external && !options.devices.empty()) {
       throw UsageError("--devices does not apply under a launcher: each rank uses the GPU of its LOCAL_RANK");

@@ -205,6 +205,10 @@ Google Benchmark's own flags all work: --benchmark_filter=REGEX, --benchmark_rep
                          (on GPUs) case, print them ranked per global batch,
                          then run single and the N best predicted (all: every case) with their
                          predictions as counters (predicted_step_ms, predicted_rank)
+  --print-schedule=NAME  print the pipeline schedule NAME's action grid and exit: one row per
+                         device (--gpus, default 2), one column per time slot, F3/B3/W3 for
+                         micro-batch 3's forward, backward or weight gradient, in unit time;
+                         with --micro-batches=M (default 4) and --chunks=V (interleaved-1f1b)
   --help                 this text
 
 Exit status:
@@ -278,6 +282,8 @@ Options parse_options(int argc, char** argv, bool has_gpu, std::vector<char*>* b
       {"split-sizes", [&](auto& f, auto& v) { options.split_sizes = int_list(f, v, 1); }},
       {"stage-lanes", [&](auto& f, auto& v) { options.stage_lanes = pick_list<int64_t>(f, v, {{"1", 1}, {"2", 2}}); }},
       {"schedules", [&](auto& f, auto& v) { options.schedules = pick_list<std::string>(f, v, {{"tutorial", "tutorial"}, {"gpipe", "gpipe"}, {"1f1b", "1f1b"}, {"interleaved-1f1b", "interleaved-1f1b"}, {"zb-h1", "zb-h1"}}); }},
+      {"print-schedule", [&](auto&, auto& v) { options.print_schedule = v; }},
+      {"micro-batches", [&](auto& f, auto& v) { options.micro_batches = parse_int(f, v, 1); }},
       {"chunks", [&](auto& f, auto& v) { options.chunks = int_list(f, v, 1); }},
       {"cut", [&](auto&, auto& v) { options.cut = v; }},
       {"bucket-mib", [&](auto& f, auto& v) {

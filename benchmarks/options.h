@@ -66,6 +66,10 @@ struct Options {
   // --advise: 0 off; else how many of each set-up's best predicted cases run to check the
   // prediction (kValidateAll: every case), besides single (benchmarks/advise.h).
   int advise_validate = 0;
+  // --print-schedule: print this schedule's action grid for --gpus devices (default 2),
+  // --micro-batches and the first --chunks, and exit.
+  std::string print_schedule;
+  int64_t micro_batches = 4;
   std::string benchmark_out;  // --benchmark_out, checked for writability up front
   std::string argv;
 };

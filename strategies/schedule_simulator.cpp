@@ -167,6 +167,39 @@ SimulatedStep simulate_step(const std::vector<StageProgram>& programs, const Sta
   return result;
 }
 
+std::string format_schedule_grid(const std::string& schedule, size_t devices, size_t micro_batches, size_t chunks) {
+  const auto programs = make_schedule(schedule, devices, micro_batches, chunks);
+  const size_t stages = devices * chunks;
+  StageDurations unit;
+  const std::vector<double> ones(micro_batches, 1.0), zeros(micro_batches, 0.0);
+  unit.forward_ms = unit.backward_ms = unit.input_gradient_ms = unit.weight_gradient_ms = {stages, ones};
+  unit.activation_copy_ms = unit.gradient_copy_ms = {stages - 1, zeros};
+  unit.update_ms.assign(stages, 0.0);
+  const auto step = simulate_step(programs, unit);
+
+  const auto slots = static_cast<size_t>(std::lround(step.step_ms));
+  std::vector<std::vector<std::string>> grid(devices, std::vector<std::string>(slots, "."));
+  size_t width = 1;
+  for (const auto& placed : step.actions) {
+    const auto op = placed.action.op;
+    auto cell = std::string(op == StageOp::kForward ? "F" : op == StageOp::kBackwardWeight ? "W" : "B") +
+                std::to_string(placed.action.micro_batch);
+    if (chunks > 1) cell += "s" + std::to_string(placed.action.stage);
+    width = std::max(width, cell.size());
+    grid[placed.device][static_cast<size_t>(std::lround(placed.start_ms))] = cell;
+  }
+  std::string text = schedule + ": " + std::to_string(devices) + " devices, " + std::to_string(micro_batches) +
+                     " micro-batches" + (chunks > 1 ? ", " + std::to_string(chunks) + " chunks per device" : "") +
+                     "; one slot per forward (F), backward (B) or weight gradient (W), copies free\n";
+  for (size_t d = 0; d < devices; ++d) {
+    text += "device " + std::to_string(d) + ":";
+    for (const auto& cell : grid[d]) text += " " + cell + std::string(width - cell.size(), ' ');
+    while (!text.empty() && text.back() == ' ') text.pop_back();
+    text += "\n";
+  }
+  return text;
+}
+
 double exposed_allreduce_ms(const std::vector<double>& bucket_ready_ms, const std::vector<double>& allreduce_ms,
                             double backward_ms, bool overlap) {
   if (bucket_ready_ms.size() != allreduce_ms.size()) {

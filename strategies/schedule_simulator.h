@@ -20,6 +20,7 @@
 
 #include "strategies/pipeline_schedule.h"
 
+#include <string>
 #include <vector>
 
 namespace parbench {
@@ -57,6 +58,12 @@ struct SimulatedStep {
 // Throws std::invalid_argument for durations whose shape does not match `programs`, and
 // std::logic_error for programs that wait on something that never comes (a deadlock).
 SimulatedStep simulate_step(const std::vector<StageProgram>& programs, const StageDurations& durations);
+
+// A schedule's action grid in unit time (every forward, backward and weight gradient one slot,
+// copies free): one row per device, one column per slot, cells "F3" (micro-batch 3's forward),
+// "B3", "W3" or "." (idle); with more than one chunk per device the stage follows ("F3s2").
+// Throws std::invalid_argument as make_schedule does.
+std::string format_schedule_grid(const std::string& schedule, size_t devices, size_t micro_batches, size_t chunks);
 
 // ddp's all-reduce time that its backward does not hide (strategies/distributed/gradient_buckets.h):
 // bucket b's all-reduce starts once its gradients are ready (`overlap`; at bucket_ready_ms[b] from

@@ -302,6 +302,20 @@ TEST(Cli, TraceWritesAChromeTracePerCaseWithTheScheduleLabelled) {
   }
 }
 
+// --print-schedule: 1f1b over 2 devices and 3 micro-batches in unit time, worked by hand: device 1
+// starts each forward once device 0's ends, device 0 each backward once device 1's ends.
+TEST(Cli, PrintScheduleDrawsTheActionGridAndRunsNothing) {
+  const auto run = run_parbench("--print-schedule=1f1b --micro-batches=3");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find("device 0: F0 F1 .  B0 F2 B1 .  B2\n"
+                            "device 1: .  F0 B0 F1 B1 F2 B2 .\n"),
+            std::string::npos)
+      << run.output;
+  const auto bad = run_parbench("--print-schedule=zigzag");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.error.find("allowed: tutorial"), std::string::npos) << bad.error;
+}
+
 struct BadInput {
   std::string arguments;
   std::string expected;  // a phrase the one-line error must contain
@@ -354,7 +368,7 @@ TEST(Cli, HelpListsEveryOption) {
   for (const char* option : {"--preset", "--models", "--strategies", "--batch", "--image", "--precision", "--data",
                              "--loss", "--gpus", "--warmup", "--steps", "--repetitions", "--iterations", "--timer",
                              "--cuda-graph", "--split-sizes", "--schedules", "--cut", "--bucket-mib", "--overlap", "--scaling",
-                             "--dist-timeout", "--dp-replicate", "--advise", "--devices", "--busy-profile", "--trace",
+                             "--dist-timeout", "--dp-replicate", "--advise", "--devices", "--busy-profile", "--trace", "--print-schedule", "--micro-batches",
                              "Exit status"}) {
     EXPECT_NE(run.output.find(option), std::string::npos) << option;
   }
