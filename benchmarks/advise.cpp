@@ -303,7 +303,8 @@ bool modelled(const CaseSpec& spec) {
   const auto& name = spec.strategy->name;
   if (name == "pipeline") {
     const auto& schedule = spec.config.schedule;
-    return spec.config.stage_lanes == 1 && schedule != "zb-h1" && (schedule != "interleaved-1f1b" || spec.config.chunks == 1);
+    const auto& info = schedule_info(schedule);
+    return spec.config.stage_lanes == 1 && (info.advised || (info.uses_chunks && spec.config.chunks == 1));
   }
   if (name == "data_parallel") return spec.config.dp_replicate == "broadcast";
   // ddp's all-reduces are profiled across its ranks' GPUs.

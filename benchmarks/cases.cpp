@@ -182,7 +182,7 @@ void add_strategy_cases(CaseSpec spec, const Options& options, int visible_gpus,
   } else if (strategy.name == "pipeline") {
     for (auto split : split_sizes_for(options, batch)) {
       for (const auto& schedule : options.schedules) {
-        const bool interleaved = schedule == "interleaved-1f1b";
+        const bool interleaved = schedule_info(schedule).uses_chunks;
         for (auto chunks : interleaved ? options.chunks : std::vector<int64_t>{1}) {
           for (auto lanes : options.stage_lanes) {
             CaseSpec variant = spec;
@@ -323,7 +323,7 @@ void write_predicted_timeline(const CaseSpec& spec, const SimulatedStep& step, c
       {"schedule", pipeline ? spec.config.schedule : "gpipe"},
       {"devices", spec.gpus},
       {"micro_batches", pipeline ? micro_batch_count(spec.config.batch_size, spec.config.split_size) : 1},
-      {"chunks", spec.config.schedule == "interleaved-1f1b" ? spec.config.chunks : 1},
+      {"chunks", pipeline && schedule_info(spec.config.schedule).uses_chunks ? spec.config.chunks : 1},
       {"step_ms", step.step_ms},
       {"bubble_fraction", step.bubble_fraction},
       {"actions", actions}};

@@ -64,7 +64,12 @@ size_t count_to_run(const std::vector<Case>& cases) {
 // --print-schedule: the grid, or a usage error (thrown) for a schedule or counts it cannot run.
 int print_schedule(const Options& options) {
   const auto devices = options.gpus > 0 ? static_cast<size_t>(options.gpus) : 2;
-  const auto chunks = options.print_schedule == "interleaved-1f1b" ? static_cast<size_t>(options.chunks.front()) : 1;
+  size_t chunks = 1;
+  try {
+    if (schedule_info(options.print_schedule).uses_chunks) chunks = static_cast<size_t>(options.chunks.front());
+  } catch (const std::invalid_argument& error) {
+    throw UsageError("--print-schedule=" + options.print_schedule + ": " + error.what());
+  }
   try {
     std::fputs(format_schedule_grid(options.print_schedule, devices, static_cast<size_t>(options.micro_batches), chunks)
                    .c_str(),

@@ -2,6 +2,7 @@
 
 #include "models/model_zoo.h"
 #include "strategies/partition.h"
+#include "strategies/pipeline_schedule.h"
 #include "strategies/whole_number.h"
 
 #include <sys/stat.h>
@@ -138,8 +139,17 @@ const std::vector<int64_t>& tutorial_split_sizes() {
   return sizes;
 }
 
+// The --schedules lines of --help, from the schedule table.
+std::string schedules_help() {
+  std::string text = "  --schedules=LIST       pipeline schedules; default tutorial, gpipe, 1f1b:\n";
+  for (const auto& info : schedule_table()) {
+    text += "                           " + info.name + ": " + info.summary + "\n";
+  }
+  return text;
+}
+
 std::string usage() {
-  return R"(usage: parbench [parbench options] [Google Benchmark options]
+  std::string text = R"(usage: parbench [parbench options] [Google Benchmark options]
 
 Trains a model under each parallelism strategy on random data and times the training step.
 Google Benchmark's own flags all work: --benchmark_filter=REGEX, --benchmark_repetitions=N,
@@ -181,12 +191,7 @@ Google Benchmark's own flags all work: --benchmark_filter=REGEX, --benchmark_rep
                          clone variant; on GPUs); default off
   --split-sizes=LIST     pipeline micro-batch sizes; default 1,3,5,8,10,12,20,40,60 (those below the
                          batch) and the full batch
-  --schedules=LIST       pipeline schedules: tutorial, gpipe, 1f1b, interleaved-1f1b (Megatron-LM's:
-                         each device holds --chunks non-contiguous stages; the micro-batches must
-                         be a multiple of the devices), zb-h1 (zero bubble: each backward split into
-                         input and weight gradients, the latter deferred); default tutorial, gpipe,
-                         1f1b
-  --chunks=LIST          interleaved-1f1b: stages (model chunks) per device; default 2
+@SCHEDULES@  --chunks=LIST          interleaved-1f1b: stages (model chunks) per device; default 2
   --stage-lanes=LIST     pipeline on GPUs: compute streams per stage, 1 | 2 (micro-batches take the
                          two in turn, so a forward can overlap a backward); default 1
   --cut=SPEC             stage placement for model_parallel/pipeline: balanced, or stages per device
@@ -222,6 +227,8 @@ Exit status:
      --benchmark_filter that selects no case; nothing ran and no output file was written
 The last line on stderr sums the run up: "parbench: 12 ran, 9 skipped (...), 1 failed: CASE: WHY".
 )";
+  text.replace(text.find("@SCHEDULES@"), std::strlen("@SCHEDULES@"), schedules_help());
+  return text;
 }
 
 Options parse_options(int argc, char** argv, bool has_gpu, std::vector<char*>* benchmark_args) {
@@ -281,7 +288,11 @@ Options parse_options(int argc, char** argv, bool has_gpu, std::vector<char*>* b
       {"cuda-graph", [&](auto& f, auto& v) { options.cuda_graphs = pick_list(f, v, kOnOff); }},
       {"split-sizes", [&](auto& f, auto& v) { options.split_sizes = int_list(f, v, 1); }},
       {"stage-lanes", [&](auto& f, auto& v) { options.stage_lanes = pick_list<int64_t>(f, v, {{"1", 1}, {"2", 2}}); }},
-      {"schedules", [&](auto& f, auto& v) { options.schedules = pick_list<std::string>(f, v, {{"tutorial", "tutorial"}, {"gpipe", "gpipe"}, {"1f1b", "1f1b"}, {"interleaved-1f1b", "interleaved-1f1b"}, {"zb-h1", "zb-h1"}}); }},
+      {"schedules", [&](auto& f, auto& v) {
+         std::vector<std::pair<std::string, std::string>> schedules;
+         for (const auto& info : schedule_table()) schedules.emplace_back(info.name, info.name);
+         options.schedules = pick_list<std::string>(f, v, schedules);
+       }},
       {"print-schedule", [&](auto&, auto& v) { options.print_schedule = v; }},
       {"micro-batches", [&](auto& f, auto& v) { options.micro_batches = parse_int(f, v, 1); }},
       {"chunks", [&](auto& f, auto& v) { options.chunks = int_list(f, v, 1); }},

@@ -22,7 +22,7 @@ class Pipeline final : public StagedStrategy {
                                   std::to_string(config.split_size));
     }
     TORCH_CHECK(devices.size() >= 2, "pipeline needs at least 2 devices, got ", devices.size());
-    const size_t chunks = config.schedule == "interleaved-1f1b" ? static_cast<size_t>(config.chunks) : 1;
+    const size_t chunks = schedule_info(config.schedule).uses_chunks ? static_cast<size_t>(config.chunks) : 1;
     const auto micro_batches = static_cast<size_t>(micro_batch_count(config.batch_size, config.split_size));
     make_schedule(config.schedule, devices.size(), micro_batches, chunks);  // throws for what it cannot run
     set_up_stages(make_model, devices, config, std::min(config.split_size, config.batch_size), config.stage_lanes,
@@ -36,7 +36,7 @@ class Pipeline final : public StagedStrategy {
   std::map<std::string, std::string> describe() const override {
     std::map<std::string, std::string> facts = {
         {"cut", format_cut(cut_)}, {"schedule", config_.schedule}, {"lanes", std::to_string(config_.stage_lanes)}};
-    if (config_.schedule == "interleaved-1f1b") facts["chunks"] = std::to_string(config_.chunks);
+    if (schedule_info(config_.schedule).uses_chunks) facts["chunks"] = std::to_string(config_.chunks);
     return facts;
   }
 };

@@ -33,79 +33,124 @@ std::vector<StageProgram> interleaved_1f1b(size_t devices, size_t micro_batches,
   return programs;
 }
 
+// One program per stage (one stage per device) from `each_stage(s, stages, micro_batches, program)`.
+template <typename EachStage>
+std::vector<StageProgram> per_stage(size_t devices, size_t micro_batches, EachStage each_stage) {
+  std::vector<StageProgram> programs(devices);
+  for (size_t s = 0; s < devices; ++s) each_stage(s, devices, static_cast<int64_t>(micro_batches), programs[s]);
+  return programs;
+}
+
+void forwards(StageProgram& program, size_t s, int64_t begin, int64_t end) {
+  for (int64_t m = begin; m < end; ++m) program.push_back({StageOp::kForward, m, s});
+}
+
+void backwards_last_first(StageProgram& program, size_t s, int64_t micro_batches) {
+  for (int64_t m = micro_batches; m-- > 0;) program.push_back({StageOp::kBackward, m, s});
+}
+
+std::vector<StageProgram> tutorial(size_t devices, size_t micro_batches, size_t) {
+  return per_stage(devices, micro_batches, [](size_t s, size_t stages, int64_t m_count, StageProgram& program) {
+    forwards(program, s, 0, m_count);
+    if (s + 1 == stages) {
+      program.push_back({StageOp::kBackwardAll, -1, s});
+    } else {
+      backwards_last_first(program, s, m_count);
+    }
+  });
+}
+
+std::vector<StageProgram> gpipe(size_t devices, size_t micro_batches, size_t) {
+  return per_stage(devices, micro_batches, [](size_t s, size_t, int64_t m_count, StageProgram& program) {
+    forwards(program, s, 0, m_count);
+    backwards_last_first(program, s, m_count);
+  });
+}
+
+std::vector<StageProgram> one_f_one_b(size_t devices, size_t micro_batches, size_t) {
+  return per_stage(devices, micro_batches, [](size_t s, size_t stages, int64_t m_count, StageProgram& program) {
+    const auto warmup = std::min(static_cast<int64_t>(stages - 1 - s), m_count);
+    forwards(program, s, 0, warmup);
+    for (int64_t i = 0; i < m_count - warmup; ++i) {
+      program.push_back({StageOp::kForward, warmup + i, s});
+      program.push_back({StageOp::kBackward, i, s});
+    }
+    for (int64_t m = m_count - warmup; m < m_count; ++m) program.push_back({StageOp::kBackward, m, s});
+  });
+}
+
+std::vector<StageProgram> zero_bubble_h1(size_t devices, size_t micro_batches, size_t) {
+  return per_stage(devices, micro_batches, [](size_t s, size_t stages, int64_t m_count, StageProgram& program) {
+    const auto warmup = std::min(static_cast<int64_t>(stages - 1 - s), m_count);
+    const auto deferred = s;  // W passes stage s keeps pending
+    std::vector<int64_t> pending;
+    const auto backward = [&](int64_t m) {
+      program.push_back({StageOp::kBackwardInput, m, s});
+      pending.push_back(m);
+      if (pending.size() > deferred) {
+        program.push_back({StageOp::kBackwardWeight, pending.front(), s});
+        pending.erase(pending.begin());
+      }
+    };
+    forwards(program, s, 0, warmup);
+    for (int64_t i = 0; i < m_count - warmup; ++i) {
+      program.push_back({StageOp::kForward, warmup + i, s});
+      backward(i);
+    }
+    for (int64_t m = m_count - warmup; m < m_count; ++m) backward(m);
+    for (auto m : pending) program.push_back({StageOp::kBackwardWeight, m, s});
+  });
+}
+
+// With one chunk per device, interleaving is 1f1b.
+std::vector<StageProgram> interleaved(size_t devices, size_t micro_batches, size_t chunks) {
+  return chunks > 1 ? interleaved_1f1b(devices, micro_batches, chunks) : one_f_one_b(devices, micro_batches, 1);
+}
+
 }  // namespace
 
 int64_t micro_batch_count(int64_t batch, int64_t split_size) { return (batch + split_size - 1) / split_size; }
 
-const std::vector<std::string>& pipeline_schedules() {
-  static const std::vector<std::string> names = {"tutorial", "gpipe", "1f1b", "interleaved-1f1b", "zb-h1"};
+const std::vector<ScheduleInfo>& schedule_table() {
+  static const std::vector<ScheduleInfo> table = {
+      {"tutorial", "forwards as a wavefront, then one loss over every micro-batch and one backward (the tutorial's)",
+       /*uses_chunks=*/false, /*advised=*/true, tutorial},
+      {"gpipe", "all forwards, then one backward per micro-batch, last first", false, true, gpipe},
+      {"1f1b", "warm-up forwards, then one forward and one backward in turn (PipeDream-flush)", false, true,
+       one_f_one_b},
+      {"interleaved-1f1b",
+       "Megatron-LM's: each device holds --chunks non-contiguous stages; the micro-batches must be a multiple of the "
+       "devices",
+       true, /*advised=*/false, interleaved},
+      {"zb-h1", "zero bubble: each backward split into input and weight gradients, the latter deferred", false,
+       /*advised=*/false, zero_bubble_h1},
+  };
+  return table;
+}
+
+const ScheduleInfo& schedule_info(const std::string& schedule) {
+  for (const auto& info : schedule_table()) {
+    if (info.name == schedule) return info;
+  }
+  throw std::invalid_argument("unknown pipeline schedule '" + schedule + "' (allowed: " + schedule_names() + ")");
+}
+
+std::string schedule_names() {
+  std::string names;
+  for (const auto& info : schedule_table()) names += (names.empty() ? "" : ", ") + info.name;
   return names;
 }
 
 std::vector<StageProgram> make_schedule(const std::string& schedule, size_t devices, size_t micro_batches,
                                         size_t chunks) {
+  const auto& info = schedule_info(schedule);
   if (devices == 0 || micro_batches == 0 || chunks == 0) {
     throw std::invalid_argument("a pipeline schedule needs at least one device, one micro-batch and one chunk");
   }
-  if (schedule == "interleaved-1f1b" && chunks > 1) return interleaved_1f1b(devices, micro_batches, chunks);
-  if (chunks != 1 && schedule != "interleaved-1f1b") {
-    throw std::invalid_argument("only interleaved-1f1b runs more than one chunk per device, not " + schedule);
+  if (chunks != 1 && !info.uses_chunks) {
+    throw std::invalid_argument("only schedules that take --chunks (interleaved-1f1b) run more than one chunk per device, not " + schedule);
   }
-  const size_t stages = devices;
-  const auto m_count = static_cast<int64_t>(micro_batches);
-  std::vector<StageProgram> programs(stages);
-  for (size_t s = 0; s < stages; ++s) {
-    auto& program = programs[s];
-    const auto forwards = [&](int64_t begin, int64_t end) {
-      for (int64_t m = begin; m < end; ++m) program.push_back({StageOp::kForward, m, s});
-    };
-    const auto backwards_last_first = [&] {
-      for (int64_t m = m_count; m-- > 0;) program.push_back({StageOp::kBackward, m, s});
-    };
-    if (schedule == "tutorial") {
-      forwards(0, m_count);
-      if (s + 1 == stages) {
-        program.push_back({StageOp::kBackwardAll, -1, s});
-      } else {
-        backwards_last_first();
-      }
-    } else if (schedule == "gpipe") {
-      forwards(0, m_count);
-      backwards_last_first();
-    } else if (schedule == "zb-h1") {
-      const auto warmup = std::min(static_cast<int64_t>(stages - 1 - s), m_count);
-      const auto deferred = static_cast<size_t>(s);  // W passes stage s keeps pending
-      std::vector<int64_t> pending;
-      const auto backward = [&](int64_t m) {
-        program.push_back({StageOp::kBackwardInput, m, s});
-        pending.push_back(m);
-        if (pending.size() > deferred) {
-          program.push_back({StageOp::kBackwardWeight, pending.front(), s});
-          pending.erase(pending.begin());
-        }
-      };
-      forwards(0, warmup);
-      for (int64_t i = 0; i < m_count - warmup; ++i) {
-        program.push_back({StageOp::kForward, warmup + i, s});
-        backward(i);
-      }
-      for (int64_t m = m_count - warmup; m < m_count; ++m) backward(m);
-      for (auto m : pending) program.push_back({StageOp::kBackwardWeight, m, s});
-    } else if (schedule == "1f1b" || schedule == "interleaved-1f1b") {  // one chunk: interleaving is 1f1b
-      const auto warmup = std::min(static_cast<int64_t>(stages - 1 - s), m_count);
-      forwards(0, warmup);
-      for (int64_t i = 0; i < m_count - warmup; ++i) {
-        program.push_back({StageOp::kForward, warmup + i, s});
-        program.push_back({StageOp::kBackward, i, s});
-      }
-      for (int64_t m = m_count - warmup; m < m_count; ++m) program.push_back({StageOp::kBackward, m, s});
-    } else {
-      std::string allowed;
-      for (const auto& name : pipeline_schedules()) allowed += (allowed.empty() ? "" : ", ") + name;
-      throw std::invalid_argument("unknown pipeline schedule '" + schedule + "' (allowed: " + allowed + ")");
-    }
-  }
-  return programs;
+  return info.programs(devices, micro_batches, chunks);
 }
 
 }  // namespace parbench

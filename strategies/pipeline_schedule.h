@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -50,7 +51,22 @@ using StageProgram = std::vector<StageAction>;
 //             (weight gradients); stage s runs a W only once more than s of them are pending,
 //             so later stages defer theirs into what would be the cooldown's bubbles. Every
 //             stage holds at most S micro-batches' activations (1f1b's first stage's).
-const std::vector<std::string>& pipeline_schedules();
+// The schedules, as data: options, --help, the case builder, advise and the JSON context read
+// this table, so a new schedule is its generator and one entry here.
+struct ScheduleInfo {
+  std::string name;
+  std::string summary;  // for --help
+  bool uses_chunks = false;  // takes --chunks stages per device
+  bool advised = false;      // advise's profile and simulator predict it
+  std::function<std::vector<StageProgram>(size_t devices, size_t micro_batches, size_t chunks)> programs;
+};
+const std::vector<ScheduleInfo>& schedule_table();
+
+// The entry of `schedule`; throws std::invalid_argument naming the allowed ones.
+const ScheduleInfo& schedule_info(const std::string& schedule);
+
+// "tutorial, gpipe, ...", in the table's order.
+std::string schedule_names();
 
 // How many micro-batches of `split_size` images a batch of `batch` makes: the last may be smaller.
 int64_t micro_batch_count(int64_t batch, int64_t split_size);
