@@ -12,7 +12,11 @@ StrategyRegistry& StrategyRegistry::instance() {
 
 bool StrategyRegistry::add(StrategyInfo info) {
   const std::string name = info.name;
-  return strategies_.emplace(name, std::move(info)).second;
+  // Two plug-ins under one name would leave one of them silently unreachable.
+  if (!strategies_.emplace(name, std::move(info)).second) {
+    throw std::logic_error("strategy '" + name + "' is registered twice");
+  }
+  return true;
 }
 
 const StrategyInfo& StrategyRegistry::get(const std::string& name) const {

@@ -105,6 +105,7 @@ class StrategyRegistry {
  public:
   static StrategyRegistry& instance();
 
+  // Throws std::logic_error for a name already registered.
   bool add(StrategyInfo info);
   // Throws std::invalid_argument naming the allowed strategies.
   const StrategyInfo& get(const std::string& name) const;

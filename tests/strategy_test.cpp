@@ -216,6 +216,12 @@ TEST(Registry, ListsEveryPlugIn) {
   EXPECT_THROW(StrategyRegistry::instance().get("zero3"), std::invalid_argument);
 }
 
+TEST(Registry, RefusesASecondPlugInUnderATakenName) {
+  StrategyInfo twin = StrategyRegistry::instance().get("single");
+  EXPECT_THROW(StrategyRegistry::instance().add(twin), std::logic_error);
+  EXPECT_EQ(StrategyRegistry::instance().get("single").order, 0);
+}
+
 TEST(Pipeline, RejectsBadSplitSizeAndSchedule) {
   RunConfig config;
   config.model = "tinycnn";
