@@ -327,7 +327,7 @@ struct StageExecutor::Impl {
     std::optional<c10::Event> gradients_ready;
     extend_chain(stage, 0, gradients_ready);
     for (int64_t m = static_cast<int64_t>(stage.outputs.size()); m-- > 0;) {
-      RECORD_USER_SCOPE(action_label({StageOp::kBackward, s, m}));
+      RECORD_USER_SCOPE(action_label({StageOp::kBackward, m, s}));
       std::optional<c10::StreamGuard> on_lane;
       enter_lane(stage, m, stage.backwards_done, on_lane);
       if (gradients_ready) gradients_ready->block(lane(stage, m));
