@@ -1,7 +1,7 @@
 #include "benchmarks/advise.h"
 
-#include "benchmarks/device_timer.h"
 #include "benchmarks/graphed_step.h"
+#include "core/device_timer.h"
 #include "models/model_zoo.h"
 #include "strategies/distributed/gradient_buckets.h"
 #include "strategies/partition.h"
@@ -318,8 +318,7 @@ bool modelled(const CaseSpec& spec) {
 // per rank.
 bool predicted_only(const CaseSpec& spec) {
   const auto visible = torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0;
-  return visible > 0 && spec.gpus > visible && spec.strategy->name != "ddp" &&
-         spec.skip_reason.rfind("needs ", 0) == 0;
+  return visible > 0 && spec.gpus > visible && spec.strategy->name != "ddp" && spec.wants_more_gpus;
 }
 
 // The devices a set-up's profile runs on: the case's, or for a predicted-only case the visible

@@ -1,7 +1,7 @@
 #include "benchmarks/allreduce.h"
 
-#include "benchmarks/device_timer.h"
 #include "benchmarks/outcomes.h"
+#include "core/device_timer.h"
 
 #include <algorithm>
 #include <numeric>

@@ -3,11 +3,12 @@
 #include "benchmarks/advise.h"
 #include "benchmarks/batch_source.h"
 #include "benchmarks/device_stats.h"
-#include "benchmarks/device_timer.h"
 #include "benchmarks/distributed_runner.h"
 #include "benchmarks/graphed_step.h"
 #include "benchmarks/outcomes.h"
 #include "benchmarks/profile_companion.h"
+#include "core/device_timer.h"
+#include "core/text.h"
 #include "models/model_zoo.h"
 #include "strategies/pipeline_schedule.h"
 
@@ -29,7 +30,6 @@
 namespace parbench {
 namespace {
 
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 std::string base_name(const std::string& strategy, const RunConfig& config, int64_t batch, DataMode data) {
   return "train/" + strategy + "/" + config.model + "/batch:" + std::to_string(batch) +
@@ -44,9 +44,7 @@ std::string format_number(double value) {
 }
 
 std::string join_ids(const std::vector<int>& ids) {
-  std::string joined;
-  for (auto id : ids) joined += (joined.empty() ? "" : ",") + std::to_string(id);
-  return joined;
+  return joined(ids, ",", [](int id) { return std::to_string(id); });
 }
 
 // "/devices:0,0" where --devices places the case other than on GPUs 0..gpus-1, whose names stay
@@ -60,11 +58,11 @@ std::string devices_part(const CaseSpec& spec) {
 
 // "single, ddp": the strategies whose step can be captured in a CUDA graph.
 std::string capturable_names() {
-  std::string names;
+  std::vector<std::string> names;
   for (const auto* info : StrategyRegistry::instance().all()) {
-    if (info->graph_capturable) names += (names.empty() ? "" : ", ") + info->name;
+    if (info->graph_capturable) names.push_back(info->name);
   }
-  return names;
+  return joined(names);
 }
 
 std::vector<int64_t> split_sizes_for(const Options& options, int64_t batch) {
@@ -161,11 +159,13 @@ void add_strategy_cases(CaseSpec spec, const Options& options, int visible_gpus,
   if (spec.cuda_graph && visible_gpus == 0) {
     spec.skip_reason = "CUDA graphs need a GPU, 0 visible";
   } else if (spec.gpus < strategy.min_devices) {
+    spec.wants_more_gpus = true;
     spec.skip_reason = "needs " + std::to_string(strategy.min_devices) + " devices, --devices names " +
                        std::to_string(spec.gpus);
   } else if (strategy.distributed && !shared_gpu_placement(spec).empty()) {
     spec.skip_reason = "ddp's NCCL ranks cannot share a GPU (--devices repeats one)";
   } else if (visible_gpus > 0 && spec.gpu_ids.empty() && spec.gpus > visible_gpus) {
+    spec.wants_more_gpus = true;
     spec.skip_reason = "needs " + std::to_string(spec.gpus) + " GPUs, " + std::to_string(visible_gpus) + " visible";
   }
   const auto batch = spec.config.batch_size;
@@ -410,6 +410,17 @@ std::string format_label(const std::map<std::string, std::string>& facts) {
   return label;
 }
 
+void set_device_counters(benchmark::State& state, const std::vector<double>& peak_bytes,
+                         const std::vector<double>& busy_seconds, double step_seconds) {
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  for (size_t i = 0; i < peak_bytes.size(); ++i) state.counters["peak_mem_gib_dev" + std::to_string(i)] = peak_bytes[i] / kGiB;
+  for (size_t i = 0; i < busy_seconds.size(); ++i) {
+    const double busy = std::min(1.0, busy_seconds[i] / step_seconds);
+    state.counters["busy_frac_dev" + std::to_string(i)] = busy;
+    state.counters["bubble_frac_dev" + std::to_string(i)] = 1.0 - busy;
+  }
+}
+
 void set_training_counters(benchmark::State& state, const CaseSpec& spec, double seconds, int64_t steps,
                            double params, double forward_flops_per_image) {
   const double images = static_cast<double>(steps) * spec.global_batch;
@@ -490,16 +501,8 @@ void run_local_case(benchmark::State& state, const CaseSpec& spec, const Options
     synchronize_devices(devices);
     const int64_t steps = state.iterations() * options.steps_per_iteration;
     set_training_counters(state, spec, seconds, steps, prepared.params, prepared.forward_flops_per_image);
-    const auto peaks = peak_memory_bytes(devices);
-    for (size_t i = 0; i < peaks.size(); ++i) state.counters["peak_mem_gib_dev" + std::to_string(i)] = peaks[i] / kGiB;
-    if (const auto& busy_seconds = prepared.profile.busy_seconds) {
-      const double step_seconds = seconds / steps;
-      for (size_t i = 0; i < busy_seconds->size(); ++i) {
-        const double busy = std::min(1.0, (*busy_seconds)[i] / step_seconds);
-        state.counters["busy_frac_dev" + std::to_string(i)] = busy;
-        state.counters["bubble_frac_dev" + std::to_string(i)] = 1.0 - busy;
-      }
-    }
+    set_device_counters(state, peak_memory_bytes(devices), prepared.profile.busy_seconds.value_or(std::vector<double>{}),
+                        seconds / static_cast<double>(steps));
     for (const auto& [name, value] : prepared.strategy->counters()) state.counters[name] = value;
     auto facts = prepared.strategy->describe();
     facts["devices"] = device_kind(devices.front());

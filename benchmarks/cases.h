@@ -26,6 +26,7 @@ struct CaseSpec {
   std::string scaling;       // ddp: weak or strong
   bool cuda_graph = false;   // the step is captured once and replayed (benchmarks/graphed_step.h)
   std::string skip_reason;   // non-empty: reported as skipped, not run
+  bool wants_more_gpus = false;  // skipped only because more GPUs are needed than are visible (advise predicts it)
   // --advise: the predicted step time and its rank among the set-up's cases (benchmarks/advise.h).
   std::optional<double> predicted_step_ms;
   int predicted_rank = 0;
@@ -121,6 +122,10 @@ void stop_profile_companion();
 
 // Step time, images/s, TFLOP/s and the case's shape, from `seconds` spent on
 // `steps` training steps.
+// Per device (or ddp rank): peak memory, and where --busy-profile measured it, the busy and
+// bubble fractions of a step of step_seconds (docs/METRICS.md).
+void set_device_counters(benchmark::State& state, const std::vector<double>& peak_bytes,
+                         const std::vector<double>& busy_seconds, double step_seconds);
 void set_training_counters(benchmark::State& state, const CaseSpec& spec, double seconds, int64_t steps,
                            double params, double forward_flops_per_image);
 

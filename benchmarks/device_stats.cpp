@@ -1,6 +1,6 @@
 #include "benchmarks/device_stats.h"
 
-#include "benchmarks/device_timer.h"
+#include "core/device_timer.h"
 
 #ifdef PARBENCH_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>

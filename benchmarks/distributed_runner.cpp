@@ -3,9 +3,9 @@
 #include "benchmarks/batch_source.h"
 #include "benchmarks/cases.h"
 #include "benchmarks/device_stats.h"
-#include "benchmarks/device_timer.h"
 #include "benchmarks/graphed_step.h"
 #include "benchmarks/launcher.h"
+#include "core/device_timer.h"
 #include "models/model_zoo.h"
 
 #ifdef PARBENCH_WITH_CUDA
@@ -18,8 +18,6 @@
 
 namespace parbench {
 namespace {
-
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 // PARBENCH_TEST_SAVE_WEIGHTS=DIR: each rank saves its parameters, then their gradients, to
 // DIR/rank<r>.pt, so tests can compare ranks with each other and with single-device training.
@@ -112,15 +110,7 @@ void run_distributed_case(benchmark::State& state, const CaseSpec& spec, const O
   set_training_counters(state, spec, seconds, steps, run.params, run.forward_flops_per_image);
   state.counters["world_size"] = run.world_size;
   state.counters["step_ms_rank_spread"] = repetition.rank_spread;
-  for (size_t rank = 0; rank < run.peak_bytes.size(); ++rank) {
-    state.counters["peak_mem_gib_dev" + std::to_string(rank)] = run.peak_bytes[rank] / kGiB;
-  }
-  const double step_seconds = seconds / static_cast<double>(steps);
-  for (size_t rank = 0; rank < run.busy_seconds.size(); ++rank) {
-    const double busy = std::min(1.0, run.busy_seconds[rank] / step_seconds);
-    state.counters["busy_frac_dev" + std::to_string(rank)] = busy;
-    state.counters["bubble_frac_dev" + std::to_string(rank)] = 1.0 - busy;
-  }
+  set_device_counters(state, run.peak_bytes, run.busy_seconds, seconds / static_cast<double>(steps));
   state.SetLabel(format_label(run.facts));
 }
 

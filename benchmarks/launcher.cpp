@@ -1,8 +1,8 @@
 #include "benchmarks/launcher.h"
 
-#include "benchmarks/device_timer.h"
 #include "benchmarks/self_exec.h"
 #include "benchmarks/temporary_directory.h"
+#include "core/device_timer.h"
 
 #include "benchmarks/allreduce.h"
 #include "benchmarks/cases.h"

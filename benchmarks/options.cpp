@@ -1,5 +1,6 @@
 #include "benchmarks/options.h"
 
+#include "core/text.h"
 #include "models/model_zoo.h"
 #include "strategies/partition.h"
 #include "strategies/pipeline_schedule.h"
@@ -54,12 +55,11 @@ double parse_double(const std::string& flag, const std::string& text, double min
 
 template <typename T>
 T pick(const std::string& flag, const std::string& text, const std::vector<std::pair<std::string, T>>& choices) {
-  std::string allowed;
   for (const auto& [name, value] : choices) {
     if (name == text) return value;
-    allowed += (allowed.empty() ? "" : ", ") + name;
   }
-  throw UsageError("--" + flag + "=" + text + " is not one of: " + allowed);
+  throw UsageError("--" + flag + "=" + text + " is not one of: " +
+                   joined(choices, ", ", [](const auto& choice) { return choice.first; }));
 }
 
 template <typename T>

@@ -1,6 +1,7 @@
 // parbench's own command-line options (Google Benchmark's --benchmark_* flags pass through).
 #pragma once
 
+#include "core/device_timer.h"
 #include "strategies/strategy.h"
 
 #include <limits>
@@ -11,7 +12,6 @@
 namespace parbench {
 
 enum class DataMode { kDevice, kPinned, kHost };
-enum class TimerKind { kEvent, kHost };
 
 std::string to_string(Precision precision);
 std::string to_string(DataMode mode);

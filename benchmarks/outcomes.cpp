@@ -1,5 +1,7 @@
 #include "benchmarks/outcomes.h"
 
+#include "core/text.h"
+
 #include <algorithm>
 
 namespace parbench {
@@ -94,9 +96,7 @@ std::vector<std::string> CaseOutcomes::summary() const {
   std::vector<std::string> lines;
   std::string skip_counts;
   for (const auto& reason : reasons) {
-    std::string hit;
-    for (const auto& kind : kinds[reason]) hit += (hit.empty() ? "" : ", ") + kind;
-    lines.push_back("parbench: skipped " + cases_text(per_reason[reason]) + " (" + hit + "): " + reason);
+    lines.push_back("parbench: skipped " + cases_text(per_reason[reason]) + " (" + joined(kinds[reason]) + "): " + reason);
     skip_counts += (skip_counts.empty() ? "" : "; ") + reason +
                    (reasons.size() > 1 ? ": " + std::to_string(per_reason[reason]) : "");
   }

@@ -16,7 +16,8 @@
 //
 // --dp-replicate=clone runs LibTorch's torch::nn::parallel::data_parallel instead, which clones
 // the model for every replica every step, and whose replicas' batch-norm statistics are dropped.
-#include "benchmarks/device_timer.h"
+#include "core/device_timer.h"
+#include "strategies/flat_tensors.h"
 #include "strategies/strategy.h"
 #include "strategies/training.h"
 #include "strategies/worker_thread.h"
@@ -37,22 +38,13 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// `sources` flattened into one buffer per dtype, moved to `device`, and cut back into tensors
-// shaped like `sources`, in their order: a coalesced copy to another device.
+// `sources` moved to `device` in one coalesced copy per dtype, as tensors shaped like `sources`,
+// in their order.
 std::vector<torch::Tensor> coalesced_to(const std::vector<torch::Tensor>& sources, torch::Device device) {
-  std::map<c10::ScalarType, std::vector<size_t>> by_dtype;
-  for (size_t i = 0; i < sources.size(); ++i) by_dtype[sources[i].scalar_type()].push_back(i);
   std::vector<torch::Tensor> moved(sources.size());
-  for (const auto& [dtype, indices] : by_dtype) {
-    std::vector<torch::Tensor> flat_parts;
-    std::vector<int64_t> sizes;
-    for (auto i : indices) {
-      flat_parts.push_back(sources[i].reshape(-1));
-      sizes.push_back(sources[i].numel());
-    }
-    const auto flat = torch::cat(flat_parts).to(device, /*non_blocking=*/true);
-    const auto parts = flat.split_with_sizes(sizes);
-    for (size_t k = 0; k < indices.size(); ++k) moved[indices[k]] = parts[k].view(sources[indices[k]].sizes());
+  for (const auto& group : indices_by_dtype(sources)) {
+    const auto parts = split_like(concatenated(sources, group).to(device, /*non_blocking=*/true), sources, group);
+    for (size_t k = 0; k < group.size(); ++k) moved[group[k]] = parts[k];
   }
   return moved;
 }
@@ -62,27 +54,23 @@ std::vector<torch::Tensor> coalesced_to(const std::vector<torch::Tensor>& source
 // (channels-last weights stay so). Returns the flat tensors: a broadcast is then one copy per dtype.
 std::vector<torch::Tensor> flatten_in_place(const std::vector<torch::Tensor>& tensors) {
   torch::NoGradGuard no_grad;
-  std::vector<c10::ScalarType> dtypes;
-  std::map<c10::ScalarType, int64_t> elements;
-  for (const auto& tensor : tensors) {
-    TORCH_CHECK(tensor.is_non_overlapping_and_dense(), "data_parallel flattens dense tensors only");
-    if (elements.count(tensor.scalar_type()) == 0) dtypes.push_back(tensor.scalar_type());
-    elements[tensor.scalar_type()] += tensor.numel();
-  }
-  std::map<c10::ScalarType, torch::Tensor> flat;
-  std::map<c10::ScalarType, int64_t> used;
-  for (auto dtype : dtypes) {
-    flat[dtype] = torch::empty({elements[dtype]}, tensors.front().options().dtype(dtype));
-  }
-  for (const auto& tensor : tensors) {
-    auto& offset = used[tensor.scalar_type()];
-    auto view = flat[tensor.scalar_type()].as_strided(tensor.sizes(), tensor.strides(), offset);
-    view.copy_(tensor);
-    const_cast<torch::Tensor&>(tensor).set_data(view);
-    offset += tensor.numel();
-  }
   std::vector<torch::Tensor> flats;
-  for (auto dtype : dtypes) flats.push_back(flat[dtype]);
+  for (const auto& group : indices_by_dtype(tensors)) {
+    int64_t elements = 0;
+    for (auto i : group) {
+      TORCH_CHECK(tensors[i].is_non_overlapping_and_dense(), "data_parallel flattens dense tensors only");
+      elements += tensors[i].numel();
+    }
+    auto flat = torch::empty({elements}, tensors[group.front()].options());
+    int64_t offset = 0;
+    for (auto i : group) {
+      auto view = flat.as_strided(tensors[i].sizes(), tensors[i].strides(), offset);
+      view.copy_(tensors[i]);
+      const_cast<torch::Tensor&>(tensors[i]).set_data(view);
+      offset += tensors[i].numel();
+    }
+    flats.push_back(flat);
+  }
   return flats;
 }
 

@@ -10,6 +10,7 @@
 // forward by default). Training-mode outputs do not depend on them.
 #include "strategies/distributed/gradient_buckets.h"
 #include "strategies/distributed/world.h"
+#include "strategies/flat_tensors.h"
 #include "strategies/strategy.h"
 #include "strategies/training.h"
 
@@ -21,18 +22,11 @@ namespace {
 // Copies rank 0's values of `tensors` to every rank: one flat broadcast per dtype.
 void broadcast_from_rank0(const std::vector<torch::Tensor>& tensors, c10d::Backend& backend) {
   torch::NoGradGuard no_grad;
-  std::map<c10::ScalarType, std::vector<torch::Tensor>> by_dtype;
-  for (const auto& tensor : tensors) by_dtype[tensor.scalar_type()].push_back(tensor);
-  for (auto& [dtype, group] : by_dtype) {
-    std::vector<torch::Tensor> pieces;
-    for (const auto& tensor : group) pieces.push_back(tensor.reshape(-1));
-    std::vector<at::Tensor> flat{torch::cat(pieces)};
+  for (const auto& group : indices_by_dtype(tensors)) {
+    std::vector<at::Tensor> flat{concatenated(tensors, group)};
     backend.broadcast(flat)->wait();
-    int64_t offset = 0;
-    for (auto& tensor : group) {
-      tensor.copy_(flat.front().narrow(0, offset, tensor.numel()).view(tensor.sizes()));
-      offset += tensor.numel();
-    }
+    const auto parts = split_like(flat.front(), tensors, group);
+    for (size_t k = 0; k < group.size(); ++k) tensors[group[k]].copy_(parts[k]);
   }
 }
 

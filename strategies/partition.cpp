@@ -1,6 +1,7 @@
 #include "strategies/partition.h"
 
-#include "benchmarks/device_timer.h"
+#include "core/device_timer.h"
+#include "core/text.h"
 #include "strategies/training.h"
 
 #include <algorithm>
@@ -22,12 +23,6 @@ std::vector<std::string> split(const std::string& text, char separator) {
   while (std::getline(stream, part, separator)) parts.push_back(part);
   if (!text.empty() && text.back() == separator) parts.emplace_back();
   return parts;
-}
-
-std::string joined(const std::vector<std::string>& names) {
-  std::string out;
-  for (const auto& name : names) out += (out.empty() ? "" : ", ") + name;
-  return out;
 }
 
 std::vector<std::string> names_of(const std::vector<Stage>& stages) {
@@ -54,12 +49,7 @@ std::vector<torch::Tensor> Partition::parameters() const {
 }
 
 std::string format_cut(const Cut& cut) {
-  std::string out;
-  for (size_t part = 0; part < cut.size(); ++part) {
-    if (part) out += "|";
-    for (size_t i = 0; i < cut[part].size(); ++i) out += (i ? "," : "") + cut[part][i];
-  }
-  return out;
+  return joined(cut, "|", [](const std::vector<std::string>& part) { return joined(part, ","); });
 }
 
 Cut parse_cut(const std::string& spec, const std::vector<std::string>& stage_names, size_t num_devices) {

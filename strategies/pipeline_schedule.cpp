@@ -1,5 +1,7 @@
 #include "strategies/pipeline_schedule.h"
 
+#include "core/text.h"
+
 #include <algorithm>
 #include <stdexcept>
 
@@ -136,9 +138,7 @@ const ScheduleInfo& schedule_info(const std::string& schedule) {
 }
 
 std::string schedule_names() {
-  std::string names;
-  for (const auto& info : schedule_table()) names += (names.empty() ? "" : ", ") + info.name;
-  return names;
+  return joined(schedule_table(), ", ", [](const ScheduleInfo& info) { return info.name; });
 }
 
 std::vector<StageProgram> make_schedule(const std::string& schedule, size_t devices, size_t micro_batches,

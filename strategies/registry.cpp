@@ -1,3 +1,4 @@
+#include "core/text.h"
 #include "strategies/strategy.h"
 
 #include <algorithm>
@@ -35,9 +36,7 @@ std::vector<const StrategyInfo*> StrategyRegistry::all() const {
 }
 
 std::string StrategyRegistry::names() const {
-  std::string joined;
-  for (const auto* info : all()) joined += (joined.empty() ? "" : ", ") + info->name;
-  return joined;
+  return joined(all(), ", ", [](const StrategyInfo* info) { return info->name; });
 }
 
 }  // namespace parbench

@@ -1,5 +1,7 @@
 #include "strategies/distributed/store_sync.h"
 
+#include "core/text.h"
+
 #include <c10/util/Exception.h>
 
 #include <algorithm>
@@ -15,9 +17,7 @@ std::string format_seconds(std::chrono::milliseconds duration) {
 }
 
 std::string format_ranks(const std::vector<int>& ranks) {
-  std::string text = ranks.size() == 1 ? "rank " : "ranks ";
-  for (size_t i = 0; i < ranks.size(); ++i) text += (i > 0 ? ", " : "") + std::to_string(ranks[i]);
-  return text;
+  return (ranks.size() == 1 ? "rank " : "ranks ") + joined(ranks, ", ", [](int rank) { return std::to_string(rank); });
 }
 
 std::string first_line(const std::exception& error) {

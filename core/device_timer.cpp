@@ -1,4 +1,4 @@
-#include "benchmarks/device_timer.h"
+#include "core/device_timer.h"
 
 #ifdef PARBENCH_WITH_CUDA
 #include <ATen/cuda/CUDAEvent.h>

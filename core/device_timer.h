@@ -1,7 +1,6 @@
-// Times the work a step queues on a set of devices.
+// Times the work a step queues on a set of devices; below strategies/ and benchmarks/, which
+// both time and synchronise through it.
 #pragma once
-
-#include "benchmarks/options.h"
 
 #include <torch/torch.h>
 
@@ -11,6 +10,9 @@
 #include <vector>
 
 namespace parbench {
+
+// How a case's steps are timed (--timer).
+enum class TimerKind { kEvent, kHost };
 
 // kEvent: start() waits until every device is idle, then records a CUDA event on each
 // device's current stream; stop() records the end events and returns the longest
