@@ -3,7 +3,8 @@
 #   ci/gpu-check.sh STEP...   steps, in the order given: build, test, smoke, model_parallel,
 #                             data_parallel, reference (= model_parallel data_parallel), tutorial,
 #                             concurrent_single, graph, pipeline, advise, schedules, fault (2 GPUs),
-#                             oom (1 GPU), host_cost (1 GPU); prebuilt instead of build: see step_prebuilt
+#                             oom (1 GPU), host_cost (1 GPU), ref_* (issue 30's reference run: see
+#                             reference_args); prebuilt instead of build: see step_prebuilt
 # The GPU machines have no network: Google Benchmark, GoogleTest and nlohmann/json come as
 # files in .deps/: Debian packages (cp ../shared/device-deps/*.deb .deps/), unpacked into a
 # prefix, and Google Benchmark's source, built in Release there (seconds), as ci/setup.sh builds
@@ -279,6 +280,105 @@ step_reference() {
 
 step_tutorial() {
   bench tutorial --preset=tutorial
+}
+
+# Issue 30's 2-GPU reference run, at one commit, in parts that each fit one 10-minute call:
+#   call 1: ref_resnet_128 ref_data_parallel     call 2: ref_resnet_224 ref_ddp
+#   call 3: ref_advise ref_tutorial              call 4: ref_gpt ref_traces fault oom
+# RUN.md records which part (and so which call) each JSON came from. REFERENCE_DRY_RUN=1 runs
+# every part on one GPU, both stages or replicas on GPU 0 (--devices=0,0), one repetition of two
+# steps and one split per sweep: it checks that every command line is accepted and every case
+# starts, and times nothing. NCCL ranks cannot share a GPU: runs with ddp (`reference_args ddp`)
+# get no --devices, so their ddp cases and the all-reduce are listed as skipped (needs 2 GPUs).
+reference_args() {
+  if [[ ${REFERENCE_DRY_RUN:-0} == 1 ]]; then
+    [[ ${1:-} == ddp ]] || echo -n "--devices=0,0 "
+    echo --repetitions=1 --iterations=2 --warmup=1 --busy-profile=off
+  else
+    echo --repetitions=5 --benchmark_min_time=0.2
+  fi
+}
+reference_splits() {  # a sweep's split sizes, the first alone in a dry run
+  if [[ ${REFERENCE_DRY_RUN:-0} == 1 ]]; then echo "${1%%,*}"; else echo "$1"; fi
+}
+readonly REFERENCE_SCHEDULES=tutorial,gpipe,1f1b,interleaved-1f1b,zb-h1
+
+# ResNet-50 at a set-up (image, batch, splits): single, model_parallel and the pipeline's split
+# sweep under every schedule, fp32 and bf16, eager and graphed, in one process per precision so
+# each ratio compares cases of one run.
+reference_resnet() {
+  local image=$1 batch=$2 splits status=0 precision
+  splits=$(reference_splits "$3")
+  for precision in fp32 bf16; do
+    # shellcheck disable=SC2046
+    bench "ref_resnet_${image}_${precision}" --strategies=single,model_parallel,pipeline --image="$image" \
+      --batch="$batch" --precision="$precision" --cuda-graph=off,on --schedules=$REFERENCE_SCHEDULES --chunks=2 \
+      --split-sizes="$splits" $(reference_args) || status=1
+  done
+  return $status
+}
+step_ref_resnet_128() { reference_resnet 128 120 20,10,12,15,24,30,40,60; }
+step_ref_resnet_224() { reference_resnet 224 128 32,8,16,64; }
+
+step_ref_data_parallel() {
+  # shellcheck disable=SC2046
+  bench ref_data_parallel --strategies=single,data_parallel --image=128 --batch=120,240 --precision=fp32,bf16 \
+    --dp-replicate=broadcast,clone --cuda-graph=off,on $(reference_args)
+}
+
+step_ref_ddp() {
+  local status=0
+  # shellcheck disable=SC2046
+  bench ref_ddp --strategies=single,ddp --image=128 --batch=120 --precision=fp32,bf16 --cuda-graph=off,on --scaling=weak,strong \
+    --overlap=on,off --bucket-mib=25 --allreduce=on $(reference_args ddp) || status=1
+  # shellcheck disable=SC2046
+  bench ref_ddp_224 --strategies=single,ddp --image=224 --batch=128 --precision=fp32 --cuda-graph=off,on \
+    --scaling=weak --allreduce=off $(reference_args ddp) || status=1
+  return $status
+}
+
+step_ref_advise() {
+  local status=0 image
+  for image in 128 224; do
+    local batch=120
+    [[ $image == 224 ]] && batch=128
+    # shellcheck disable=SC2046
+    bench "ref_advise_$image" --strategies=single,model_parallel,pipeline,data_parallel,ddp --scaling=strong \
+      --allreduce=off --precision=fp32 --cuda-graph=on,off --image=$image --batch=$batch --advise=all \
+      $(reference_args ddp) || status=1
+  done
+  return $status
+}
+
+step_ref_tutorial() {
+  local devices=()
+  [[ ${REFERENCE_DRY_RUN:-0} == 1 ]] && devices=(--devices=0,0 --repetitions=1 --iterations=2)
+  bench ref_tutorial --preset=tutorial "${devices[@]}"
+}
+
+# The transformer: gpt2-medium, bf16, seq 1024: single and every pipeline schedule at 4 and 8
+# micro-batches, then single and ddp, eager and graphed.
+step_ref_gpt() {
+  local status=0 gpt=(--models=gpt2-medium --seq=1024 --batch=16 --precision=bf16 --cuda-graph=off,on)
+  # shellcheck disable=SC2046
+  bench ref_gpt_pipeline "${gpt[@]}" --strategies=single,pipeline --schedules=$REFERENCE_SCHEDULES --chunks=2 \
+    --split-sizes=$(reference_splits 4,2) $(reference_args) || status=1
+  # shellcheck disable=SC2046
+  bench ref_gpt_ddp "${gpt[@]}" --strategies=single,ddp --allreduce=off $(reference_args ddp) || status=1
+  return $status
+}
+
+# Traces of the pipeline at split 20 under every schedule (ResNet-50) and of gpt2-medium's, for
+# the report's timelines.
+step_ref_traces() {
+  local status=0 devices=()
+  [[ ${REFERENCE_DRY_RUN:-0} == 1 ]] && devices=(--devices=0,0)
+  bench ref_traces_resnet --strategies=pipeline --precision=fp32 --schedules=$REFERENCE_SCHEDULES --chunks=2 \
+    --split-sizes=20 --repetitions=1 --iterations=3 --trace="$results/traces" "${devices[@]}" || status=1
+  bench ref_traces_gpt --models=gpt2-medium --seq=1024 --batch=16 --precision=bf16 --strategies=pipeline \
+    --schedules=1f1b,zb-h1 --split-sizes=4 --repetitions=1 --iterations=3 --trace="$results/traces" \
+    "${devices[@]}" || status=1
+  return $status
 }
 
 failed=()
