@@ -51,8 +51,9 @@ using StageProgram = std::vector<StageAction>;
 //             (weight gradients); stage s runs a W only once more than s of them are pending,
 //             so later stages defer theirs into what would be the cooldown's bubbles. Every
 //             stage holds at most S micro-batches' activations (1f1b's first stage's).
-// The schedules, as data: options, --help, the case builder, advise and the JSON context read
-// this table, so a new schedule is its generator and one entry here.
+// The schedules, as data: options, --help, the case builder, --print-schedule, the executor and
+// advise read this table, and the equivalence tests take every entry, so a new schedule is its
+// generator and one entry here (docs/EXTENDING.md).
 struct ScheduleInfo {
   std::string name;
   std::string summary;  // for --help
