@@ -239,7 +239,13 @@ def test_predicted_timeline_reads_the_simulator_file():
 
 def test_figure_is_drawn_with_both_panels_and_a_row_per_device_and_lane(tmp_path):
     measured = pt.measured_timeline(gpu_trace_events(), 2)
-    _, predicted_file, _ = fixture("gpipe")
+    predicted_file = tmp_path / "case.predicted.json"
+    predicted_file.write_text(json.dumps({
+        "case": "test", "schedule": "gpipe", "devices": 2, "micro_batches": 2, "chunks": 1, "step_ms": 1.7,
+        "bubble_fraction": [0.3, 0.5],
+        "actions": [{"device": s, "stage": s, "op": op, "micro_batch": m, "start_ms": start, "end_ms": start + 0.2}
+                    for s, op, m, start in ((0, "F", 0, 0.0), (0, "F", 1, 0.2), (1, "F", 0, 0.25), (1, "F", 1, 0.45),
+                                            (1, "B", 1, 0.65), (1, "B", 0, 0.85), (0, "B", 1, 1.1), (0, "B", 0, 1.3))]}))
     predicted = pt.predicted_timeline(predicted_file)
     figure = timeline_plot.draw_timeline("test", measured, predicted, "gpipe", 1 / 3)
     measured_ax, predicted_ax = figure.axes
