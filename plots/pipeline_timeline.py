@@ -67,9 +67,6 @@ class Timeline:
     bubble: list[float]  # per device
     lanes: dict[int, int] = field(default_factory=dict)  # device -> lanes drawn
 
-    def summary(self) -> dict:
-        return {"source": self.source, "step_ms": self.step_ms, "bubble_fraction": self.bubble}
-
 
 def merged(intervals) -> list[tuple[float, float]]:
     """The union of [start, end) intervals, as disjoint intervals in order."""
@@ -212,10 +209,11 @@ def _device_work(events: list[dict], ranges: _Ranges) -> dict[tuple, list[tuple[
         if event.get("ph") != "X" or event.get("cat") not in DEVICE_CATEGORIES:
             continue
         args = event.get("args") if isinstance(event.get("args"), dict) else {}
-        launch = launches.get(args.get("correlation")) or host_ops.get(args.get("External id"))
-        if launch is None:
-            continue
-        around = ranges.innermost(*launch)
+        # The launch's thread is the range's; where a trace gives the runtime call another
+        # thread id than the profiler's ranges, the host op around the launch still leads there.
+        launched_at = [moment for moment in (launches.get(args.get("correlation")), host_ops.get(args.get("External id")))
+                       if moment is not None]
+        around = next((found for found in (ranges.innermost(*moment) for moment in launched_at) if found), None)
         if around is None:
             continue
         start = float(event["ts"])

@@ -157,6 +157,11 @@ def gpu_trace_events():
                    "args": {"device": 0, "stream": 13, "correlation": 999, "External id": 500}})
     host(stage1, "B1 stage1", 320, 340)
     launch(stage1, 325, 13, 650, 850, 13)
+    # Its launch recorded under another thread id: found through the host op around it.
+    events[-2]["tid"] = 7777
+    events[-1]["args"]["External id"] = 600
+    events.append({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": pid, "tid": stage1, "ts": 324, "dur": 4,
+                   "args": {"External id": 600}})
     host(stage1, "B0 stage1", 340, 360)
     launch(stage1, 345, 14, 850, 1000, 14)  # a second lane
     host(stage1, "optimizer stage1", 360, 370)
