@@ -5,8 +5,10 @@ top; one bar per action, coloured by kind as in PyTorch's pipelining visualiser 
 zero-bubble paper: F forward (blue), B backward (orange; with zb-h1 the input gradient alone,
 teal), W weight gradients (green), U the optimizer step (grey); each bar labelled by its
 micro-batch where it is wide enough. With interleaved-1f1b a device's later chunks are hatched.
-Both panels share one time axis in ms from the step's start; each row's label gives the
-device's bubble (docs/METRICS.md, "Pipeline timelines").
+Both panels share one time axis in ms from the step's start, unless one step is more than 3x
+the other (a prediction from a profile taken on a loaded CPU, say): then each has its own and
+the predicted panel's title says so. Each row's label gives the device's bubble
+(docs/METRICS.md, "Pipeline timelines").
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ TITLE_HEIGHT_IN = 1.1
 PANEL_HEIGHT_IN = 0.75  # a panel's title and axis, before its rows
 ROW_IN = 0.5
 BAR_HEIGHT = 0.72  # of a row
+MAX_SHARED_AXIS_RATIO = 3  # predicted and measured steps further apart get an axis each
 MIN_LABEL_PX = 9  # a bar narrower than this many pixels per character gets no label
 OP_COLORS = {"F": "#2f6fbf", "B": "#f28e2b", "B_input": "#1f9e89", "W": "#4e9a3a", pt.UPDATE_OP: "#a0a0a0"}
 OP_NAMES = {"F": "F forward", "B": "B backward", "B_input": "B input gradient", "W": "W weight gradients",
@@ -40,8 +43,11 @@ def draw_timeline(title: str, measured: pt.Timeline, predicted: pt.Predicted | N
     if predicted:
         heights.append(PANEL_HEIGHT_IN + ROW_IN * len(rows_predicted))
     figure = Figure(figsize=(FIGURE_WIDTH_IN, TITLE_HEIGHT_IN + sum(heights)), layout="constrained")
-    axes = figure.subplots(len(heights), 1, squeeze=False, height_ratios=heights, sharex=True)[:, 0]
-    end = max(measured.step_ms, predicted.timeline.step_ms if predicted else 0.0)
+    axes = figure.subplots(len(heights), 1, squeeze=False, height_ratios=heights)[:, 0]
+    # One time axis, unless the steps are so far apart that the shorter would be a sliver.
+    ratio = predicted.timeline.step_ms / measured.step_ms if predicted else 1.0
+    shared = 1 / MAX_SHARED_AXIS_RATIO <= ratio <= MAX_SHARED_AXIS_RATIO
+    end = max(measured.step_ms, predicted.timeline.step_ms) if predicted and shared else measured.step_ms
     lines = [textwrap.fill(title, 100),
              f"bubble per device: measured, predicted, and ideal {_ideal_formula(schedule)} = {ideal_bubble:.2f}"]
     if note:
@@ -51,9 +57,15 @@ def draw_timeline(title: str, measured: pt.Timeline, predicted: pt.Predicted | N
     _panel(axes[0], measured, rows_measured, input_only, end,
            f"measured (from the trace's {source}): step {measured.step_ms:.2f} ms")
     if predicted:
-        _panel(axes[1], predicted.timeline, rows_predicted, input_only, end,
-               f"predicted by the schedule simulator: step {predicted.timeline.step_ms:.2f} ms")
-    axes[-1].set_xlabel("time from the step's first action (ms)")
+        title = f"predicted by the schedule simulator: step {predicted.timeline.step_ms:.2f} ms"
+        if not shared:
+            title += f", {ratio:.3g}\u00d7 the measured: on its own time axis"
+        _panel(axes[1], predicted.timeline, rows_predicted, input_only,
+               end if shared else predicted.timeline.step_ms, title)
+    for ax in axes[:-1] if shared else []:
+        ax.tick_params(axis="x", labelbottom=False)
+    for ax in axes[-1:] if shared else axes:
+        ax.set_xlabel("time from the step's first action (ms)")
     kinds = {("B_input" if span.op == "B" and input_only else span.op) for span in measured.spans}
     if predicted:
         kinds |= {("B_input" if span.op == "B" and input_only else span.op) for span in predicted.timeline.spans}

@@ -264,6 +264,16 @@ def test_figure_is_drawn_with_both_panels_and_a_row_per_device_and_lane(tmp_path
     path = tmp_path / "timeline.png"
     figure.savefig(path)
     assert path.read_bytes().startswith(PNG_SIGNATURE)
+    # A prediction 10x the measured step would leave the measured bars a sliver: an axis each.
+    document = json.loads(predicted_file.read_text())
+    document["step_ms"] *= 10
+    for action in document["actions"]:
+        action["start_ms"], action["end_ms"] = action["start_ms"] * 10, action["end_ms"] * 10
+    predicted_file.write_text(json.dumps(document))
+    figure = timeline_plot.draw_timeline("test", measured, pt.predicted_timeline(predicted_file), "gpipe", 1 / 3)
+    measured_ax, predicted_ax = figure.axes
+    assert predicted_ax.get_xlim()[1] == pytest.approx(10 * measured_ax.get_xlim()[1] * 1.7 / 1.88)
+    assert "on its own time axis" in predicted_ax.get_title(loc="left")
 
 
 # --- the report -----------------------------------------------------------------------------
