@@ -34,8 +34,8 @@ DARK_TEXT_OPS = {"B", pt.UPDATE_OP}  # light bars take black labels, the others 
 
 def draw_timeline(title: str, measured: pt.Timeline, predicted: pt.Predicted | None, schedule: str,
                   ideal_bubble: float, note: str = "") -> Figure:
-    """The figure for one case: `title` names the case and where it ran; `note` says why there
-    is no predicted panel, where there is none."""
+    """The figure for one case: `title` names the case and where it ran; `note` says what else a
+    reader must know (why there is no predicted panel, CPU stand-ins)."""
     input_only = schedule == "zb-h1"  # its B is the input gradient; W does the rest
     rows_measured = _rows(measured)
     rows_predicted = _rows(predicted.timeline) if predicted else []
@@ -49,7 +49,7 @@ def draw_timeline(title: str, measured: pt.Timeline, predicted: pt.Predicted | N
     shared = 1 / MAX_SHARED_AXIS_RATIO <= ratio <= MAX_SHARED_AXIS_RATIO
     end = max(measured.step_ms, predicted.timeline.step_ms) if predicted and shared else measured.step_ms
     lines = [textwrap.fill(title, 100),
-             f"bubble per device: measured, predicted, and ideal {_ideal_formula(schedule)} = {ideal_bubble:.2f}"]
+             f"each row's label: its device's bubble; the ideal {_ideal_formula(schedule)} = {ideal_bubble:.2f}"]
     if note:
         lines.append(textwrap.fill(note, 100))
     figure.suptitle("\n".join(lines))
@@ -66,9 +66,9 @@ def draw_timeline(title: str, measured: pt.Timeline, predicted: pt.Predicted | N
         ax.tick_params(axis="x", labelbottom=False)
     for ax in axes[-1:] if shared else axes:
         ax.set_xlabel("time from the step's first action (ms)")
-    kinds = {("B_input" if span.op == "B" and input_only else span.op) for span in measured.spans}
+    kinds = {_kind(span, input_only) for span in measured.spans}
     if predicted:
-        kinds |= {("B_input" if span.op == "B" and input_only else span.op) for span in predicted.timeline.spans}
+        kinds |= {_kind(span, input_only) for span in predicted.timeline.spans}
     handles = [Patch(color=OP_COLORS[kind], label=OP_NAMES[kind]) for kind in OP_COLORS if kind in kinds]
     if any(span.stage >= measured.devices for span in measured.spans):
         handles.append(Patch(facecolor="white", edgecolor="black", hatch="//", label="later chunk"))
@@ -78,6 +78,11 @@ def draw_timeline(title: str, measured: pt.Timeline, predicted: pt.Predicted | N
     for ax in axes:
         _label_bars(ax)
     return figure
+
+
+def _kind(span: pt.Span, input_only: bool) -> str:
+    """The colour key: zb-h1's B (input gradient only) apart from a whole backward."""
+    return "B_input" if span.op == "B" and input_only else span.op
 
 
 def _ideal_formula(schedule: str) -> str:
@@ -92,7 +97,7 @@ def _panel(ax, timeline: pt.Timeline, rows, input_only: bool, end: float, title:
     row_of = {row: index for index, row in enumerate(rows)}
     for span in timeline.spans:
         y = row_of[(span.device, span.lane)]
-        kind = "B_input" if span.op == "B" and input_only else span.op
+        kind = _kind(span, input_only)
         hatch = "//" if span.stage >= timeline.devices else None
         # The tutorial's B* (the loss over every micro-batch) lies under its per-micro-batch
         # backwards; drawn first and paler, it shows where they leave it uncovered.
