@@ -9,7 +9,10 @@ results=${RESULTS_DIR:-results/$(date -u +%Y%m%dT%H%M%SZ)}
 mkdir -p "$results"
 # A failed case (exit 1) is in the JSON and the report still comes; bad input (exit 2) wrote nothing.
 status=0
-./build/parbench --benchmark_out="$results/parbench.json" --benchmark_out_format=json "$@" || status=$?
+# --trace: one extra step per case, outside the timed ones, from which the report draws the
+# pipeline cases' measured timelines.
+./build/parbench --benchmark_out="$results/parbench.json" --benchmark_out_format=json --trace="$results/traces" "$@" ||
+  status=$?
 if [[ $status == 2 ]]; then
   exit 2
 fi

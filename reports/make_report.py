@@ -11,6 +11,10 @@ per-repetition entries:
   peak memory   highest peak_mem_gib_dev<i> over repetitions, per device
   best split    pipeline: the split_size with the lowest median step time, per schedule
   all-reduce    comm/allreduce: median time, algbw and busbw per size and rank count
+  timelines     pipeline cases run with --trace: the measured timeline of the traced step beside
+                the schedule simulator's (plots/pipeline_timeline.py), drawn for each schedule's
+                best split, and every case's measured bubble per device in the split sweep and
+                in OUT_DIR/timelines.json (docs/JSON.md, "timelines.json")
 and states the findings (highest throughput, lowest step time, best split, every strategy ranked
 by images/s) in sentences built from those numbers. Multi-device cases that ran on CPU devices
 (no GPU visible) are called CPU stand-ins, at the top and in each finding: they show the code
@@ -23,14 +27,20 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import re
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+
+from matplotlib import rc_context
 
 # The reader and the figures live in plots/, next to this script's folder.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "plots"))
 import parbench_results as pr  # noqa: E402
+import pipeline_timeline as pt  # noqa: E402
 import plot  # noqa: E402
+import timeline_plot  # noqa: E402
 
 FIGURE_CAPTIONS = {
     "step_time": "Step time per strategy (mean \u00b1 standard deviation over repetitions)",
@@ -39,6 +49,9 @@ FIGURE_CAPTIONS = {
     "memory": "Peak allocated memory per device",
     "prediction": "Predicted against measured step time (parbench --advise)",
 }
+TIMELINES_FILE = "timelines.json"
+TIMELINES_SCHEMA = "1.0.0"  # semver, as parbench_json_schema (docs/JSON.md, "timelines.json")
+TIMELINE_FIGURE_PREFIX = "timeline_"
 ENVIRONMENT_ROWS = (
     ("date", "date"),
     ("host", "host"),
@@ -59,7 +72,151 @@ ENVIRONMENT_ROWS = (
 )
 
 
-def build_report(results: pr.Results, rendered: plot.Rendered, generated: datetime.datetime) -> str:
+@dataclass
+class CaseTimeline:
+    """A traced pipeline case's measured step and, where parbench wrote one, the simulator's."""
+
+    case: pr.Case
+    trace: Path
+    measured: pt.Timeline
+    predicted: pt.Predicted | None
+    figure: str | None = None  # the figure's name without extension, where the report draws one
+
+
+def load_timelines(results: pr.Results) -> tuple[dict[str, CaseTimeline], list[str]]:
+    """Case name -> its timeline, for every pipeline case whose label names a trace; and notes on
+    the traces that could not be read, which the report goes on without."""
+    timelines, notes = {}, []
+    for case in results.train_cases():
+        if case.strategy != "pipeline" or not case.ran or "trace" not in case.label:
+            continue
+        trace = _find_trace(case)
+        if trace is None:
+            notes.append(f"{case.name}: its trace {case.label['trace']} is not there, nor beside "
+                         f"{case.files[0]}; no timeline")
+            continue
+        try:
+            measured = pt.measured_timeline(pt.read_trace(trace), case.gpus, str(trace))
+            predicted_file = pt.predicted_path(trace)
+            predicted = pt.predicted_timeline(predicted_file) if predicted_file.is_file() else None
+        except pt.TimelineError as error:
+            notes.append(f"{case.name}: no timeline: {error}")
+            continue
+        timelines[case.name] = CaseTimeline(case, trace, measured, predicted)
+    return timelines, notes
+
+
+def _find_trace(case: pr.Case) -> Path | None:
+    """The label's path as parbench wrote it (relative to where it ran), else the file beside the
+    results file or in a traces/ folder there (a results folder moved since)."""
+    written = Path(case.label["trace"])
+    folder = Path(case.files[0]).parent
+    for candidate in (written, folder / written, folder / written.name, folder / "traces" / written.name):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def draw_timeline_figures(results: pr.Results, timelines: dict[str, CaseTimeline], out_dir: Path) -> list[str]:
+    """One figure per pipeline series (schedule, devices, ...) at its best split, where that case
+    was traced; returns the figures' names."""
+    written = []
+    machines = results.describe_machines()
+    with rc_context(plot.STYLE):
+        for setup, cases in results.by_setup().items():
+            for best in sorted(pr.best_splits(cases).values(), key=pr.Case.sort_key):
+                timeline = timelines.get(best.name)
+                if timeline is None:
+                    continue
+                slug = "_".join([best.model, *(f"{key}-{value}" for key, value in best.fields.items())])
+                name = TIMELINE_FIGURE_PREFIX + re.sub(r"[^A-Za-z0-9._-]+", "-", slug)
+                note = ""
+                if timeline.predicted is None:
+                    note = ("No predicted panel: parbench's simulator predicts one lane, one chunk and "
+                            "not zb-h1 (docs/METRICS.md, \"Predicted step time\").")
+                if best.cpu_stand_in:
+                    note += (" " if note else "") + "CPU stand-ins: both devices share this machine's CPUs."
+                figure = timeline_plot.draw_timeline(
+                    f"pipeline: {best.config()}; {setup.describe()}; {machines}", timeline.measured,
+                    timeline.predicted, best.fields["schedule"], best.ideal_bubble_fraction(), note)
+                for extension in plot.FORMATS:
+                    figure.savefig(out_dir / f"{name}.{extension}", dpi=plot.DPI, bbox_inches="tight",
+                                   metadata={"Date": None} if extension == "svg" else None)
+                timeline.figure = name
+                written.append(name)
+    return written
+
+
+def remove_stale_timelines(out_dir: Path, written: list[str], wrote_json: bool) -> list[str]:
+    """Deletes timeline figures (and timelines.json) in out_dir that this run did not write."""
+    notes = []
+    stale = [path for path in out_dir.glob(f"{TIMELINE_FIGURE_PREFIX}*")
+             if path.suffix.lstrip(".") in plot.FORMATS and path.stem not in written]
+    if not wrote_json and (out_dir / TIMELINES_FILE).exists():
+        stale.append(out_dir / TIMELINES_FILE)
+    for path in sorted(stale):
+        path.unlink()
+        notes.append(f"removed {path}, left from an earlier run")
+    return notes
+
+
+def timelines_document(results: pr.Results, timelines: dict[str, CaseTimeline],
+                       generated: datetime.datetime) -> dict:
+    """timelines.json: each traced pipeline case's measured bubble per device beside the ideal
+    and the predicted one, and its spans (docs/JSON.md, "timelines.json")."""
+    entries = []
+    for name, timeline in timelines.items():
+        case, measured, predicted = timeline.case, timeline.measured, timeline.predicted
+        entries.append({
+            "case": name,
+            "trace": str(timeline.trace),
+            "schedule": case.fields["schedule"],
+            "devices": case.gpus,
+            "micro_batches": case.micro_batches(),
+            "chunks": int(case.fields.get("chunks", 1)),
+            "source": measured.source,
+            "measured_step_ms": round(measured.step_ms, 6),
+            "measured_bubble_fraction": [round(value, 6) for value in measured.bubble],
+            "ideal_bubble_fraction": round(case.ideal_bubble_fraction(), 6),
+            "predicted_step_ms": round(predicted.timeline.step_ms, 6) if predicted else None,
+            "predicted_bubble_fraction": [round(value, 6) for value in predicted.timeline.bubble] if predicted else None,
+            "figure": f"{timeline.figure}.png" if timeline.figure else None,
+            "spans": [{"device": span.device, "lane": span.lane, "stage": span.stage, "op": span.op,
+                       "micro_batch": span.micro_batch, "start_ms": round(span.start_ms, 6),
+                       "end_ms": round(span.end_ms, 6),
+                       "busy_ms": round(pt.covered(span.busy), 6)} for span in measured.spans],
+        })
+    return {
+        "parbench_timelines_schema": TIMELINES_SCHEMA,
+        "meta": {"generator": "reports/make_report.py", "generated": f"{generated:%Y-%m-%dT%H:%M:%SZ}",
+                 "results": [run.path for run in results.runs],
+                 "git_sha": results.context_values("git_sha")},
+        "timelines": entries,
+    }
+
+
+def timelines_section(results: pr.Results, timelines: dict[str, CaseTimeline]) -> list[str]:
+    drawn = {setup: [timelines[case.name] for case in sorted(pr.best_splits(cases).values(), key=pr.Case.sort_key)
+                     if case.name in timelines and timelines[case.name].figure]
+             for setup, cases in results.by_setup().items()}
+    lines = ["## Pipeline timelines", "",
+             "One traced step (`parbench --trace`: a step outside the timed ones) of each schedule at its "
+             "best split: measured above, from the trace's GPU kernels (host ops on CPU devices), and "
+             "the schedule simulator's prediction below, on the same time axis. Each row's label gives "
+             "the device's bubble, 1 \u2212 busy / step (docs/METRICS.md, \"Pipeline timelines\"); "
+             f"every traced split's is in the split sweep and in `{TIMELINES_FILE}`.", ""]
+    for setup, shown in drawn.items():
+        if not shown:
+            continue
+        lines += [f"### {setup.describe()}", ""]
+        for timeline in shown:
+            caption = f"{timeline.case.config()}: measured and predicted timelines"
+            lines += [f"![{caption}]({timeline.figure}.png)", "", f"*{caption}* ([SVG]({timeline.figure}.svg))", ""]
+    return lines
+
+
+def build_report(results: pr.Results, rendered: plot.Rendered, generated: datetime.datetime,
+                 timelines: dict[str, CaseTimeline] | None = None) -> str:
     files = ", ".join(f"`{run.path}`" for run in results.runs)
     groups = results.by_setup()
     lines = ["# parbench report", "",
@@ -92,7 +249,9 @@ def build_report(results: pr.Results, rendered: plot.Rendered, generated: dateti
     if sweeps:
         lines += ["## Pipeline split sweep", ""]
         for setup, cases in sweeps.items():
-            lines += [f"### {setup.describe()}", "", *sweep_table(cases), ""]
+            lines += [f"### {setup.describe()}", "", *sweep_table(cases, timelines or {}), ""]
+    if any(timeline.figure for timeline in (timelines or {}).values()):
+        lines += timelines_section(results, timelines)
     allreduces = [case for case in results.cases if case.family == "comm" and case.strategy == "allreduce" and case.ran]
     if allreduces:
         lines += ["## All-reduce", "",
@@ -247,7 +406,7 @@ def summary_table(cases: list[pr.Case]) -> list[str]:
                    "peak memory (GiB)", "bubble fraction", "best split", "details"], rows)
 
 
-def sweep_table(cases: list[pr.Case]) -> list[str]:
+def sweep_table(cases: list[pr.Case], timelines: dict[str, CaseTimeline]) -> list[str]:
     pipeline = sorted((case for case in cases if case.strategy == "pipeline" and case.ran),
                       key=pr.Case.sort_key)
     single = pr.single_reference(cases)
@@ -269,10 +428,22 @@ def sweep_table(cases: list[pr.Case]) -> list[str]:
             _per_device(case.busy_fractions()),
             _per_device(case.bubble_fractions()),
             f"{case.ideal_bubble_fraction():.2f}",
+            *_timeline_bubbles(timelines.get(case.name)),
         ])
     return _table(["schedule", "devices", "split_size", "reps", "step time median (ms)", "stddev (ms)",
                    "min\u2013max (ms)", "images/s (median)", "speedup vs single", "ideal speedup S\u00b7vM/(vM+S-1)",
-                   "busy fraction (measured)", "bubble fraction (measured)", "ideal bubble (S-1)/(vM+S-1)"], rows)
+                   "busy fraction (measured)", "bubble fraction (measured)", "ideal bubble (S-1)/(vM+S-1)",
+                   "bubble, traced step (measured)", "bubble, simulator (predicted)"], rows)
+
+
+def _timeline_bubbles(timeline: CaseTimeline | None) -> list[str]:
+    """The traced step's bubble per device and the simulator's (docs/METRICS.md, "Pipeline timelines")."""
+    if timeline is None:
+        return ["no trace", "no trace"]
+    measured = _per_device(dict(enumerate(timeline.measured.bubble)))
+    if timeline.predicted is None:
+        return [measured, "not predicted"]
+    return [measured, _per_device(dict(enumerate(timeline.predicted.timeline.bubble)))]
 
 
 def prediction_preamble(results: pr.Results) -> list[str]:
@@ -445,11 +616,18 @@ def main(argv: list[str]) -> int:
     except pr.ResultsError as error:
         print(f"make_report.py: error: {error}", file=sys.stderr)
         return 2
+    timelines, timeline_notes = load_timelines(results)
     with pr.staged_output(args.out_dir) as staging:
         rendered = plot.render_figures(results, staging)
+        timeline_figures = draw_timeline_figures(results, timelines, staging)
         now = datetime.datetime.now(datetime.timezone.utc)
-        (staging / "REPORT.md").write_text(build_report(results, rendered, now) + "\n", encoding="utf-8")
-    notes = results.notes + rendered.note_lines() + plot.remove_stale_figures(args.out_dir, rendered.written)
+        if timelines:
+            (staging / TIMELINES_FILE).write_text(
+                json.dumps(timelines_document(results, timelines, now), indent=1) + "\n", encoding="utf-8")
+        (staging / "REPORT.md").write_text(build_report(results, rendered, now, timelines) + "\n", encoding="utf-8")
+    notes = (results.notes + timeline_notes + rendered.note_lines()
+             + plot.remove_stale_figures(args.out_dir, rendered.written)
+             + remove_stale_timelines(args.out_dir, timeline_figures, bool(timelines)))
     for note in notes:
         print(f"make_report.py: note: {note}", file=sys.stderr)
     print(f"wrote {args.out_dir / 'REPORT.md'}")
