@@ -33,7 +33,7 @@ struct ComputePeaks {
 };
 
 // Both peaks of `device` (a GPU) at `math`. The probe, square GEMMs of 8192 at that math for
-// about a second at most, runs once per device and math in a process.
+// half a second or so, runs once per device and math in a process.
 ComputePeaks measure_compute_peaks(torch::Device device, const std::string& math);
 
 // mfu (against the datasheet, where the GPU is in the table), mfu_gemm, gemm_tflops and

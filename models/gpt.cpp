@@ -23,6 +23,16 @@ std::string backend_name(int64_t backend) {
   }
 }
 
+// `layer` over the last dimension of `x`, applied to x as a matrix of rows: at::linear fuses the
+// bias into the matrix product (addmm) for 2-D inputs only; on (N, T, d) it ran as a matmul and
+// then a broadcast bias add, 12% of gpt2-medium's bf16 step on an H100.
+torch::Tensor rows_linear(torch::nn::Linear& layer, const torch::Tensor& x) {
+  auto sizes = x.sizes().vec();
+  const auto rows = layer(x.reshape({-1, sizes.back()}));
+  sizes.back() = rows.size(1);
+  return rows.view(sizes);
+}
+
 }  // namespace
 
 const std::vector<GptConfig>& gpt_configs() {
@@ -59,13 +69,13 @@ void CausalSelfAttentionImpl::reset() {
 
 torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
   const auto batch = x.size(0), tokens = x.size(1);
-  const auto qkv = c_attn(x).split(width, /*dim=*/2);
+  const auto qkv = rows_linear(c_attn, x).split(width, /*dim=*/2);
   const auto as_heads = [&](const torch::Tensor& t) { return t.view({batch, tokens, heads, width / heads}).transpose(1, 2); };
   const auto q = as_heads(qkv[0]), k = as_heads(qkv[1]), v = as_heads(qkv[2]);
   // Asked once: the choice depends on the device, dtype and shapes, which stay for a case.
   if (sdpa_backend < 0) sdpa_backend = at::_fused_sdp_choice(q, k, v, {}, 0.0, /*is_causal=*/true);
   const auto y = at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true);
-  return c_proj(y.transpose(1, 2).reshape({batch, tokens, width}));
+  return rows_linear(c_proj, y.transpose(1, 2).reshape({batch, tokens, width}));
 }
 
 MlpImpl::MlpImpl(int64_t width) : width(width) { reset(); }
@@ -75,7 +85,9 @@ void MlpImpl::reset() {
   c_proj = register_module("c_proj", torch::nn::Linear(4 * width, width));
 }
 
-torch::Tensor MlpImpl::forward(const torch::Tensor& x) { return c_proj(torch::gelu(c_fc(x), "tanh")); }
+torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
+  return rows_linear(c_proj, torch::gelu(rows_linear(c_fc, x), "tanh"));
+}
 
 GptBlockImpl::GptBlockImpl(int64_t width, int64_t heads) : width(width), heads(heads) { reset(); }
 
