@@ -278,10 +278,11 @@ PY
 # Issues 29 and 26 on one GPU: gpt2-medium's MFU (single, bf16, batch 16, seq 1024, eager and
 # graphed, with where its GPU time goes), ResNet-50's at the tutorial's set-up, the transformer's
 # graph-replay tests, fp32 and bf16 at gpt2-small and gpt2-medium, and every schedule of
-# gpt2-small in 2 stages on GPU 0. GPT_STEPS picks some of: mfu resnet tests precisions schedules.
+# gpt2-small in 2 stages on GPU 0, and --advise's predictions of it. GPT_STEPS picks some of: mfu
+# resnet tests precisions schedules advise.
 step_gpt() {
   local status=0 part began
-  for part in ${GPT_STEPS:-mfu resnet tests precisions schedules}; do
+  for part in ${GPT_STEPS:-mfu resnet tests precisions schedules advise}; do
     began=$SECONDS
     case $part in
       mfu)
@@ -305,6 +306,10 @@ step_gpt() {
           --devices=0,0 --precision=bf16 --batch=8 --split-sizes=2 \
           --schedules=tutorial,gpipe,1f1b,interleaved-1f1b,zb-h1 --chunks=2 --cuda-graph=off,on --busy-profile=off \
           --repetitions=3 --benchmark_min_time=0.3 || status=1 ;;
+      advise)
+        PARBENCH_BENCH_TIMEOUT=200 bench gpt_advise --models=gpt2-small --strategies=single,model_parallel,pipeline \
+          --devices=0,0 --precision=bf16 --batch=8 --split-sizes=2,4 --schedules=gpipe,1f1b,zb-h1 --cuda-graph=on \
+          --advise=all --busy-profile=off --repetitions=3 --benchmark_min_time=0.3 || status=1 ;;
     esac
     echo "## gpt $part took $((SECONDS - began))s"
   done
