@@ -294,7 +294,7 @@ step_gpt() {
         PARBENCH_BENCH_TIMEOUT=120 bench resnet_mfu --models=resnet50 --strategies=single --precision=fp32,bf16 \
           --batch=120 --cuda-graph=on --repetitions=5 --benchmark_min_time=0.5 || status=1 ;;
       tests)
-        timeout -k 10 150 "$gtest_binary" --gtest_filter='GraphedGptStages.*:Gpt*' >"$results/gpt_tests.log" 2>&1 ||
+        timeout -k 10 150 "$gtest_binary" --gtest_filter='*GraphedGptStages*:Gpt*:*GptParameters*' >"$results/gpt_tests.log" 2>&1 ||
           status=1
         grep -E "eager loss|OK \]|FAILED|PASSED|tests ran" "$results/gpt_tests.log" | tail -n 30 ;;
       precisions)
