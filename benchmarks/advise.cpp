@@ -269,7 +269,7 @@ SimulatedStep predict_staged(const AdviseProfile& profile, int64_t batch, int64_
 // global batch: a ddp case's config holds its per-rank batch.
 std::string setup_key(const CaseSpec& spec) {
   const auto& c = spec.config;
-  return c.model + "/batch:" + std::to_string(spec.global_batch) + "/image:" + std::to_string(c.image_size) +
+  return c.model + "/batch:" + std::to_string(spec.global_batch) + sample_part(c) +
          "/precision:" + to_string(c.precision) + "/data:" + to_string(spec.data) + (spec.cuda_graph ? "/graph:on" : "");
 }
 

@@ -3,8 +3,9 @@
 // timed with a steady clock and a device synchronisation per step: no Google Benchmark, no
 // profiler, no counters. Prints one JSON line with the median, spread and every step's time.
 //
-//   parbench_bare_loop [--model=resnet50] [--batch=8] [--image=128] [--precision=fp32|bf16]
-//                      [--warmup=5] [--steps=50] [--device=0]
+//   parbench_bare_loop [--model=resnet50] [--batch=8] [--image=128] [--seq=1024]
+//                      [--precision=fp32|bf16] [--warmup=5] [--steps=50] [--device=0]
+// --seq applies to language models (gpt2-*, tinygpt), --image to image models.
 #include "models/model_zoo.h"
 #include "strategies/strategy.h"
 #include "strategies/training.h"
@@ -57,6 +58,8 @@ LoopOptions parse(int argc, char** argv) {
       options.config.batch_size = whole_number(flag, value, 1);
     } else if (flag == "image") {
       options.config.image_size = whole_number(flag, value, 1);
+    } else if (flag == "seq") {
+      options.config.seq_len = whole_number(flag, value, 1);
     } else if (flag == "precision" && (value == "fp32" || value == "bf16")) {
       options.config.precision = value == "bf16" ? parbench::Precision::kBFloat16 : parbench::Precision::kFloat32;
     } else if (flag == "warmup") {
@@ -67,10 +70,19 @@ LoopOptions parse(int argc, char** argv) {
       options.device = whole_number(flag, value, 0);
     } else {
       throw std::invalid_argument("unknown option " + argument +
-                                  " (allowed: --model, --batch, --image, --precision=fp32|bf16, --warmup, --steps, "
-                                  "--device)");
+                                  " (allowed: --model, --batch, --image, --seq, --precision=fp32|bf16, --warmup, "
+                                  "--steps, --device)");
     }
   }
+  const auto names = parbench::model_names();
+  if (std::find(names.begin(), names.end(), options.config.model) == names.end()) {
+    parbench::make_model(options.config.model, 1);  // throws, naming the models allowed
+  }
+  if (const auto* gpt = parbench::find_gpt_config(options.config.model); gpt && options.config.seq_len > gpt->context) {
+    throw std::invalid_argument("--seq=" + std::to_string(options.config.seq_len) + " is longer than " +
+                                options.config.model + "'s context (at most " + std::to_string(gpt->context) + " tokens)");
+  }
+  parbench::fit_config_to_model(options.config);
   return options;
 }
 
@@ -112,7 +124,8 @@ int main(int argc, char** argv) {
       {"tool", "parbench_bare_loop"},
       {"model", config.model},
       {"batch", config.batch_size},
-      {"image", config.image_size},
+      {parbench::is_language_model(config.model) ? "seq" : "image",
+       parbench::is_language_model(config.model) ? config.seq_len : config.image_size},
       {"precision", config.precision == parbench::Precision::kBFloat16 ? "bf16" : "fp32"},
       {"device", device.str()},
       {"step_ms", {{"median", at(0.5)}, {"p10", at(0.1)}, {"p90", at(0.9)}, {"min", sorted.front()}, {"max", sorted.back()}}},

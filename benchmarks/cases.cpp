@@ -5,6 +5,7 @@
 #include "benchmarks/device_stats.h"
 #include "benchmarks/distributed_runner.h"
 #include "benchmarks/graphed_step.h"
+#include "benchmarks/mfu.h"
 #include "benchmarks/outcomes.h"
 #include "benchmarks/profile_companion.h"
 #include "core/device_timer.h"
@@ -30,11 +31,9 @@
 namespace parbench {
 namespace {
 
-
 std::string base_name(const std::string& strategy, const RunConfig& config, int64_t batch, DataMode data) {
-  return "train/" + strategy + "/" + config.model + "/batch:" + std::to_string(batch) +
-         "/image:" + std::to_string(config.image_size) + "/precision:" + to_string(config.precision) +
-         "/data:" + to_string(data);
+  return "train/" + strategy + "/" + config.model + "/batch:" + std::to_string(batch) + sample_part(config) +
+         "/precision:" + to_string(config.precision) + "/data:" + to_string(data);
 }
 
 std::string format_number(double value) {
@@ -87,7 +86,8 @@ struct PreparedCase {
   std::unique_ptr<BatchSource> source;
   std::unique_ptr<GraphedStep> graphed;  // set when the case replays a captured step
   double params = 0;
-  double forward_flops_per_image = 0;
+  double forward_flops_per_sample = 0;
+  std::optional<ComputePeaks> peaks;  // GPUs only
   CaseProfile profile;  // from the profile companion
 
   void step() { train_step(*strategy, graphed.get(), source->next()); }
@@ -125,7 +125,7 @@ std::unique_ptr<PreparedCase> make_prepared_case(const CaseSpec& spec, const Opt
   fresh->source = std::make_unique<BatchSource>(spec.config, spec.config.batch_size, spec.data,
                                                 fresh->strategy->input_device(), fresh->strategy->target_device());
   for (const auto& parameter : fresh->strategy->model().module().parameters()) fresh->params += parameter.numel();
-  fresh->forward_flops_per_image = fresh->strategy->model().forward_flops_per_image(spec.config.image_size);
+  fresh->forward_flops_per_sample = fresh->strategy->model().forward_flops_per_sample(sample_size(spec.config));
   for (int step = 0; step < options.warmup_steps; ++step) fresh->step();
   if (spec.cuda_graph) fresh->graphed = std::make_unique<GraphedStep>(*fresh->strategy, fresh->source->next());
   synchronize_devices(devices);
@@ -144,8 +144,14 @@ PreparedCase& prepare(const CaseSpec& spec, const Options& options) {
   // Asked before this process sets the case up, so that the two never hold it at once.
   CaseProfile profile;
   if (wants_profile(spec, options)) profile = profile_companion().profile(spec.name);
+  // The GEMM probe, before the case holds its memory (once per GPU and math in a process).
+  std::optional<ComputePeaks> peaks;
+  if (const auto devices = case_devices(spec); all_cuda(devices)) {
+    peaks = measure_compute_peaks(devices.front(), peak_math(spec.config.precision, is_language_model(spec.config.model)));
+  }
   prepared = make_prepared_case(spec, options);
   prepared->profile = std::move(profile);
+  prepared->peaks = std::move(peaks);
   return *prepared;
 }
 
@@ -376,7 +382,9 @@ std::vector<CaseSpec> build_cases(const Options& options, int visible_gpus) {
   for (const auto* strategy : strategies) {
     for (const auto& model : options.models) {
       for (auto batch : options.batch_sizes) {
-        for (auto image : options.image_sizes) {
+        // A language model's samples are sequences (--seq), an image model's images (--image).
+        const bool language_model = is_language_model(model);
+        for (auto sample : language_model ? options.seq_lens : options.image_sizes) {
           for (auto precision : options.precisions) {
             for (auto data : options.data_modes) {
               for (bool graph : options.cuda_graphs) {
@@ -386,9 +394,10 @@ std::vector<CaseSpec> build_cases(const Options& options, int visible_gpus) {
                 spec.cuda_graph = graph;
                 spec.config.model = model;
                 spec.config.batch_size = batch;
-                spec.config.image_size = image;
+                (language_model ? spec.config.seq_len : spec.config.image_size) = sample;
                 spec.config.precision = precision;
                 spec.config.loss = options.loss;
+                fit_config_to_model(spec.config);
                 spec.config.cut = options.cut;
                 spec.global_batch = batch;
                 add_strategy_cases(spec, options, visible_gpus, cases);
@@ -421,16 +430,35 @@ void set_device_counters(benchmark::State& state, const std::vector<double>& pea
   }
 }
 
+std::string sample_part(const RunConfig& config) {
+  if (is_language_model(config.model)) return "/seq:" + std::to_string(config.seq_len);
+  return "/image:" + std::to_string(config.image_size);
+}
+
+int64_t sample_size(const RunConfig& config) {
+  return is_language_model(config.model) ? config.seq_len : config.image_size;
+}
+
+int distinct_gpus(const CaseSpec& spec) {
+  if (spec.gpu_ids.empty()) return spec.gpus;
+  return static_cast<int>(std::set<int>(spec.gpu_ids.begin(), spec.gpu_ids.end()).size());
+}
+
 void set_training_counters(benchmark::State& state, const CaseSpec& spec, double seconds, int64_t steps,
-                           double params, double forward_flops_per_image) {
-  const double images = static_cast<double>(steps) * spec.global_batch;
-  state.SetItemsProcessed(static_cast<int64_t>(images));
+                           double params, double forward_flops_per_sample) {
+  const double samples = static_cast<double>(steps) * spec.global_batch;
+  state.SetItemsProcessed(static_cast<int64_t>(samples));
   state.counters["step_ms"] = seconds / steps * 1e3;
   // Training is counted as 3 forwards (docs/METRICS.md).
-  state.counters["tflops"] = 3.0 * forward_flops_per_image * images / seconds / 1e12;
+  state.counters["tflops"] = 3.0 * forward_flops_per_sample * samples / seconds / 1e12;
   state.counters["params"] = params;
   state.counters["batch"] = static_cast<double>(spec.global_batch);
-  state.counters["image"] = static_cast<double>(spec.config.image_size);
+  if (is_language_model(spec.config.model)) {
+    state.counters["seq"] = static_cast<double>(spec.config.seq_len);
+    state.counters["tokens_per_second"] = samples * static_cast<double>(spec.config.seq_len) / seconds;
+  } else {
+    state.counters["image"] = static_cast<double>(spec.config.image_size);
+  }
   state.counters["gpus"] = spec.gpus;
   if (spec.strategy->name == "pipeline") state.counters["split_size"] = static_cast<double>(spec.config.split_size);
   if (spec.predicted_step_ms) {
@@ -500,11 +528,17 @@ void run_local_case(benchmark::State& state, const CaseSpec& spec, const Options
     }
     synchronize_devices(devices);
     const int64_t steps = state.iterations() * options.steps_per_iteration;
-    set_training_counters(state, spec, seconds, steps, prepared.params, prepared.forward_flops_per_image);
+    set_training_counters(state, spec, seconds, steps, prepared.params, prepared.forward_flops_per_sample);
     set_device_counters(state, peak_memory_bytes(devices), prepared.profile.busy_seconds.value_or(std::vector<double>{}),
                         seconds / static_cast<double>(steps));
     for (const auto& [name, value] : prepared.strategy->counters()) state.counters[name] = value;
     auto facts = prepared.strategy->describe();
+    for (const auto& [name, value] : prepared.strategy->model().forward_facts()) facts[name] = value;
+    if (prepared.peaks) {
+      std::map<std::string, double> mfu_counters;
+      add_mfu(*prepared.peaks, state.counters["tflops"] * 1e12, distinct_gpus(spec), mfu_counters, facts);
+      for (const auto& [name, value] : mfu_counters) state.counters[name] = value;
+    }
     facts["devices"] = device_kind(devices.front());
     if (const auto placement = shared_gpu_placement(spec); !placement.empty()) facts["placement"] = placement;
     if (!prepared.profile.trace_path.empty()) facts["trace"] = prepared.profile.trace_path;

@@ -18,7 +18,7 @@ namespace parbench {
 struct CaseSpec {
   std::string name;
   const StrategyInfo* strategy = nullptr;
-  RunConfig config;          // config.batch_size: images per step in one process (one ddp rank)
+  RunConfig config;          // config.batch_size: samples per step in one process (one ddp rank)
   DataMode data = DataMode::kDevice;
   int gpus = 1;              // devices the case uses (ddp: ranks)
   std::vector<int> gpu_ids;  // --devices: the GPU of each device, in order; empty: 0..gpus-1
@@ -120,14 +120,24 @@ std::string trace_path(const std::string& dir, const std::string& case_name, con
 // Ends the profile companion, if one was started: after the last case.
 void stop_profile_companion();
 
-// Step time, images/s, TFLOP/s and the case's shape, from `seconds` spent on
-// `steps` training steps.
 // Per device (or ddp rank): peak memory, and where --busy-profile measured it, the busy and
 // bubble fractions of a step of step_seconds (docs/METRICS.md).
 void set_device_counters(benchmark::State& state, const std::vector<double>& peak_bytes,
                          const std::vector<double>& busy_seconds, double step_seconds);
+
+// "/image:128", or "/seq:1024" for a language model: the sample's part of a case name.
+std::string sample_part(const RunConfig& config);
+
+// The image side, or a language model's sequence length.
+int64_t sample_size(const RunConfig& config);
+
+// The GPUs a case's devices are on (1 for --devices=0,0).
+int distinct_gpus(const CaseSpec& spec);
+
+// Step time, samples/s (images or sequences), tokens/s for a language model, TFLOP/s and the
+// case's shape, from `seconds` spent on `steps` training steps.
 void set_training_counters(benchmark::State& state, const CaseSpec& spec, double seconds, int64_t steps,
-                           double params, double forward_flops_per_image);
+                           double params, double forward_flops_per_sample);
 
 // "cuda" or "cpu": the label's `devices` fact (docs/JSON.md).
 std::string device_kind(torch::Device device);

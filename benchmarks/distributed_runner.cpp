@@ -5,6 +5,7 @@
 #include "benchmarks/device_stats.h"
 #include "benchmarks/graphed_step.h"
 #include "benchmarks/launcher.h"
+#include "benchmarks/mfu.h"
 #include "core/device_timer.h"
 #include "models/model_zoo.h"
 
@@ -39,6 +40,14 @@ RankedRun run_training_rank(World& world, const CaseSpec& spec, const Options& o
   RankedRun run;
   RankMeasurements mine;
   {
+    if (world.device().is_cuda()) {
+      world.report_progress("the GEMM probe");
+      const auto peaks = measure_compute_peaks(
+          world.device(), peak_math(spec.config.precision, is_language_model(spec.config.model)));
+      run.peak_math = peaks.math;
+      run.gpu_name = peaks.gpu_name;
+      run.gemm_flops = peaks.gemm_flops;
+    }
     world.report_progress("set-up");
     reset_peak_memory(devices);
     auto strategy = spec.strategy->create();
@@ -88,7 +97,8 @@ RankedRun run_training_rank(World& world, const CaseSpec& spec, const Options& o
     run.facts["scaling"] = spec.scaling;
     run.facts["devices"] = device_kind(world.device());
     for (const auto& parameter : strategy->model().module().parameters()) run.params += parameter.numel();
-    run.forward_flops_per_image = strategy->model().forward_flops_per_image(config.image_size);
+    run.forward_flops_per_sample = strategy->model().forward_flops_per_sample(sample_size(config));
+    for (const auto& [name, value] : strategy->model().forward_facts()) run.facts[name] = value;
   }
 #ifdef PARBENCH_WITH_CUDA
   if (world.device().is_cuda()) c10::cuda::CUDACachingAllocator::emptyCache();
@@ -107,11 +117,18 @@ void run_distributed_case(benchmark::State& state, const CaseSpec& spec, const O
   const auto& repetition = run.repetitions[reported->index];
   const double seconds = std::accumulate(repetition.seconds.begin(), repetition.seconds.end(), 0.0);
   const int64_t steps = state.iterations() * options.steps_per_iteration;
-  set_training_counters(state, spec, seconds, steps, run.params, run.forward_flops_per_image);
+  set_training_counters(state, spec, seconds, steps, run.params, run.forward_flops_per_sample);
   state.counters["world_size"] = run.world_size;
   state.counters["step_ms_rank_spread"] = repetition.rank_spread;
   set_device_counters(state, run.peak_bytes, run.busy_seconds, seconds / static_cast<double>(steps));
-  state.SetLabel(format_label(run.facts));
+  auto facts = run.facts;
+  if (!run.peak_math.empty()) {
+    const ComputePeaks peaks{run.peak_math, run.gpu_name, datasheet_peak(run.gpu_name, run.peak_math), run.gemm_flops};
+    std::map<std::string, double> mfu_counters;
+    add_mfu(peaks, state.counters["tflops"] * 1e12, spec.gpus, mfu_counters, facts);
+    for (const auto& [name, value] : mfu_counters) state.counters[name] = value;
+  }
+  state.SetLabel(format_label(facts));
 }
 
 }  // namespace parbench

@@ -78,6 +78,10 @@ GraphedStep::GraphedStep(Strategy& strategy, Batch example) {
   {
     c10::cuda::CUDAMultiStreamGuard on_sides(sides);
     for (int step = 0; step < kGraphWarmupSteps; ++step) strategy.train_step(captured_->input);
+    // The warm-up's memory stays cached outside the graph's private pool, where the capture cannot
+    // use it: handed back first, or a big model (gpt2-medium in fp32) runs out during capture.
+    for (const auto& device : devices) torch::cuda::synchronize(device.index());
+    c10::cuda::CUDACachingAllocator::emptyCache();
     AutocastCacheSetting no_cached_casts(/*enabled=*/false);
     auto& captured = *captured_;
     captured.pool = at::cuda::graph_pool_handle();

@@ -237,7 +237,10 @@ nlohmann::json to_json_value(const RankedRun& run) {
   return {{"world_size", run.world_size},
           {"facts", run.facts},
           {"params", run.params},
-          {"forward_flops_per_image", run.forward_flops_per_image},
+          {"forward_flops_per_sample", run.forward_flops_per_sample},
+          {"peak_math", run.peak_math},
+          {"gpu_name", run.gpu_name},
+          {"gemm_flops", run.gemm_flops},
           {"repetitions", repetitions},
           {"peak_bytes", run.peak_bytes},
           {"busy_seconds", run.busy_seconds}};
@@ -248,7 +251,10 @@ RankedRun ranked_run_from(const nlohmann::json& json) {
   run.world_size = json.at("world_size").get<int>();
   run.facts = json.at("facts").get<std::map<std::string, std::string>>();
   run.params = json.at("params").get<double>();
-  run.forward_flops_per_image = json.at("forward_flops_per_image").get<double>();
+  run.forward_flops_per_sample = json.at("forward_flops_per_sample").get<double>();
+  run.peak_math = json.at("peak_math").get<std::string>();
+  run.gpu_name = json.at("gpu_name").get<std::string>();
+  run.gemm_flops = json.at("gemm_flops").get<double>();
   for (const auto& repetition : json.at("repetitions")) {
     run.repetitions.push_back(
         {repetition.at("seconds").get<std::vector<double>>(), repetition.at("rank_spread").get<double>()});

@@ -54,7 +54,10 @@ struct RankedRun {
   int world_size = 0;
   std::map<std::string, std::string> facts;  // the label
   double params = 0;
-  double forward_flops_per_image = 0;
+  double forward_flops_per_sample = 0;
+  // Rank 0's GPU and its GEMM probe at the case's math (benchmarks/mfu.h); empty math off CUDA.
+  std::string peak_math, gpu_name;
+  double gemm_flops = 0;
   std::vector<Repetition> repetitions;
   std::vector<double> peak_bytes;    // per rank; empty off CUDA
   std::vector<double> busy_seconds;  // per rank, for one step; empty where not measured

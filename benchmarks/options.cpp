@@ -102,6 +102,7 @@ void apply_preset(const std::string& preset, Options& options) {
     // Small enough for a 2-core machine: a few seconds a case.
     options.batch_sizes = {8};
     options.image_sizes = {64};
+    options.seq_lens = {64};
     options.warmup_steps = 2;
   } else if (preset != "default") {
     throw UsageError("--preset=" + preset + " is not one of: default, tutorial, cpu");
@@ -159,14 +160,19 @@ Google Benchmark's own flags all work: --benchmark_filter=REGEX, --benchmark_rep
                          data, warm-up, device-synchronised timing); tutorial: PyTorch's
                          model-parallel tutorial as it ran; cpu: small images and batch (the
                          default on a machine without a GPU). Later flags override a preset.
-  --models=LIST          models (resnet18, resnet34, resnet50, resnet101, resnet152, tinycnn); default resnet50
+  --models=LIST          models (resnet18, resnet34, resnet50, resnet101, resnet152, tinycnn; GPT-2-style
+                         language models gpt2-small, gpt2-medium, gpt2-large, tinygpt); default resnet50
   --strategies=LIST      strategies to run; default all (single, model_parallel, pipeline, data_parallel, ddp)
-  --batch=LIST           images per step (ddp: per rank in weak scaling, global in strong); default 120
+  --batch=LIST           images (language models: sequences) per step (ddp: per rank in weak scaling,
+                         global in strong); default 120
   --image=LIST           image side in pixels; default 128
+  --seq=LIST             language models: tokens per sequence, at most the model's context of 1024;
+                         default 1024 (cpu preset: 64)
   --precision=LIST       fp32 | bf16 (bf16 autocast, channels-last, fp32 weights); default fp32
   --data=LIST            device (made once on the device) | pinned (pinned host buffers, async copy)
                          | host (randn on the CPU every step, pageable copy: the tutorial's); default device
-  --loss=NAME            mse (on one-hot labels, the tutorial's) | ce (cross-entropy); default mse
+  --loss=NAME            image models: mse (on one-hot labels, the tutorial's) | ce (cross-entropy);
+                         default mse. Language models always train on next-token cross-entropy
   --gpus=N               GPUs for multi-device strategies and ddp ranks; default all visible
   --devices=LIST         the GPUs a multi-device case uses, in stage, replica or rank order;
                          repeats share a GPU: --devices=0,0 puts both stages of model_parallel and
@@ -267,6 +273,7 @@ Options parse_options(int argc, char** argv, bool has_gpu, std::vector<char*>* b
       {"strategies", [&](auto& f, auto& v) { options.strategies = split_list(v); if (options.strategies.empty()) throw UsageError("--" + f + " needs at least one value"); }},
       {"batch", [&](auto& f, auto& v) { options.batch_sizes = int_list(f, v, 1); }},
       {"image", [&](auto& f, auto& v) { options.image_sizes = int_list(f, v, 1); }},
+      {"seq", [&](auto& f, auto& v) { options.seq_lens = int_list(f, v, 1); }},
       {"precision", [&](auto& f, auto& v) { options.precisions = pick_list(f, v, kPrecisions); }},
       {"data", [&](auto& f, auto& v) { options.data_modes = pick_list(f, v, kDataModes); }},
       {"loss", [&](auto& f, auto& v) { options.loss = pick<LossKind>(f, v, {{"mse", LossKind::kMse}, {"ce", LossKind::kCrossEntropy}}); }},
@@ -320,21 +327,32 @@ Options parse_options(int argc, char** argv, bool has_gpu, std::vector<char*>* b
   const bool explicit_cut = !options.cut.empty() && options.cut != "balanced";
   const size_t cut_parts = std::count(options.cut.begin(), options.cut.end(), '|') + 1;
   for (const auto& model : options.models) {
-    ModelPtr instance;
-    try {
-      instance = make_model(model, /*num_classes=*/1000);
-    } catch (const std::invalid_argument& error) {
-      throw UsageError(std::string("--models: ") + error.what());
-    }
-    for (auto image : options.image_sizes) {
-      if (image < instance->min_image_size()) {
-        throw UsageError("--image=" + std::to_string(image) + " is smaller than " + model + " accepts (at least " +
-                         std::to_string(instance->min_image_size()) + ")");
+    std::vector<std::string> stage_names;
+    if (const auto* gpt = find_gpt_config(model)) {
+      // Checked without building it: gpt2-large holds 3 GB of weights.
+      for (auto seq : options.seq_lens) {
+        if (seq > gpt->context) {
+          throw UsageError("--seq=" + std::to_string(seq) + " is longer than " + model + "'s context (at most " +
+                           std::to_string(gpt->context) + " tokens)");
+        }
       }
+      stage_names = gpt_stage_names(*gpt);
+    } else {
+      ModelPtr instance;
+      try {
+        instance = make_model(model, /*num_classes=*/1000);
+      } catch (const std::invalid_argument& error) {
+        throw UsageError(std::string("--models: ") + error.what());
+      }
+      for (auto image : options.image_sizes) {
+        if (image < instance->min_image_size()) {
+          throw UsageError("--image=" + std::to_string(image) + " is smaller than " + model + " accepts (at least " +
+                           std::to_string(instance->min_image_size()) + ")");
+        }
+      }
+      for (const auto& stage : instance->stages()) stage_names.push_back(stage.name);
     }
     if (explicit_cut) {
-      std::vector<std::string> stage_names;
-      for (const auto& stage : instance->stages()) stage_names.push_back(stage.name);
       try {
         parse_cut(options.cut, stage_names, cut_parts);
       } catch (const std::invalid_argument& error) {

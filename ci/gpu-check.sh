@@ -3,8 +3,11 @@
 #   ci/gpu-check.sh STEP...   steps, in the order given: build, test, smoke, model_parallel,
 #                             data_parallel, reference (= model_parallel data_parallel), tutorial,
 #                             concurrent_single, graph, pipeline, advise, schedules, fault (2 GPUs),
-#                             oom (1 GPU), host_cost (1 GPU), ref_* (issue 30's reference run: see
-#                             reference_args); prebuilt instead of build: see step_prebuilt
+#                             oom (1 GPU), host_cost (1 GPU), gpt (1 GPU: the transformer and MFU),
+#                             ref_* (issue 30's reference run: see reference_args);
+#                             prebuilt instead of build: see step_prebuilt
+# PARBENCH_BENCH_TIMEOUT=SECONDS: each parbench run of a step is killed after that long, so that
+# one hang cannot take a whole device call.
 # The GPU machines have no network: Google Benchmark, GoogleTest and nlohmann/json come as
 # files in .deps/: Debian packages (cp ../shared/device-deps/*.deb .deps/), unpacked into a
 # prefix, and Google Benchmark's source, built in Release there (seconds), as ci/setup.sh builds
@@ -90,7 +93,9 @@ bench() {
   local name=$1
   shift
   echo "== $name: parbench $*"
-  "$parbench" --benchmark_out="$results/$name.json" --benchmark_out_format=json "$@" \
+  local limit=()
+  [[ -n ${PARBENCH_BENCH_TIMEOUT:-} ]] && limit=(timeout -k 10 "$PARBENCH_BENCH_TIMEOUT")
+  "${limit[@]}" "$parbench" --benchmark_out="$results/$name.json" --benchmark_out_format=json "$@" \
     >"$results/$name.txt" 2>"$results/$name.stderr"
   local status=$?
   cp "$results/$name.json" "$out/" 2>/dev/null  # kept even if a later step runs out of time
@@ -269,6 +274,47 @@ sys.exit(0 if ok else 1)
 PY
   local recorded=$?
   [[ $status == 1 && $recorded == 0 ]]
+}
+
+# Issues 29 and 26 on one GPU: gpt2-medium's MFU (single, bf16, batch 16, seq 1024, eager and
+# graphed, with where its GPU time goes), ResNet-50's at the tutorial's set-up, the transformer's
+# graph-replay tests, fp32 and bf16 at gpt2-small and gpt2-medium, and every schedule of
+# gpt2-small in 2 stages on GPU 0, and --advise's predictions of it. GPT_STEPS picks some of: mfu
+# resnet tests precisions schedules advise.
+step_gpt() {
+  local status=0 part began
+  for part in ${GPT_STEPS:-mfu resnet tests precisions schedules advise}; do
+    began=$SECONDS
+    case $part in
+      mfu)
+        PARBENCH_BENCH_TIMEOUT=170 bench gpt_mfu --models=gpt2-medium --strategies=single --precision=bf16 --batch=16 \
+          --cuda-graph=off,on --repetitions=5 --benchmark_min_time=1 --trace="$results/traces" || status=1
+        local trace
+        for trace in "$results"/traces/*.trace.json; do python3 ci/kernel_time.py "$trace"; done ;;
+      resnet)
+        PARBENCH_BENCH_TIMEOUT=120 bench resnet_mfu --models=resnet50 --strategies=single --precision=fp32,bf16 \
+          --batch=120 --cuda-graph=on --repetitions=5 --benchmark_min_time=0.5 || status=1 ;;
+      tests)
+        timeout -k 10 150 "$gtest_binary" --gtest_filter='*GraphedGptStages*:Gpt*:*GptParameters*' >"$results/gpt_tests.log" 2>&1 ||
+          status=1
+        grep -E "eager loss|OK \]|FAILED|PASSED|tests ran" "$results/gpt_tests.log" | tail -n 30 ;;
+      precisions)
+        PARBENCH_BENCH_TIMEOUT=240 bench gpt_precisions --models=gpt2-small,gpt2-medium --strategies=single \
+          --precision=fp32,bf16 --batch=8 --cuda-graph=off,on --busy-profile=off --repetitions=3 \
+          --benchmark_min_time=0.3 || status=1 ;;
+      schedules)
+        PARBENCH_BENCH_TIMEOUT=300 bench gpt_schedules --models=gpt2-small --strategies=single,model_parallel,pipeline \
+          --devices=0,0 --precision=bf16 --batch=8 --split-sizes=2 \
+          --schedules=tutorial,gpipe,1f1b,interleaved-1f1b,zb-h1 --chunks=2 --cuda-graph=off,on --busy-profile=off \
+          --repetitions=3 --benchmark_min_time=0.3 || status=1 ;;
+      advise)
+        PARBENCH_BENCH_TIMEOUT=200 bench gpt_advise --models=gpt2-small --strategies=single,model_parallel,pipeline \
+          --devices=0,0 --precision=bf16 --batch=8 --split-sizes=2,4 --schedules=gpipe,1f1b,zb-h1 --cuda-graph=on \
+          --advise=all --busy-profile=off --repetitions=3 --benchmark_min_time=0.3 || status=1 ;;
+    esac
+    echo "## gpt $part took $((SECONDS - began))s"
+  done
+  return $status
 }
 
 step_reference() {

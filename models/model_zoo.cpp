@@ -1,5 +1,6 @@
 #include "models/model_zoo.h"
 
+#include "models/gpt.h"
 #include "models/resnet.h"
 #include "models/tiny_cnn.h"
 
@@ -46,7 +47,24 @@ std::vector<std::string> model_names() {
   std::vector<std::string> names;
   for (const auto& variant : resnet_variants()) names.push_back(variant.name);
   names.push_back("tinycnn");
+  for (const auto& config : gpt_configs()) names.push_back(config.name);
   return names;
+}
+
+const GptConfig* find_gpt_config(const std::string& name) {
+  for (const auto& config : gpt_configs()) {
+    if (config.name == name) return &config;
+  }
+  return nullptr;
+}
+
+bool is_language_model(const std::string& name) { return find_gpt_config(name) != nullptr; }
+
+void fit_config_to_model(RunConfig& config) {
+  const auto* gpt = find_gpt_config(config.model);
+  if (gpt == nullptr) return;
+  config.loss = LossKind::kCrossEntropy;
+  config.num_classes = gpt->vocabulary;
 }
 
 ModelPtr make_model(const std::string& name, int64_t num_classes) {
@@ -54,6 +72,7 @@ ModelPtr make_model(const std::string& name, int64_t num_classes) {
     if (variant.name == name) return std::make_shared<ResNetImpl>(variant, num_classes);
   }
   if (name == "tinycnn") return std::make_shared<TinyCnnImpl>(num_classes);
+  if (const auto* gpt = find_gpt_config(name)) return std::make_shared<GPTImpl>(*gpt);
   std::string allowed;
   for (const auto& known : model_names()) allowed += (allowed.empty() ? "" : ", ") + known;
   throw std::invalid_argument("unknown model '" + name + "' (allowed: " + allowed + ")");

@@ -1,7 +1,8 @@
 // Models by name.
 #pragma once
 
-#include "models/staged_model.h"
+#include "models/gpt.h"
+#include "strategies/strategy.h"
 
 namespace parbench {
 
@@ -9,6 +10,17 @@ namespace parbench {
 std::vector<std::string> model_names();
 
 // A freshly initialised model on the CPU; throws std::invalid_argument for an unknown name.
+// A language model ignores num_classes: its vocabulary is its own (fit_config_to_model).
 ModelPtr make_model(const std::string& name, int64_t num_classes);
+
+// The GPT configuration of that name, or null: known without building the model.
+const GptConfig* find_gpt_config(const std::string& name);
+
+// Whether the model takes token sequences (--seq) rather than images (--image).
+bool is_language_model(const std::string& name);
+
+// For a language model: next-token cross-entropy over its vocabulary (the loss and classes a
+// run config holds). Image models keep the config's own.
+void fit_config_to_model(RunConfig& config);
 
 }  // namespace parbench

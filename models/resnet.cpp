@@ -156,7 +156,7 @@ std::vector<Stage> ResNetImpl::stages() {
   };
 }
 
-double ResNetImpl::forward_flops_per_image(int64_t image_size) const {
+double ResNetImpl::forward_flops_per_sample(int64_t image_size) const {
   // Convolutions and the classifier only (batch-norm, ReLU and pooling are < 1% of ResNet's
   // work); one multiply-accumulate counts as 2 FLOPs. docs/METRICS.md defines it.
   double macs = 0;

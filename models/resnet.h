@@ -55,7 +55,7 @@ class ResNetImpl : public StagedModule<ResNetImpl> {
 
   std::string name() const override { return variant_.name; }
   std::vector<Stage> stages() override;
-  double forward_flops_per_image(int64_t image_size) const override;
+  double forward_flops_per_sample(int64_t image_size) const override;
   // The network's total stride: smaller inputs collapse to 1x1 before layer4.
   int64_t min_image_size() const override { return 32; }
 

@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -50,10 +51,15 @@ class StagedModel {
   // torch::nn::parallel::data_parallel on this model: replicate, scatter, apply, gather.
   virtual torch::Tensor data_parallel_forward(const torch::Tensor& input,
                                               const std::vector<torch::Device>& devices) = 0;
-  // Forward floating-point operations for one image of image_size x image_size (2 per MAC).
-  virtual double forward_flops_per_image(int64_t image_size) const = 0;
-  // Smallest square input the architecture accepts.
-  virtual int64_t min_image_size() const = 0;
+  // Forward floating-point operations for one sample (2 per MAC): an image of sample_size x
+  // sample_size pixels or, for a language model, a sequence of sample_size tokens.
+  virtual double forward_flops_per_sample(int64_t sample_size) const = 0;
+  // Smallest square input the architecture accepts (image models).
+  virtual int64_t min_image_size() const { return 1; }
+  // A language model: its input is token ids (N, T), its output logits (N, T, vocabulary).
+  virtual bool takes_tokens() const { return false; }
+  // Facts about the last forward for the benchmark label (a transformer's attention kernel).
+  virtual std::map<std::string, std::string> forward_facts() const { return {}; }
 
   // Run forwards under autocast to `dtype` (copied into data-parallel replicas).
   void set_autocast(std::optional<c10::ScalarType> dtype) { autocast_dtype_ = dtype; }

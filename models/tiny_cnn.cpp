@@ -37,7 +37,7 @@ std::vector<Stage> TinyCnnImpl::stages() {
   };
 }
 
-double TinyCnnImpl::forward_flops_per_image(int64_t image_size) const {
+double TinyCnnImpl::forward_flops_per_sample(int64_t image_size) const {
   const double side1 = halve(image_size), side2 = halve(side1);
   const double macs = side1 * side1 * 3 * kWidth1 * 9 + side2 * side2 * kWidth1 * kWidth2 * 9 +
                       side2 * side2 * kWidth2 * kWidth3 * 9 + kWidth3 * num_classes_;

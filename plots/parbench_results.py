@@ -38,8 +38,10 @@ PRECISION_ORDER = ("fp32", "bf16")
 # Name components Google Benchmark appends to a registered name.
 _GBENCH_FLAGS = {"manual_time", "real_time", "process_time"}
 _GBENCH_KEYS = {"iterations", "repeats", "min_time", "min_warmup_time", "threads"}
-# Fields each strategy's name carries beyond model, batch, image, precision and data.
-_SETUP_KEYS = ("batch", "image", "precision", "data")
+# Fields each strategy's name carries beyond model, batch, image (a language model: seq),
+# precision and data.
+_SETUP_KEYS = ("batch", "image", "seq", "precision", "data")
+_SAMPLE_KEYS = ("image", "seq")  # a name has one of them
 _STRATEGY_KEYS = {
     "single": (),
     "model_parallel": ("gpus",),
@@ -87,16 +89,17 @@ class Setup:
 
     model: str
     batch: int  # the single-GPU batch this set-up compares with (see Case.reference_batch)
-    image: int
+    image: int  # 0 for a language model
     precision: str
     data: str
     graph: str = "off"  # "on": each step is a replay of a captured CUDA graph
+    seq: int = 0  # a language model's tokens per sequence; 0 for an image model
 
     def parts(self) -> dict[str, str]:
         parts = {
             "model": self.model,
             "batch": f"batch {self.batch}",
-            "image": f"image {self.image}\u00d7{self.image}",
+            "image": f"seq {self.seq}" if self.seq else f"image {self.image}\u00d7{self.image}",
             "precision": self.precision,
             "data": f"data on {self.data}",
         }
@@ -108,7 +111,8 @@ class Setup:
         return ", ".join(self.parts().values())
 
     def sort_key(self):
-        return (self.model, self.batch, self.image, _rank(self.precision, PRECISION_ORDER), self.data, self.graph)
+        return (self.model, self.batch, self.image, self.seq, _rank(self.precision, PRECISION_ORDER), self.data,
+                self.graph)
 
 
 @dataclass
@@ -170,8 +174,9 @@ class Case:
 
     @property
     def setup(self) -> Setup:
-        return Setup(self.model, self.reference_batch, int(self.fields["image"]),
-                     self.fields["precision"], self.fields["data"], self.fields.get("graph", "off"))
+        return Setup(self.model, self.reference_batch, int(self.fields.get("image", 0)),
+                     self.fields["precision"], self.fields["data"], self.fields.get("graph", "off"),
+                     int(self.fields.get("seq", 0)))
 
     @property
     def series(self) -> tuple:
@@ -474,10 +479,13 @@ def _parse_name(name: str, where: str) -> Case:
     if len(parts) < 3:
         raise ResultsError(f"{where}: name '{name}' has no model")
     fields = _parse_fields(parts[3:], name, where)
-    missing = [key for key in _SETUP_KEYS + _STRATEGY_KEYS.get(strategy, ()) if key not in fields]
+    missing = [key for key in _SETUP_KEYS + _STRATEGY_KEYS.get(strategy, ())
+               if key not in fields and key not in _SAMPLE_KEYS]
+    if not any(key in fields for key in _SAMPLE_KEYS):
+        missing.append("image")
     if missing:
         raise ResultsError(f"{where}: name '{name}' lacks {', '.join(key + ':' for key in missing)}")
-    for key in ("batch", "image", "gpus", "split"):
+    for key in ("batch", "image", "seq", "gpus", "split"):
         if key in fields and not fields[key].isdigit():
             raise ResultsError(f"{where}: name '{name}': {key} '{fields[key]}' is not a whole number")
     return Case(name=name, family=family, strategy=strategy, model=parts[2], fields=fields, label={})

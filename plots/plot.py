@@ -66,7 +66,7 @@ STRATEGY_COLORS = {
 OTHER_COLOR = "#937860"
 PREDICTION_PANEL_IN = 4.2
 # Name fields a bar's label shows (or the panel title has): others are added as "key value".
-TICK_FIELDS = {"batch", "image", "precision", "data", "gpus", "schedule", "split", "overlap",
+TICK_FIELDS = {"batch", "image", "seq", "precision", "data", "gpus", "schedule", "split", "overlap",
                "bucket_mib", "scaling", "graph", "replicate"}
 SCHEDULE_COLORS = {"tutorial": "#55a868", "gpipe": "#1f77b4", "1f1b": "#d62728", "interleaved-1f1b": "#9467bd",
                    "zb-h1": "#8c564b"}

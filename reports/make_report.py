@@ -9,6 +9,7 @@ per-repetition entries:
   speedup       single's median step time / the case's median step time, same set-up
   efficiency    images/s / (gpus x single's images/s)
   peak memory   highest peak_mem_gib_dev<i> over repetitions, per device
+  MFU           median mfu (datasheet peak) and mfu_gemm (GEMM probe's peak), GPU cases
   best split    pipeline: the split_size with the lowest median step time, per schedule
   all-reduce    comm/allreduce: median time, algbw and busbw per size and rank count
   timelines     pipeline cases run with --trace: the measured timeline of the traced step beside
@@ -397,13 +398,14 @@ def summary_table(cases: list[pr.Case]) -> list[str]:
             f"{pr.speedup(case, single):.2f}\u00d7" if compared else "no single",
             f"{pr.scaling_efficiency(case, single):.1%}" if compared else "no single",
             ", ".join(f"dev{device} {peak:.2f}" for device, peak in case.peak_memory_gib().items()) or "not measured",
+            _mfu(case),
             _per_device(case.bubble_fractions()),
             best_split,
             _details(case),
         ])
     return _table(["strategy", "config", "reps", "step time median (ms)", "stddev (ms)",
                    "images/s (median)", "speedup vs single", "scaling efficiency",
-                   "peak memory (GiB)", "bubble fraction", "best split", "details"], rows)
+                   "peak memory (GiB)", "MFU", "bubble fraction", "best split", "details"], rows)
 
 
 def sweep_table(cases: list[pr.Case], timelines: dict[str, CaseTimeline]) -> list[str]:
@@ -580,6 +582,19 @@ def _per_device(fractions: dict[int, float]) -> str:
     return ", ".join(f"dev{device} {fraction:.2f}" for device, fraction in fractions.items()) or "not measured"
 
 
+def _mfu(case: pr.Case) -> str:
+    """'38.7% of 989 TFLOP/s bf16 (datasheet); 48.2% of 795 (GEMM probe)' (docs/METRICS.md, "MFU")."""
+    gemm = case.stats("mfu_gemm")
+    if gemm is None:
+        return "not measured"
+    math = case.label.get("peak_math", "")
+    probe = f"{gemm.median:.1%} of {case.stats('gemm_tflops').median:,.0f} (GEMM probe)"
+    datasheet = case.stats("mfu")
+    if datasheet is None:
+        return f"{probe}, {math}; GPU not in the datasheet table"
+    return f"{datasheet.median:.1%} of {case.stats('peak_tflops').median:,.0f} TFLOP/s {math} (datasheet); {probe}"
+
+
 def _details(case: pr.Case) -> str:
     """The label's facts that the name does not give (cut, backend, ...), ddp's rank spread and
     data_parallel's time to build its replicas (clone) or to broadcast and reduce (broadcast)."""
@@ -588,6 +603,9 @@ def _details(case: pr.Case) -> str:
     rank_spread = case.stats("step_ms_rank_spread")
     if rank_spread is not None:
         facts.append(f"rank spread {rank_spread.median:.1%}")
+    tokens = case.stats("tokens_per_second")
+    if tokens is not None:
+        facts.append(f"{tokens.median:,.0f} tokens/s")
     for counter, word in (("replicate_ms", "replicate"), ("broadcast_ms", "broadcast"), ("reduce_ms", "reduce")):
         stats = case.stats(counter)
         if stats is not None:

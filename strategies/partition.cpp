@@ -128,7 +128,8 @@ std::vector<double> measure_stage_seconds(StagedModel& model, const RunConfig& c
   auto x = make_random_batch(config, batch_size, device, device).inputs;
   std::vector<double> seconds;
   for (auto& stage : stages) {
-    auto input = x.detach().requires_grad_();
+    // A language model's first stage takes token ids, which have no gradient.
+    auto input = x.is_floating_point() ? x.detach().requires_grad_() : x;
     torch::Tensor output;
     seconds.push_back(median_synchronised_seconds({device}, kRepeats, [&] {
       {

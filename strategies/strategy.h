@@ -22,8 +22,9 @@ enum class LossKind { kMse, kCrossEntropy };   // MSE on one-hot labels is the t
 struct RunConfig {
   std::string model = "resnet50";
   int64_t num_classes = 1000;
-  int64_t batch_size = 120;  // images per step in this process
+  int64_t batch_size = 120;  // images (language models: sequences) per step in this process
   int64_t image_size = 128;
+  int64_t seq_len = 1024;  // language models (StagedModel::takes_tokens): tokens per sequence
   Precision precision = Precision::kFloat32;
   LossKind loss = LossKind::kMse;
   double learning_rate = 1e-3;
@@ -49,7 +50,7 @@ struct RunConfig {
 };
 
 // One batch: inputs (N, 3, H, W) and targets, one-hot (N, classes) for MSE or class
-// indices (N) for cross-entropy.
+// indices (N) for cross-entropy; for a language model, tokens (N, T) and the next tokens (N, T).
 struct Batch {
   torch::Tensor inputs;
   torch::Tensor targets;

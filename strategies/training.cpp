@@ -1,5 +1,7 @@
 #include "strategies/training.h"
 
+#include "models/model_zoo.h"
+
 namespace parbench {
 
 std::optional<c10::ScalarType> autocast_dtype(Precision precision) {
@@ -24,12 +26,17 @@ ModelPtr make_model_on(const ModelFactory& make_model, torch::Device device, Pre
 }
 
 torch::Tensor to_input_layout(const torch::Tensor& inputs, Precision precision) {
-  return precision == Precision::kBFloat16 ? inputs.contiguous(torch::MemoryFormat::ChannelsLast) : inputs;
+  const bool image = inputs.dim() == 4;
+  return precision == Precision::kBFloat16 && image ? inputs.contiguous(torch::MemoryFormat::ChannelsLast) : inputs;
 }
 
 torch::Tensor compute_loss(const torch::Tensor& outputs, const torch::Tensor& targets, LossKind loss) {
-  const auto logits = outputs.to(torch::kFloat32);
-  if (loss == LossKind::kCrossEntropy) return torch::nn::functional::cross_entropy(logits, targets);
+  auto logits = outputs.to(torch::kFloat32);
+  if (loss == LossKind::kCrossEntropy) {
+    // A language model's (N, T, V) logits: every token predicts the next one.
+    if (logits.dim() == 3) return torch::nn::functional::cross_entropy(logits.flatten(0, 1), targets.flatten());
+    return torch::nn::functional::cross_entropy(logits, targets);
+  }
   return torch::mse_loss(logits, targets);
 }
 
@@ -51,6 +58,12 @@ void sgd_update(const std::vector<torch::Tensor>& parameters, double learning_ra
 
 Batch make_random_batch(const RunConfig& config, int64_t batch_size, torch::Device input_device,
                         torch::Device target_device) {
+  if (const auto* gpt = find_gpt_config(config.model)) {
+    // One sequence of seq_len + 1 tokens per sample: the inputs, and the same shifted by one.
+    const auto tokens = torch::randint(gpt->vocabulary, {batch_size, config.seq_len + 1}, torch::kLong);
+    return {tokens.narrow(1, 0, config.seq_len).contiguous().to(input_device),
+            tokens.narrow(1, 1, config.seq_len).contiguous().to(target_device)};
+  }
   auto inputs = torch::randn({batch_size, 3, config.image_size, config.image_size});
   auto classes = torch::randint(config.num_classes, {batch_size}, torch::kLong);
   torch::Tensor targets = config.loss == LossKind::kCrossEntropy

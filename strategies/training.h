@@ -20,7 +20,8 @@ ModelPtr make_model_on(const ModelFactory& make_model, torch::Device device, Pre
 // Inputs in the layout the precision runs in (channels-last for bf16).
 torch::Tensor to_input_layout(const torch::Tensor& inputs, Precision precision);
 
-// Mean loss of `outputs` against `targets` (computed in fp32).
+// Mean loss of `outputs` against `targets` (computed in fp32); over every token for a
+// language model's (N, T, V) logits.
 torch::Tensor compute_loss(const torch::Tensor& outputs, const torch::Tensor& targets, LossKind loss);
 
 // SGD over all of the model's parameters, wherever they live (lr as in the tutorial).
@@ -32,7 +33,9 @@ std::unique_ptr<torch::optim::SGD> make_sgd(StagedModel& model, double learning_
 void sgd_update(const std::vector<torch::Tensor>& parameters, double learning_rate);
 
 // A random batch of `batch_size` images: inputs ~ N(0, 1), uniformly drawn classes as
-// one-hot rows (MSE) or indices (cross-entropy).
+// one-hot rows (MSE) or indices (cross-entropy). For a language model, `batch_size` sequences
+// of config.seq_len tokens drawn uniformly from its vocabulary, and as targets each
+// sequence shifted by one token.
 Batch make_random_batch(const RunConfig& config, int64_t batch_size, torch::Device input_device,
                         torch::Device target_device);
 

@@ -60,7 +60,7 @@ TEST(Cli, ShortRunWritesJsonWithCountersAndContext) {
                           "tf32_matmul", "host", "argv", "preset", "timer", "devices"}) {
     EXPECT_TRUE(context.contains(key)) << key;
   }
-  EXPECT_EQ(context["parbench_json_schema"], "1.2.0");
+  EXPECT_EQ(context["parbench_json_schema"], "1.3.0");
   EXPECT_EQ(context["preset"], "cpu");
   const int gpu_count = std::stoi(context["gpu_count"].get<std::string>());
   const std::string devices = gpu_count > 0 ? "cuda" : "cpu";
@@ -260,6 +260,36 @@ TEST(Cli, AdviseRanksEveryModelledCaseAndRunsTheBestPredicted) {
   EXPECT_LE(ran.size(), 3u);
 }
 
+// A language model: named by its sequence length, tokens/s and the attention kernel recorded, and
+// --advise profiles and predicts its staged cases as an image model's.
+TEST(Cli, TransformerCasesCountTokensAndAdvisePredictsThem) {
+  parbench::TemporaryDirectory dir("parbench-cli-test");
+  const auto out = dir.file("gpt.json");
+  const auto run = run_parbench("--preset=cpu --models=tinygpt --batch=4 --seq=16 --warmup=1 --repetitions=1"
+                                " --iterations=1 --strategies=single,pipeline --split-sizes=2 --schedules=1f1b"
+                                " --advise=all --benchmark_out=" + out + " --benchmark_out_format=json");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  std::ifstream file(out);
+  const auto json = nlohmann::json::parse(file);
+  std::set<std::string> ran;
+  for (const auto& benchmark : json["benchmarks"]) {
+    if (benchmark["run_type"] != "iteration" || benchmark.value("error_occurred", false)) continue;
+    const auto name = benchmark["run_name"].get<std::string>();
+    ran.insert(name.substr(0, name.find("/iterations:")));
+    EXPECT_EQ(benchmark["seq"], 16) << name;
+    EXPECT_FALSE(benchmark.contains("image")) << name;
+    EXPECT_NEAR(benchmark["tokens_per_second"].get<double>(), 16 * benchmark["items_per_second"].get<double>(),
+                1e-6 * benchmark["tokens_per_second"].get<double>());
+    EXPECT_GT(benchmark["predicted_step_ms"].get<double>(), 0.0) << name;
+    EXPECT_NE(benchmark["label"].get<std::string>().find("attention="), std::string::npos) << benchmark["label"];
+  }
+  EXPECT_TRUE(ran.count("train/single/tinygpt/batch:4/seq:16/precision:fp32/data:device")) << run.output;
+  if (json["context"]["gpu_count"] != "1") {
+    EXPECT_TRUE(ran.count("train/pipeline/tinygpt/batch:4/seq:16/precision:fp32/data:device/gpus:2/split:2/schedule:1f1b"))
+        << run.output;
+  }
+}
+
 // --trace: one Chrome trace per case, of a step profiled outside the timed ones, with the
 // schedule's actions as labelled ranges on the stage threads.
 TEST(Cli, TraceWritesAChromeTracePerCaseWithTheScheduleLabelled) {
@@ -346,6 +376,7 @@ INSTANTIATE_TEST_SUITE_P(
                       BadInput{"--batch=-5", "at least 1"},
                       BadInput{"--batch=ten", "not a whole number"},
                       BadInput{"--image=16", "smaller than resnet50 accepts"},
+                      BadInput{"--models=tinygpt --seq=1025", "longer than tinygpt's context (at most 1024 tokens)"},
                       BadInput{"--gpus=64", "more GPUs than"},
                       BadInput{"--split-sizes=0", "at least 1"},
                       BadInput{"--schedules=zigzag", "tutorial, gpipe, 1f1b"},
@@ -366,7 +397,7 @@ TEST(Cli, HelpListsEveryOption) {
   const auto run = run_parbench("--help");
   EXPECT_EQ(run.exit_code, 0);
   for (const char* option : {"--preset", "--models", "--strategies", "--batch", "--image", "--precision", "--data",
-                             "--loss", "--gpus", "--warmup", "--steps", "--repetitions", "--iterations", "--timer",
+                             "--seq", "--loss", "--gpus", "--warmup", "--steps", "--repetitions", "--iterations", "--timer",
                              "--cuda-graph", "--split-sizes", "--schedules", "--cut", "--bucket-mib", "--overlap", "--scaling",
                              "--dist-timeout", "--dp-replicate", "--advise", "--devices", "--busy-profile", "--trace", "--print-schedule", "--micro-batches",
                              "Exit status"}) {

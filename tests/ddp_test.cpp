@@ -28,9 +28,9 @@ void hide_gpus_from_ranks() { setenv("CUDA_VISIBLE_DEVICES", "", /*overwrite=*/1
 constexpr double kTolerance = 1e-5;  // relative, per tensor
 constexpr int64_t kBatchPerRank = 3;
 constexpr int kSteps = 3;  // one warm-up step and two timed iterations of one step
-const std::vector<std::string> kOptions = {"--strategies=ddp", "--models=tinycnn", "--batch=3",
-                                           "--image=16",       "--repetitions=1",  "--iterations=2",
-                                           "--steps=1",        "--allreduce=off",  "--dist-timeout=30"};
+const std::vector<std::string> kOptions = {"--strategies=ddp", "--batch=3",     "--image=16",
+                                           "--seq=16",          "--repetitions=1", "--iterations=2",
+                                           "--steps=1",         "--allreduce=off", "--dist-timeout=30"};
 
 struct DdpResult {
   std::map<std::string, std::string> facts;
@@ -38,15 +38,18 @@ struct DdpResult {
 };
 
 DdpResult run_ddp(int ranks, const std::string& bucket_mib, const std::string& overlap,
-                  const std::string& precision = "fp32", bool cuda_graph = false, int warmup_steps = 1) {
+                  const std::string& precision = "fp32", bool cuda_graph = false, int warmup_steps = 1,
+                  const std::string& model = "tinycnn") {
   TemporaryDirectory weights("parbench-ddp-test");
   auto arguments = kOptions;
+  arguments.push_back("--models=" + model);
   arguments.push_back("--bucket-mib=" + bucket_mib);
   arguments.push_back("--overlap=" + overlap);
   arguments.push_back("--precision=" + precision);
   arguments.push_back("--warmup=" + std::to_string(warmup_steps));
   if (cuda_graph) arguments.push_back("--cuda-graph=on");
-  const auto name = "train/ddp/tinycnn/batch:3/image:16/precision:" + precision + "/data:device/gpus:" +
+  const auto sample = is_language_model(model) ? "/seq:16" : "/image:16";
+  const auto name = "train/ddp/" + model + "/batch:3" + sample + "/precision:" + precision + "/data:device/gpus:" +
                     std::to_string(ranks) + "/bucket_mib:" + bucket_mib + "/overlap:" + overlap + "/scaling:weak" +
                     (cuda_graph ? "/graph:on" : "");
   const auto run = launch_case(PARBENCH_BINARY, arguments, name, ranks, /*timeout_s=*/30,
@@ -63,12 +66,14 @@ DdpResult run_ddp(int ranks, const std::string& bucket_mib, const std::string& o
 }
 
 // Single-device training on every rank's batch concatenated, from the seeded initial weights.
-std::vector<torch::Tensor> run_single(int ranks, Precision precision, int steps) {
+std::vector<torch::Tensor> run_single(int ranks, Precision precision, int steps, const std::string& model) {
   RunConfig config;
   config.precision = precision;
-  config.model = "tinycnn";
+  config.model = model;
   config.batch_size = kBatchPerRank * ranks;
   config.image_size = 16;
+  config.seq_len = 16;
+  fit_config_to_model(config);
   std::vector<torch::Tensor> inputs, targets;
   for (int rank = 0; rank < ranks; ++rank) {
     torch::manual_seed(kRankDataSeed + static_cast<uint64_t>(rank));
@@ -100,10 +105,10 @@ void expect_bitwise_equal(const std::vector<torch::Tensor>& value, const std::ve
 }
 
 void expect_matches_single(const DdpResult& ddp, int ranks, Precision precision = Precision::kFloat32,
-                           double tolerance = kTolerance, int steps = kSteps) {
+                           double tolerance = kTolerance, int steps = kSteps, const std::string& model = "tinycnn") {
   for (int rank = 1; rank < ranks; ++rank)
     expect_bitwise_equal(ddp.ranks[rank], ddp.ranks[0], "rank " + std::to_string(rank));
-  const auto single = run_single(ranks, precision, steps);
+  const auto single = run_single(ranks, precision, steps, model);
   ASSERT_EQ(ddp.ranks[0].size(), single.size());
   for (size_t i = 0; i < single.size(); ++i) {
     EXPECT_LT(relative_difference(ddp.ranks[0][i], single[i]), tolerance)
@@ -125,6 +130,12 @@ TEST(Ddp, TwoRanksAgreeBitwiseAndMatchSingleDeviceWhateverTheBucketsAndOverlap) 
   const auto after_backward = run_ddp(2, "0.0001", "off");
   EXPECT_EQ(after_backward.facts.at("overlap"), "off");
   expect_bitwise_equal(after_backward.ranks[0], ddp.ranks[0], "overlap off");
+}
+
+TEST(Ddp, TransformerMatchesSingleDevice) {
+  hide_gpus_from_ranks();
+  const auto ddp = run_ddp(2, "0.01", "on", "fp32", /*cuda_graph=*/false, /*warmup_steps=*/1, "tinygpt");
+  expect_matches_single(ddp, 2, Precision::kFloat32, kTolerance, kSteps, "tinygpt");
 }
 
 TEST(Ddp, FourRanksMatchSingleDevice) {

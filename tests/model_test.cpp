@@ -131,7 +131,7 @@ TEST(ResNet, CloneCopiesWeightsBuffersModesAndAutocastIntoNewTensors) {
 
 TEST(Flops, Resnet50At224MatchesKnownMacs) {
   auto model = make_model("resnet50", 1000);
-  const double macs = model->forward_flops_per_image(224) / 2;
+  const double macs = model->forward_flops_per_sample(224) / 2;
   EXPECT_NEAR(macs, 4.09e9, 0.01 * 4.09e9);
 }
 
@@ -139,7 +139,7 @@ TEST(Flops, ScalesWithImageArea) {
   auto model = make_model("resnet50", 1000);
   // Without the classifier the count scales with the pixel count exactly at powers of two.
   const double fc = 2.0 * 2048 * 1000;
-  EXPECT_NEAR((model->forward_flops_per_image(256) - fc) / (model->forward_flops_per_image(128) - fc), 4.0, 1e-9);
+  EXPECT_NEAR((model->forward_flops_per_sample(256) - fc) / (model->forward_flops_per_sample(128) - fc), 4.0, 1e-9);
 }
 
 TEST(ModelZoo, UnknownModelNamesTheAllowedOnes) {

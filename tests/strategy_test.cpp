@@ -36,7 +36,8 @@ StepResult train(const std::string& strategy_name, RunConfig config, size_t num_
   auto strategy = StrategyRegistry::instance().get(strategy_name).create();
   strategy->setup([&] { return seeded_model(config, eval_mode, dtype); },
                   std::vector<torch::Device>(num_devices, torch::kCPU), config);
-  const Batch typed{batch.inputs.to(dtype), batch.targets};
+  // A language model's token ids stay integers.
+  const Batch typed{batch.inputs.is_floating_point() ? batch.inputs.to(dtype) : batch.inputs, batch.targets};
   StepResult result;
   for (int step = 0; step < steps; ++step) result.loss = strategy->train_step(typed).item<double>();
   for (const auto& item : strategy->model().module().named_parameters()) {
@@ -57,7 +58,7 @@ void expect_same_step(const StepResult& value, const StepResult& reference, cons
 
 struct EquivalenceCase {
   std::string model;
-  int64_t batch, image;
+  int64_t batch, image;  // image: a language model's sequence length
   bool eval_mode;  // batch-norm models: eval mode, so per-micro-batch statistics do not differ
   size_t devices;
   std::vector<int64_t> split_sizes;
@@ -76,7 +77,8 @@ TEST_P(SplitEquivalence, MatchesSingleDevice) {
   config.model = c.model;
   config.num_classes = 10;
   config.batch_size = c.batch;
-  config.image_size = c.image;
+  (is_language_model(c.model) ? config.seq_len : config.image_size) = c.image;
+  fit_config_to_model(config);
   config.learning_rate = 0.1;  // large, so a wrong update shows in the weights
   const auto batch = make_random_batch(config, c.batch, torch::kCPU, torch::kCPU);
   const auto reference = train("single", config, 1, batch, c.eval_mode);
@@ -124,7 +126,10 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(EquivalenceCase{"tinycnn", 6, 16, /*eval_mode=*/false, /*devices=*/2, {1, 3, 4, 6, 9}},
                       EquivalenceCase{"tinycnn", 7, 16, /*eval_mode=*/false, /*devices=*/4, {1, 2, 3, 7, 10}},
                       EquivalenceCase{"resnet50", 4, 32, /*eval_mode=*/true, /*devices=*/2, {2, 3}},
-                      EquivalenceCase{"resnet50", 3, 32, /*eval_mode=*/true, /*devices=*/4, {2}}),
+                      EquivalenceCase{"resnet50", 3, 32, /*eval_mode=*/true, /*devices=*/4, {2}},
+                      // Embeddings on the first stage, blocks between, the head on the last.
+                      EquivalenceCase{"tinygpt", 6, 8, /*eval_mode=*/false, /*devices=*/2, {1, 3, 4, 6, 9}},
+                      EquivalenceCase{"tinygpt", 7, 8, /*eval_mode=*/false, /*devices=*/4, {1, 2, 3, 7, 10}}),
     [](const auto& info) {
       return info.param.model + "_" + std::to_string(info.param.devices) + "devices";
     });

@@ -730,3 +730,38 @@ def test_report_without_predictions_has_no_prediction_section(tmp_path):
     assert "## Predicted vs measured" not in report
     assert "No `prediction` figure: no case carries a prediction" in report
     assert "prediction" not in drawn_figures(CPU_STRATEGIES)
+
+
+def as_transformer_run(path, out_path):
+    """The file's fp32 single and pipeline entries as a gpt2-small run at seq 1024 with the MFU
+    counters and label facts parbench writes on a GPU (docs/JSON.md)."""
+    data = json.loads(Path(path).read_text())
+    entries = []
+    for entry in data["benchmarks"]:
+        if not re.match(r"train/(single|pipeline)/.*precision:fp32/", entry["name"]):
+            continue
+        copy = dict(entry)
+        for key in ("name", "run_name"):
+            copy[key] = entry[key].replace("/resnet50/", "/gpt2-small/").replace("/image:128/", "/seq:1024/")
+        if copy.get("run_type") == "iteration" and not copy.get("error_occurred"):
+            copy.update({"mfu": 0.25, "mfu_gemm": 0.3, "peak_tflops": 494.7, "gemm_tflops": 412.0,
+                         "tokens_per_second": entry["items_per_second"] * 1024})
+            copy["label"] = (copy.get("label", "") + ";peak_math=tf32;attention=efficient_attention").lstrip(";")
+        entries.append(copy)
+    assert entries
+    data["benchmarks"] = entries
+    out_path.write_text(json.dumps(data))
+    return out_path
+
+
+def test_transformer_set_ups_name_the_sequence_and_rows_give_mfu(tmp_path):
+    files = [as_transformer_run(GPU_RUN[0], tmp_path / "gpt_run.json")]
+    out_dir = tmp_path / "out"
+    result = run(MAKE_REPORT, out_dir, files)
+    assert result.returncode == 0, result.stderr
+    report = (out_dir / "REPORT.md").read_text(encoding="utf-8")
+    summary = tables(report, "Summary")["gpt2-small, batch 120, seq 1024, fp32, data on device"]
+    single = row(summary, "single")
+    assert single["MFU"] == "25.0% of 495 TFLOP/s tf32 (datasheet); 30.0% of 412 (GEMM probe)"
+    assert "attention=efficient_attention" in single["details"]
+    assert "tokens/s" in single["details"]

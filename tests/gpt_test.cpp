@@ -1,0 +1,103 @@
+// The GPT models: GPT-2's parameter names, the parameter count against its formula, output
+// shapes, stages that compose to the whole forward, and the FLOP count of docs/METRICS.md.
+#include "models/gpt.h"
+#include "models/model_zoo.h"
+#include "strategies/training.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+namespace parbench {
+namespace {
+
+int64_t count_parameters(StagedModel& model, const std::function<bool(const std::string&)>& counted) {
+  int64_t total = 0;
+  for (const auto& item : model.module().named_parameters()) {
+    if (counted(item.key())) total += item.value().numel();
+  }
+  return total;
+}
+
+class GptParameters : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GptParameters, CountMatchesTheFormula) {
+  const auto& config = *find_gpt_config(GetParam());
+  auto model = make_model(GetParam(), /*num_classes=*/1);
+  const auto non_embedding = count_parameters(*model, [](const std::string& name) {
+    return name.rfind("wte.", 0) != 0 && name.rfind("wpe.", 0) != 0;
+  });
+  EXPECT_EQ(static_cast<double>(non_embedding), gpt_non_embedding_params(config));
+  const auto all = count_parameters(*model, [](const std::string&) { return true; });
+  EXPECT_EQ(all, non_embedding + (config.vocabulary + config.context) * config.width);
+}
+
+INSTANTIATE_TEST_SUITE_P(Configs, GptParameters, ::testing::Values("tinygpt", "gpt2-small"),
+                         [](const auto& info) {
+                           auto name = info.param;
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name;
+                         });
+
+TEST(Gpt, Gpt2SmallHasTheKnownNonEmbeddingCount) {
+  // GPT-2 small's 85.05M in its blocks, its final LayerNorm and the untied 50304 x 768 head.
+  EXPECT_EQ(gpt_non_embedding_params(*find_gpt_config("gpt2-small")), 123689472.0);
+}
+
+TEST(Gpt, ParameterNamesAreGpt2Checkpoints) {
+  auto model = make_model("tinygpt", 1);
+  const auto parameters = model->module().named_parameters();
+  for (const std::string name : {"wte.weight", "wpe.weight", "h.0.ln_1.weight", "h.0.ln_1.bias",
+                                 "h.0.attn.c_attn.weight", "h.0.attn.c_attn.bias", "h.0.attn.c_proj.weight",
+                                 "h.0.ln_2.weight", "h.0.mlp.c_fc.weight", "h.0.mlp.c_proj.bias",
+                                 "h.1.mlp.c_proj.weight", "ln_f.weight", "ln_f.bias", "lm_head.weight"}) {
+    EXPECT_TRUE(parameters.contains(name)) << name;
+  }
+  EXPECT_FALSE(parameters.contains("lm_head.bias"));
+}
+
+TEST(Gpt, StagesComposeToForwardAndGiveLogitsPerToken) {
+  torch::manual_seed(0);
+  RunConfig config;
+  config.model = "tinygpt";
+  config.seq_len = 16;
+  fit_config_to_model(config);
+  EXPECT_EQ(config.loss, LossKind::kCrossEntropy);
+  auto model = make_model(config.model, config.num_classes);
+  const auto batch = make_random_batch(config, 3, torch::kCPU, torch::kCPU);
+  ASSERT_EQ(batch.inputs.sizes().vec(), (std::vector<int64_t>{3, 16}));
+  // The targets are the inputs shifted by one token.
+  EXPECT_TRUE(torch::equal(batch.inputs.narrow(1, 1, 15), batch.targets.narrow(1, 0, 15)));
+  const auto output = model->forward(batch.inputs);
+  EXPECT_EQ(output.sizes().vec(), (std::vector<int64_t>{3, 16, 96}));
+  auto staged = batch.inputs;
+  for (auto& stage : model->stages()) staged = stage.forward(staged);
+  EXPECT_TRUE(torch::allclose(staged, output));
+  const auto names = gpt_stage_names(*find_gpt_config("tinygpt"));
+  EXPECT_EQ(names, (std::vector<std::string>{"embed", "h.0", "h.1", "head"}));
+  // The attention kernel that ran is recorded.
+  EXPECT_EQ(model->forward_facts().count("attention"), 1u);
+}
+
+TEST(Gpt, AttentionIsCausal) {
+  // A token's logits depend on the tokens before it only.
+  torch::manual_seed(0);
+  auto model = make_model("tinygpt", 1);
+  auto tokens = torch::randint(96, {1, 8}, torch::kLong);
+  const auto before = model->forward(tokens);
+  auto changed = tokens.clone();
+  changed[0][5] = (changed[0][5].item<int64_t>() + 1) % 96;
+  const auto after = model->forward(changed);
+  EXPECT_TRUE(torch::allclose(before.narrow(1, 0, 5), after.narrow(1, 0, 5)));
+  EXPECT_FALSE(torch::allclose(before.narrow(1, 5, 1), after.narrow(1, 5, 1)));
+}
+
+TEST(Gpt, TrainingFlopsPerTokenAre6NPlus12LdT) {
+  auto model = make_model("tinygpt", 1);
+  const double n = gpt_non_embedding_params(*find_gpt_config("tinygpt"));
+  const double per_token = 6 * n + 12.0 * /*L*/ 2 * /*d*/ 32 * /*T*/ 64;
+  EXPECT_DOUBLE_EQ(3 * model->forward_flops_per_sample(64) / 64, per_token);
+}
+
+}  // namespace
+}  // namespace parbench
