@@ -45,7 +45,7 @@ struct LaunchRequest {
 // naming the rank.
 std::string launch_ranks(const LaunchRequest& request);
 
-// For an interrupt (benchmarks/interrupts.h): from now on no launch starts ranks; the ranks of
+// For an interrupt (benchmarks/run_output.h): from now on no launch starts ranks; the ranks of
 // the launch in progress, if any, are killed and reaped and its error_dir removed. Safe from
 // any thread; returns once done.
 void abandon_launches();

@@ -15,7 +15,6 @@
 #include <benchmark/benchmark.h>
 #include <torch/torch.h>
 
-
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -112,7 +111,8 @@ int main(int argc, char** argv) {
   const bool profile_companion = take_profile_companion_flag(&argc, argv);
   // Before any thread or rank starts: the ranks inherit it, the context records it.
   set_parbench_environment();
-  // The launcher's ranks and the profile companion die with the process that started them.
+  // Ranks of parbench's launcher and the profile companion keep the signals' default actions:
+  // the process that started them kills them.
   if (!worker && !profile_companion) stop_on_interrupts();
   const int visible_gpus = torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0;
   Options options;

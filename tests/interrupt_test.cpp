@@ -27,6 +27,8 @@ struct Interrupt {
   int exit_code;
 };
 
+void PrintTo(const Interrupt& interrupt, std::ostream* out) { *out << interrupt.name; }
+
 class InterruptTest : public testing::TestWithParam<Interrupt> {};
 
 std::vector<std::string> entries(const std::string& dir) {
