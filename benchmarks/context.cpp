@@ -57,14 +57,14 @@ std::string dotted_version(long version, long major_divisor, long minor_divisor)
   return std::to_string(version / major_divisor) + "." + std::to_string(version % major_divisor / minor_divisor);
 }
 
-// The NCCL_*, CUDA_* and TORCH_* variables in this process's environment, as a JSON object.
+// The NCCL_*, CUDA_*, TORCH_* and NVSHMEM_* variables in this process's environment, as a JSON object.
 std::string library_environment() {
   nlohmann::json variables = nlohmann::json::object();
   for (char** entry = environ; *entry != nullptr; ++entry) {
     const std::string text = *entry;
     const auto equals = text.find('=');
     const auto name = text.substr(0, equals);
-    for (const char* prefix : {"NCCL_", "CUDA_", "TORCH_"}) {
+    for (const char* prefix : {"NCCL_", "CUDA_", "TORCH_", "NVSHMEM_"}) {
       if (name.rfind(prefix, 0) == 0) variables[name] = equals == std::string::npos ? "" : text.substr(equals + 1);
     }
   }

@@ -44,7 +44,9 @@ std::string this_host() {
 }
 
 TEST(Provenance, AFakeNvmlsSettingsTheEnvironmentAndTheRanksHostsAreRecorded) {
-  unsetenv("NCCL_NVLS_ENABLE");  // so that parbench sets it
+  for (const char* name : {"NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS"}) {
+    unsetenv(name);  // so that parbench sets it
+  }
   const auto context = run_context("single,ddp", {{"LD_LIBRARY_PATH", FAKE_NVML_DIR},
                                                   {"NCCL_DEBUG", "WARN"},
                                                   {"TORCH_SHOW_CPP_STACKTRACES", "1"}});
@@ -70,16 +72,20 @@ TEST(Provenance, AFakeNvmlsSettingsTheEnvironmentAndTheRanksHostsAreRecorded) {
   EXPECT_EQ(environment.at("CUDA_VISIBLE_DEVICES"), "");
   EXPECT_EQ(environment.at("NCCL_NVLS_ENABLE"), "0");
   EXPECT_FALSE(environment.contains("OMP_NUM_THREADS")) << "only NCCL_*, CUDA_* and TORCH_* are recorded";
+  EXPECT_EQ(environment.at("NVSHMEM_DISABLE_NVLS"), "1");
   EXPECT_EQ(nlohmann::json::parse(context.at("environment_set_by_parbench").get<std::string>()),
-            nlohmann::json({{"NCCL_NVLS_ENABLE", "0"}}));
+            nlohmann::json(
+                {{"NCCL_NVLS_ENABLE", "0"}, {"TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"}, {"NVSHMEM_DISABLE_NVLS", "1"}}));
   EXPECT_EQ(nlohmann::json::parse(context.at("rank_hosts").get<std::string>()),
             nlohmann::json({this_host(), this_host()}));
 }
 
 TEST(Provenance, WithoutNvmlItIsRecordedAsUnavailableAndTheUsersSettingIsKept) {
   TemporaryDirectory empty("parbench-no-nvml");
-  const auto context =
-      run_context("single", {{"LD_LIBRARY_PATH", empty.path()}, {"NCCL_NVLS_ENABLE", "1"}});
+  const auto context = run_context("single", {{"LD_LIBRARY_PATH", empty.path()},
+                                              {"NCCL_NVLS_ENABLE", "1"},
+                                              {"TORCH_SYMM_MEM_DISABLE_MULTICAST", "0"},
+                                              {"NVSHMEM_DISABLE_NVLS", "0"}});
   // A machine with NVIDIA's driver installed finds it through the loader's cache.
   void* real = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
   if (real != nullptr) {
@@ -93,7 +99,7 @@ TEST(Provenance, WithoutNvmlItIsRecordedAsUnavailableAndTheUsersSettingIsKept) {
     EXPECT_EQ(context.at("gpu_settings"), "[]");
   }
   EXPECT_EQ(nlohmann::json::parse(context.at("environment").get<std::string>()).at("NCCL_NVLS_ENABLE"), "1");
-  EXPECT_EQ(context.at("environment_set_by_parbench"), "{}");
+  EXPECT_EQ(context.at("environment_set_by_parbench"), "{}") << "the user's own values are kept";
   EXPECT_EQ(context.at("rank_hosts"), "[]") << "no distributed case ran";
 }
 

@@ -167,7 +167,10 @@ c10::intrusive_ptr<c10d::TCPStore> host_rendezvous_store(const std::string& host
 const std::map<std::string, std::string>& set_parbench_environment() {
   static const std::map<std::string, std::string> set_here = [] {
     std::map<std::string, std::string> set;
-    for (const auto& [name, value] : {std::pair<const char*, const char*>{"NCCL_NVLS_ENABLE", "0"}}) {
+    // NVLink multicast (NVLS) stays off: on shared hosts it can take the GPUs out of service.
+    constexpr std::pair<const char*, const char*> kSwitches[] = {
+        {"NCCL_NVLS_ENABLE", "0"}, {"TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"}, {"NVSHMEM_DISABLE_NVLS", "1"}};
+    for (const auto& [name, value] : kSwitches) {
       if (std::getenv(name) != nullptr) continue;
       setenv(name, value, /*overwrite=*/0);
       set.emplace(name, value);

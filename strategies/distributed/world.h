@@ -53,8 +53,9 @@ torch::Device rank_device(const RankInfo& info, int visible_gpus);
 c10::intrusive_ptr<c10d::TCPStore> host_rendezvous_store(const std::string& host, int port,
                                                          std::chrono::milliseconds timeout);
 
-// The variables parbench sets for itself and its ranks where the user has not: NVLink
-// multicast (NVLS) stays off. Sets them in this process once; returns those it set.
+// The variables parbench sets for itself and its ranks where the user has not, so that NVLink
+// multicast stays off: NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1,
+// NVSHMEM_DISABLE_NVLS=1. Sets them in this process once; returns those it set.
 const std::map<std::string, std::string>& set_parbench_environment();
 
 // How long past the timeout a busy rank may go without progress before its watchdog ends it:
