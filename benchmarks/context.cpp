@@ -1,6 +1,10 @@
 #include "benchmarks/context.h"
 
+#include "benchmarks/nvml.h"
+#include "strategies/distributed/world.h"
+
 #include <benchmark/benchmark.h>
+#include <nlohmann/json.hpp>
 #include <torch/version.h>
 
 #ifdef PARBENCH_WITH_CUDA
@@ -14,7 +18,11 @@
 #include <array>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <memory>
+#include <mutex>
+
+extern char** environ;
 
 namespace parbench {
 namespace {
@@ -49,7 +57,43 @@ std::string dotted_version(long version, long major_divisor, long minor_divisor)
   return std::to_string(version / major_divisor) + "." + std::to_string(version % major_divisor / minor_divisor);
 }
 
+// The NCCL_*, CUDA_*, TORCH_* and NVSHMEM_* variables in this process's environment, as a JSON object.
+std::string library_environment() {
+  nlohmann::json variables = nlohmann::json::object();
+  for (char** entry = environ; *entry != nullptr; ++entry) {
+    const std::string text = *entry;
+    const auto equals = text.find('=');
+    const auto name = text.substr(0, equals);
+    for (const char* prefix : {"NCCL_", "CUDA_", "TORCH_", "NVSHMEM_"}) {
+      if (name.rfind(prefix, 0) == 0) variables[name] = equals == std::string::npos ? "" : text.substr(equals + 1);
+    }
+  }
+  return variables.dump();
+}
+
+struct RankHosts {
+  std::mutex mutex;
+  std::vector<std::string> hosts;
+};
+
+RankHosts& rank_hosts() {
+  static RankHosts hosts;
+  return hosts;
+}
+
 }  // namespace
+
+void note_rank_hosts(const std::vector<std::string>& hosts) {
+  auto& noted = rank_hosts();
+  std::lock_guard<std::mutex> lock(noted.mutex);
+  if (hosts.size() > noted.hosts.size()) noted.hosts = hosts;
+}
+
+std::vector<std::pair<std::string, std::string>> late_run_context() {
+  auto& noted = rank_hosts();
+  std::lock_guard<std::mutex> lock(noted.mutex);
+  return {{"rank_hosts", nlohmann::json(noted.hosts).dump()}};
+}
 
 std::vector<std::pair<std::string, std::string>> run_context(const Options& options) {
   std::vector<std::pair<std::string, std::string>> context;
@@ -78,17 +122,27 @@ std::vector<std::pair<std::string, std::string>> run_context(const Options& opti
 
   std::string cuda = "none", cudnn = "none", nccl = "none", gpu_names;
   int gpu_count = 0;
+  std::vector<PciAddress> cuda_devices;
 #ifdef PARBENCH_WITH_CUDA
   cuda = dotted_version(at::detail::getCUDAHooks().versionCUDART(), 1000, 10);
   const long cudnn_version = at::detail::getCUDAHooks().versionCuDNN();
   if (cudnn_version > 0) cudnn = std::to_string(cudnn_version / 10000) + "." + std::to_string(cudnn_version / 100 % 100) + "." + std::to_string(cudnn_version % 100);
   nccl = c10d::getNcclVersion();
   gpu_count = static_cast<int>(torch::cuda::device_count());
-  for (int i = 0; i < gpu_count; ++i) gpu_names += (i ? ";" : "") + std::string(at::cuda::getDeviceProperties(i)->name);
+  for (int i = 0; i < gpu_count; ++i) {
+    const auto* properties = at::cuda::getDeviceProperties(i);
+    gpu_names += (i ? ";" : "") + std::string(properties->name);
+    cuda_devices.push_back({static_cast<unsigned>(properties->pciDomainID), static_cast<unsigned>(properties->pciBusID),
+                            static_cast<unsigned>(properties->pciDeviceID)});
+  }
 #endif
+  const auto nvml = read_nvml(cuda_devices);
   context.emplace_back("cuda_version", cuda);
   context.emplace_back("cudnn_version", cudnn);
   context.emplace_back("nccl_version", nccl);
+  context.emplace_back("nvml", nvml.status);
+  context.emplace_back("driver_version", nvml.driver_version);
+  context.emplace_back("gpu_settings", nvml.gpus.dump());
   context.emplace_back("gpu_count", std::to_string(gpu_count));
   context.emplace_back("gpu_names", gpu_names.empty() ? "none" : gpu_names);
   // Without GPUs every case runs on CPU devices, multi-device ones on CPU stand-ins (docs/JSON.md).
@@ -99,6 +153,8 @@ std::vector<std::pair<std::string, std::string>> run_context(const Options& opti
   gethostname(host.data(), host.size() - 1);
   context.emplace_back("host", host.data());
   context.emplace_back("cpu_model", cpu_model());
+  context.emplace_back("environment", library_environment());
+  context.emplace_back("environment_set_by_parbench", nlohmann::json(set_parbench_environment()).dump());
   return context;
 }
 

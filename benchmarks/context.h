@@ -17,4 +17,11 @@ std::vector<std::pair<std::string, std::string>> run_context(const Options& opti
 // Adds run_context() to Google Benchmark's context.
 void add_run_context(const Options& options);
 
+// The hosts of a distributed case's ranks, by rank. The run's largest world gives `rank_hosts`.
+void note_rank_hosts(const std::vector<std::string>& hosts);
+
+// The context known only once the cases have run: `rank_hosts`, a JSON array (docs/JSON.md).
+// Safe from any thread.
+std::vector<std::pair<std::string, std::string>> late_run_context();
+
 }  // namespace parbench

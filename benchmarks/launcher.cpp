@@ -6,11 +6,16 @@
 
 #include "benchmarks/allreduce.h"
 #include "benchmarks/cases.h"
+#include "benchmarks/context.h"
 #include "benchmarks/distributed_runner.h"
+#include "benchmarks/elastic_error.h"
 #include "strategies/distributed/store_sync.h"
 
 #include <nlohmann/json.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#ifdef USE_C10D_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
 
 #include <dirent.h>
 #include <signal.h>
@@ -19,6 +24,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <mutex>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -122,6 +128,19 @@ class RankProcesses {
   pid_t group_ = 0;
 };
 
+// The launch in progress, for abandon_launches.
+struct LaunchInProgress {
+  std::mutex mutex;
+  bool abandoned = false;
+  pid_t group = 0;        // its ranks' process group, 0 before they start
+  std::string error_dir;  // its results directory
+};
+
+LaunchInProgress& launch_in_progress() {
+  static LaunchInProgress launch;
+  return launch;
+}
+
 std::vector<char*> c_strings(std::vector<std::string>& strings) {
   std::vector<char*> pointers;
   for (auto& text : strings) pointers.push_back(text.data());
@@ -138,7 +157,6 @@ std::vector<std::string> rank_environment(const LaunchRequest& request, int rank
   set["MASTER_ADDR"] = "127.0.0.1";
   set["MASTER_PORT"] = std::to_string(port);
   set["TORCHELASTIC_USE_AGENT_STORE"] = "True";  // this process hosts the store
-  if (std::getenv("NCCL_NVLS_ENABLE") == nullptr) set.emplace("NCCL_NVLS_ENABLE", "0");
 
   std::vector<std::string> environment;
   for (char** entry = environ; *entry != nullptr; ++entry) {
@@ -243,7 +261,8 @@ nlohmann::json to_json_value(const RankedRun& run) {
           {"gemm_flops", run.gemm_flops},
           {"repetitions", repetitions},
           {"peak_bytes", run.peak_bytes},
-          {"busy_seconds", run.busy_seconds}};
+          {"busy_seconds", run.busy_seconds},
+          {"hosts", run.hosts}};
 }
 
 RankedRun ranked_run_from(const nlohmann::json& json) {
@@ -261,6 +280,7 @@ RankedRun ranked_run_from(const nlohmann::json& json) {
   }
   run.peak_bytes = json.at("peak_bytes").get<std::vector<double>>();
   run.busy_seconds = json.at("busy_seconds").get<std::vector<double>>();
+  run.hosts = json.at("hosts").get<std::vector<std::string>>();
   return run;
 }
 
@@ -276,6 +296,29 @@ double median(std::vector<double> values) {
 bool test_hook_names(const char* variable, int rank) {
   const char* value = std::getenv(variable);
   return value != nullptr && std::string(value) == std::to_string(rank);
+}
+
+// A rank that stalled: where TORCH_NCCL_TRACE_BUFFER_SIZE is set (> 0), NCCL's flight recorder
+// (c10d's dump_nccl_trace_json: each collective this rank's process groups issued and how far
+// it got) goes to <output>.flight_recorder.rank<r>.json, `output` being --benchmark_out (or
+// "parbench" without one). Returns "; NCCL flight recorder in FILE", or "" when nothing was written.
+std::string dump_flight_recorder(const std::string& output, int rank) {
+#ifdef USE_C10D_NCCL
+  const char* size = std::getenv("TORCH_NCCL_TRACE_BUFFER_SIZE");
+  if (size == nullptr || std::atol(size) <= 0) return "";
+  const auto path = (output.empty() ? std::string("parbench") : output) + ".flight_recorder.rank" +
+                    std::to_string(rank) + ".json";
+  try {
+    std::ofstream file(path);
+    file << c10d::dump_nccl_trace_json(/*includeCollectives=*/true, /*onlyActive=*/false);
+    if (file) return "; NCCL flight recorder in " + path;
+  } catch (const std::exception& error) {
+    return "; NCCL flight recorder not written: " + first_line(error);
+  }
+  return "; NCCL flight recorder not written: cannot write " + path;
+#else
+  return "";
+#endif
 }
 
 [[noreturn]] void hang_forever() {
@@ -303,6 +346,7 @@ struct ExternalRank {
   RankInfo info;
   torch::Device device;
   milliseconds timeout;
+  std::string output;            // --benchmark_out, for a flight recorder dump
   std::shared_ptr<World> world;  // joined on the first distributed case
   std::string failure;           // set once a distributed case failed on this rank
 };
@@ -318,7 +362,11 @@ RankedRun run_as_external_rank(ExternalRank& external, int ranks, const std::fun
     throw std::runtime_error("not run: an earlier distributed case failed (" + external.failure + ")");
   try {
     if (!external.world) {
-      external.world = std::make_shared<World>(external.info, external.device, external.timeout, nullptr);
+      const auto record_stall = [rank = external.info.rank, output = external.output](const std::string& message) {
+        record_failure_for_launcher("rank " + std::to_string(rank) + ": " + message +
+                                    dump_flight_recorder(output, rank));
+      };
+      external.world = std::make_shared<World>(external.info, external.device, external.timeout, record_stall);
       set_joined_world(external.world);
     }
     if (ranks != external.world->size()) {
@@ -329,6 +377,7 @@ RankedRun run_as_external_rank(ExternalRank& external, int ranks, const std::fun
   } catch (const std::exception& error) {
     external.failure = "rank " + std::to_string(external.info.rank) + ": " + first_line(error);
     std::fprintf(stderr, "parbench: %s\n", external.failure.c_str());  // ranks other than 0 report nothing else
+    record_failure_for_launcher(external.failure);
     if (external.world) external.world->abort();
     throw std::runtime_error(external.failure);
   }
@@ -339,12 +388,8 @@ RankedRun run_as_external_rank(ExternalRank& external, int ranks, const std::fun
 std::string launch_ranks(const LaunchRequest& request) {
   if (request.ranks < 1)
     throw std::invalid_argument("a launch needs at least 1 rank, got " + std::to_string(request.ranks));
-  c10d::TCPStoreOptions store_options;
-  store_options.port = 0;  // a free port, chosen by the kernel: no race with other launches
-  store_options.isServer = true;
-  store_options.waitWorkers = false;
-  store_options.timeout = request.timeout;
-  auto store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", store_options);
+  // A free port, chosen by the kernel: no race with other launches.
+  auto store = host_rendezvous_store("127.0.0.1", /*port=*/0, request.timeout);
 
   // Everything a child needs is built before fork(): after it, only async-signal-safe calls.
   std::vector<std::string> arguments{request.binary};
@@ -357,15 +402,40 @@ std::string launch_ranks(const LaunchRequest& request) {
   for (auto& environment : environments) envps.push_back(c_strings(environment));
 
   RankProcesses processes(request.ranks);
-  const pid_t launcher = getpid();
-  for (int rank = 0; rank < request.ranks; ++rank) {
-    const pid_t group = processes.group();
-    const pid_t pid = fork();
-    if (pid < 0) return "could not start rank " + std::to_string(rank) + ": fork failed: " + std::strerror(errno);
-    if (pid == 0) exec_rank(argv.data(), envps[static_cast<size_t>(rank)].data(), launcher, group);
-    processes.started(rank, pid);
+  auto& in_progress = launch_in_progress();
+  {
+    // Held while the ranks start, so that an interrupt finds either none or their whole group.
+    std::lock_guard<std::mutex> lock(in_progress.mutex);
+    if (in_progress.abandoned) return "not started: the run was interrupted";
+    const pid_t launcher = getpid();
+    for (int rank = 0; rank < request.ranks; ++rank) {
+      const pid_t group = processes.group();
+      const pid_t pid = fork();
+      if (pid < 0) return "could not start rank " + std::to_string(rank) + ": fork failed: " + std::strerror(errno);
+      if (pid == 0) exec_rank(argv.data(), envps[static_cast<size_t>(rank)].data(), launcher, group);
+      processes.started(rank, pid);
+    }
+    in_progress.group = processes.group();
+    in_progress.error_dir = request.error_dir;
   }
-  return supervise(processes, *store, request);
+  auto failure = supervise(processes, *store, request);
+  std::lock_guard<std::mutex> lock(in_progress.mutex);
+  in_progress.group = 0;
+  return failure;
+}
+
+void abandon_launches() {
+  auto& in_progress = launch_in_progress();
+  std::lock_guard<std::mutex> lock(in_progress.mutex);
+  in_progress.abandoned = true;
+  if (in_progress.group == 0) return;
+  killpg(in_progress.group, SIGKILL);
+  // Reaps the group's processes, racing the launch's own reaping harmlessly: whichever waits first.
+  const auto deadline = Clock::now() + kReapTimeout;
+  while (Clock::now() < deadline && !(waitpid(-in_progress.group, nullptr, WNOHANG) < 0 && errno == ECHILD)) {
+    std::this_thread::sleep_for(milliseconds(5));
+  }
+  if (!in_progress.error_dir.empty()) remove_plain_directory(in_progress.error_dir);
 }
 
 RankedRun gather_run(World& world, const RankMeasurements& mine, RankedRun run) {
@@ -389,6 +459,7 @@ RankedRun gather_run(World& world, const RankMeasurements& mine, RankedRun run) 
   }
 
   run.world_size = world.size();
+  run.hosts = world.hosts();
   for (size_t rank = 0; rank < ranks.size(); ++rank) {
     if (ranks[rank].seconds.size() != mine.seconds.size()) {
       throw std::runtime_error("rank " + std::to_string(rank) + " ran " + std::to_string(ranks[rank].seconds.size()) +
@@ -487,6 +558,7 @@ std::optional<ReportedRepetition> report_next_repetition(benchmark::State& state
       auto& external = external_rank();
       outcome.run = external ? run_as_external_rank(*external, ranks, run_rank)
                              : launch_case(self_binary(), self_arguments(), case_name, ranks, options.dist_timeout_s);
+      note_rank_hosts(outcome.run->hosts);
     } catch (const std::exception& error) {
       outcome.error = first_line(error);
     }
@@ -570,8 +642,8 @@ int run_worker(const WorkerRequest& request, Options options, int visible_gpus) 
                                std::to_string(info->world_size) + " ranks");
     }
     options.gpus = info->world_size;
-    const auto record_stall = [dir = request.result_dir, rank](const std::string& message) {
-      std::ofstream(error_file(dir, rank)) << message << "\n";
+    const auto record_stall = [dir = request.result_dir, rank, output = options.benchmark_out](const std::string& message) {
+      std::ofstream(error_file(dir, rank)) << message << dump_flight_recorder(output, rank) << "\n";
     };
     // --devices names each rank's GPU (distinct: check_devices and the case builder see to it).
     const auto device = options.devices.empty()
@@ -633,7 +705,7 @@ std::optional<RankInfo> external_launch(Options& options, int visible_gpus) {
     throw UsageError(error.what());
   }
   options.gpus = info->world_size;
-  external_rank() = ExternalRank{*info, *device, timeout_of(options.dist_timeout_s), nullptr, ""};
+  external_rank() = ExternalRank{*info, *device, timeout_of(options.dist_timeout_s), options.benchmark_out, nullptr, ""};
   return info;
 }
 
@@ -646,6 +718,7 @@ int finish_external_launch() {
       external->world->leave();
     } catch (const std::exception& error) {
       std::fprintf(stderr, "parbench: rank %d: %s\n", external->info.rank, first_line(error).c_str());
+      record_failure_for_launcher("rank " + std::to_string(external->info.rank) + ": " + first_line(error));
       external->world->abort();
       status = 1;
     }

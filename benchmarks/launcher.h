@@ -35,14 +35,20 @@ struct LaunchRequest {
   std::map<std::string, std::string> environment;  // added to every rank's environment
 };
 
-// Hosts the rendezvous TCPStore on a free port and starts request.ranks processes with RANK,
-// LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1, MASTER_PORT,
-// TORCHELASTIC_USE_AGENT_STORE=True and, unless set, NCCL_NVLS_ENABLE=0. The ranks share a
+// Hosts the rendezvous TCPStore on a free port of 127.0.0.1 (host_rendezvous_store: every rank
+// is local) and starts request.ranks processes with RANK, LOCAL_RANK, WORLD_SIZE,
+// LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1, MASTER_PORT and TORCHELASTIC_USE_AGENT_STORE=True,
+// in this process's environment (set_parbench_environment's variables included). The ranks share a
 // process group, die with this process (PR_SET_PDEATHSIG) and write their stdout to stderr.
 // Returns "" once every rank has exited 0. As soon as one fails, or when no rank has reported
 // progress for 2 x timeout + 30 s, kills the group, reaps every process and returns one line
 // naming the rank.
 std::string launch_ranks(const LaunchRequest& request);
+
+// For an interrupt (benchmarks/run_output.h): from now on no launch starts ranks; the ranks of
+// the launch in progress, if any, are killed and reaped and its error_dir removed. Safe from
+// any thread; returns once done.
+void abandon_launches();
 
 // ---- What the ranks hand back -------------------------------------------------------------
 
@@ -61,6 +67,7 @@ struct RankedRun {
   std::vector<Repetition> repetitions;
   std::vector<double> peak_bytes;    // per rank; empty off CUDA
   std::vector<double> busy_seconds;  // per rank, for one step; empty where not measured
+  std::vector<std::string> hosts;    // per rank: its host name
 };
 
 // One rank's own measurements of a case.

@@ -3,19 +3,19 @@
 #include "benchmarks/allreduce.h"
 #include "benchmarks/cases.h"
 #include "benchmarks/context.h"
+#include "benchmarks/elastic_error.h"
 #include "benchmarks/launcher.h"
 #include "benchmarks/options.h"
 #include "benchmarks/outcomes.h"
 #include "benchmarks/profile_companion.h"
+#include "benchmarks/run_output.h"
+#include "strategies/distributed/world.h"
 #include "strategies/schedule_simulator.h"
 
 #include <benchmark/benchmark.h>
 #include <torch/torch.h>
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <optional>
@@ -61,6 +61,20 @@ size_t count_to_run(const std::vector<Case>& cases) {
       std::count_if(cases.begin(), cases.end(), [](const Case& spec) { return spec.skip_reason.empty(); }));
 }
 
+// Whether --benchmark_out_format is JSON (its default); a usage error for a format Google
+// Benchmark does not know (it would print its usage and exit 0, writing nothing).
+bool output_format_is_json(const std::vector<char*>& benchmark_args) {
+  const std::string flag = "--benchmark_out_format=";
+  std::string format = "json";
+  for (const char* arg : benchmark_args) {
+    if (std::string(arg).rfind(flag, 0) == 0) format = std::string(arg).substr(flag.size());
+  }
+  if (format != "json" && format != "console" && format != "csv") {
+    throw UsageError(flag + format + " is not a format: json, console or csv");
+  }
+  return format == "json";
+}
+
 // --print-schedule: the grid, or a usage error (thrown) for a schedule or counts it cannot run.
 int print_schedule(const Options& options) {
   const auto devices = options.gpus > 0 ? static_cast<size_t>(options.gpus) : 2;
@@ -95,12 +109,19 @@ int main(int argc, char** argv) {
   // Ranks started by parbench's own launcher carry hidden flags (benchmarks/launcher.h).
   const auto worker = take_worker_flags(&argc, argv);
   const bool profile_companion = take_profile_companion_flag(&argc, argv);
+  // Before any thread or rank starts: the ranks inherit it, the context records it.
+  set_parbench_environment();
+  // Ranks of parbench's launcher and the profile companion keep the signals' default actions:
+  // the process that started them kills them.
+  if (!worker && !profile_companion) stop_on_interrupts();
   const int visible_gpus = torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0;
   Options options;
   std::vector<char*> benchmark_args;
   std::optional<RankInfo> external;  // set when torchrun, srun or mpirun started this process as one rank
+  bool json_output = true;
   try {
     options = parse_options(argc, argv, visible_gpus > 0, &benchmark_args);
+    json_output = output_format_is_json(benchmark_args);
     if (!options.print_schedule.empty()) return print_schedule(options);
     if (!worker) external = external_launch(options, visible_gpus);
     if (external && !options.devices.empty()) {
@@ -114,6 +135,7 @@ int main(int argc, char** argv) {
     check_cut(options, visible_gpus);
   } catch (const UsageError& error) {
     std::fprintf(stderr, "parbench: %s\n", error.what());
+    record_failure_for_launcher(error.what());
     return kExitBadInput;
   }
   if (worker) return run_worker(*worker, options, visible_gpus);
@@ -127,16 +149,16 @@ int main(int argc, char** argv) {
                          benchmark_args.end());
   }
 
-  // Google Benchmark writes its file as the run goes: point it at a temporary name and move
-  // the file into place only once the run has finished, so no partial JSON is left behind.
-  std::string out_flag, partial_path;
+  // Google Benchmark writes its file at a temporary name, moved into place only at the end
+  // (benchmarks/run_output.h), so no partial file is left behind.
+  static RunOutput output(writes_output ? options.benchmark_out : "", json_output);  // the interrupt's thread reads it
+  std::string out_flag;
   bool user_set_repetitions = false;
   for (auto& arg : benchmark_args) {
     const std::string text = arg;
     if (text.rfind("--benchmark_repetitions", 0) == 0) user_set_repetitions = true;
     if (text.rfind("--benchmark_out=", 0) == 0) {
-      partial_path = options.benchmark_out + ".partial";
-      out_flag = "--benchmark_out=" + partial_path;
+      out_flag = "--benchmark_out=" + output.partial_path();
       arg = out_flag.data();
     }
   }
@@ -186,8 +208,9 @@ int main(int argc, char** argv) {
   CaseOutcomes outcomes;
   const auto reporter =
       make_outcome_reporter(writes_output ? benchmark::CreateDefaultDisplayReporter() : nullptr, outcomes);
+  set_interrupted_output(&output);
   // The cases registered are the ones the filter selects.
-  benchmark::RunSpecifiedBenchmarks(reporter.get(), ".");
+  benchmark::RunSpecifiedBenchmarks(reporter.get(), output.file_reporter(), ".");
   stop_profile_companion();
   benchmark::Shutdown();
 
@@ -197,11 +220,6 @@ int main(int argc, char** argv) {
   if (writes_output && !outcomes.empty()) {
     for (const auto& line : outcomes.summary()) std::fprintf(stderr, "%s\n", line.c_str());
   }
-  if (!partial_path.empty() && std::rename(partial_path.c_str(), options.benchmark_out.c_str()) != 0) {
-    std::fprintf(stderr, "parbench: could not move %s to %s: %s\n", partial_path.c_str(),
-                 options.benchmark_out.c_str(), std::strerror(errno));
-    unlink(partial_path.c_str());
-    return kExitCaseFailed;
-  }
+  if (!output.finish()) return kExitCaseFailed;
   return status;
 }

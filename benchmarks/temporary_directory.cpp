@@ -20,15 +20,17 @@ TemporaryDirectory::TemporaryDirectory(const std::string& prefix) {
   path_ = pattern;
 }
 
-TemporaryDirectory::~TemporaryDirectory() {
-  if (DIR* dir = opendir(path_.c_str())) {
+void remove_plain_directory(const std::string& path) {
+  if (DIR* dir = opendir(path.c_str())) {
     while (const dirent* entry = readdir(dir)) {
       const std::string name = entry->d_name;
-      if (name != "." && name != "..") unlink(file(name).c_str());
+      if (name != "." && name != "..") unlink((path + "/" + name).c_str());
     }
     closedir(dir);
   }
-  rmdir(path_.c_str());
+  rmdir(path.c_str());
 }
+
+TemporaryDirectory::~TemporaryDirectory() { remove_plain_directory(path_); }
 
 }  // namespace parbench

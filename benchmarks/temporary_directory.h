@@ -5,6 +5,9 @@
 
 namespace parbench {
 
+// Removes `path`, a directory of plain files, and the files in it.
+void remove_plain_directory(const std::string& path);
+
 // POSIX calls, not std::filesystem: libtorch.so exports its own copies of some
 // std::filesystem functions, the linker binds to those, and remove_all crashes.
 class TemporaryDirectory {

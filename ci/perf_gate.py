@@ -1,11 +1,13 @@
-"""Performance-regression gate: compares a candidate parbench JSON run against a baseline.
+"""Performance-regression gate: compares a candidate parbench JSON run against a baseline, or
+against a window of earlier baselines.
 
 A benchmark regresses when its candidate median is worse than the baseline median by more
 than the threshold AND a two-sided Mann-Whitney U test over the repetitions rejects "same
-distribution" at alpha, as Google Benchmark's tools/compare.py judges. docs/PERF_GATE.md
-describes the decision, the exit codes and the options; docs/JSON.md the input.
+distribution" at alpha, as Google Benchmark's tools/compare.py judges, after Holm's step-down
+correction over every benchmark the run tested. docs/PERF_GATE.md describes the decision, the
+exit codes and the options; docs/JSON.md the input.
 
-Plain Python 3 on purpose: CI machines run it without scipy or numpy.
+Plain Python 3 on purpose: CI machines run it without scipy or numpy (--trend alone needs matplotlib).
 """
 from __future__ import annotations
 
@@ -13,11 +15,13 @@ import argparse
 import itertools
 import json
 import math
+import os
 import re
 import statistics
 import sys
 import traceback
 from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
 
 EXIT_PASS = 0
 EXIT_REGRESSION = 1
@@ -80,7 +84,9 @@ class Row:
     p_value: float | None = None
     baseline_repetitions: int = 0
     candidate_repetitions: int = 0
+    p_adjusted: float | None = None  # p_value after the --correction over the run's tested benchmarks
     threshold_only: bool = False  # too few repetitions for the U test: judged by the threshold alone
+    decided_by: str = ""  # the rule that settled the verdict, for the output
     candidate_error: str | None = None  # why the candidate has no measurement: its error messages
 
 
@@ -93,6 +99,7 @@ class Report:
     errors: list = field(default_factory=list)  # errored repetitions, one line per benchmark and side
     baseline_context: dict = field(default_factory=dict)
     candidate_context: dict = field(default_factory=dict)
+    window: list = field(default_factory=list)  # with --window: the baseline runs pooled, oldest first
 
     def failing_rows(self) -> list:
         failing = {REGRESSION} | (set() if self.settings.allow_missing else LOST_VERDICTS)
@@ -218,11 +225,11 @@ def compare_contexts(baseline: Run, candidate: Run) -> list:
 
 
 def judge(name: str, base: list, cand: list, settings: argparse.Namespace) -> Row:
+    """The row of a benchmark measured on both sides, with its U test's p-value; its verdict
+    waits for decide(), once every benchmark's p-value is known."""
     row = Row(name=name, verdict=PASS, baseline_repetitions=len(base), candidate_repetitions=len(cand))
     row.baseline_median, row.candidate_median = statistics.median(base), statistics.median(cand)
-    change = row.candidate_median / row.baseline_median - 1
-    row.change_pct = 100 * change
-    worse_by = change if settings.metric == "time" else -change
+    row.change_pct = 100 * (row.candidate_median / row.baseline_median - 1)
     testable = min(len(base), len(cand)) >= MIN_REPETITIONS_FOR_U_TEST
     if not testable and settings.too_few_repetitions == "fail":
         row.verdict = TOO_FEW_REPETITIONS
@@ -230,13 +237,51 @@ def judge(name: str, base: list, cand: list, settings: argparse.Namespace) -> Ro
     row.threshold_only = not testable
     if testable:
         row.p_value = mann_whitney_u_p_value(base, cand)
-    significant = not testable or row.p_value < settings.alpha
-    threshold = settings.threshold / 100
-    if worse_by > threshold:
-        row.verdict = REGRESSION if significant else SLOWER_NOT_SIGNIFICANT
-    elif -worse_by > threshold:
-        row.verdict = IMPROVED if significant else FASTER_NOT_SIGNIFICANT
     return row
+
+
+def holm_adjusted(p_values: list) -> list:
+    """Holm's step-down adjusted p-values, in the order given: the i-th smallest of m is
+    multiplied by m - i + 1 (i from 1), and each is raised to the largest before it. Rejecting
+    where the adjusted value is below alpha keeps the chance of any false rejection among the
+    m below alpha, whatever their dependence (Holm 1979)."""
+    order = sorted(range(len(p_values)), key=lambda index: p_values[index])
+    adjusted = [0.0] * len(p_values)
+    running = 0.0
+    for position, index in enumerate(order):
+        running = max(running, min(1.0, (len(p_values) - position) * p_values[index]))
+        adjusted[index] = running
+    return adjusted
+
+
+def decide(rows: list, settings: argparse.Namespace) -> None:
+    """Sets the verdict of every compared row: the threshold first, then the U test's p-value
+    corrected over all the rows that had one (the family: every benchmark tested in the run)."""
+    tested = [row for row in rows if row.p_value is not None]
+    corrected = holm_adjusted([row.p_value for row in tested]) if settings.correction == "holm" else \
+        [row.p_value for row in tested]
+    for row, p_adjusted in zip(tested, corrected):
+        row.p_adjusted = p_adjusted
+    threshold = settings.threshold / 100
+    for row in rows:
+        if row.change_pct is None or row.verdict == TOO_FEW_REPETITIONS:
+            continue
+        change = row.change_pct / 100
+        worse_by = change if settings.metric == "time" else -change
+        if abs(worse_by) <= threshold:
+            row.verdict, row.decided_by = PASS, f"threshold: within {settings.threshold:g}%"
+            continue
+        if row.threshold_only:
+            significant = True
+            row.decided_by = f"threshold alone (<{MIN_REPETITIONS_FOR_U_TEST} repetitions a side)"
+        else:
+            significant = row.p_adjusted < settings.alpha
+            name = "Holm-adjusted p" if settings.correction == "holm" else "p"
+            row.decided_by = f"{name} {row.p_adjusted:.4f} {'<' if significant else '>='} alpha {settings.alpha:g}"
+        if worse_by > 0:
+            row.verdict = REGRESSION if significant else SLOWER_NOT_SIGNIFICANT
+        else:
+            row.verdict = IMPROVED if significant else FASTER_NOT_SIGNIFICANT
 
 
 def unjudged_verdict(name: str, baseline: Run, candidate: Run) -> str | None:
@@ -284,6 +329,7 @@ def compare(baseline: Run, candidate: Run, settings: argparse.Namespace) -> Repo
             reasons = "; ".join(sorted(set(messages)))
             report.errors.append(f"{side}: {name}: {len(messages)} of {total} repetitions errored: {reasons}")
 
+    decide(report.rows, settings)
     too_few = [row.name for row in report.rows if row.verdict == TOO_FEW_REPETITIONS]
     if too_few:
         report.unusable.append(f"{len(too_few)} benchmark(s) have fewer than {MIN_REPETITIONS_FOR_U_TEST} "
@@ -293,6 +339,114 @@ def compare(baseline: Run, candidate: Run, settings: argparse.Namespace) -> Repo
     if not any(row.verdict in judged for row in report.rows):
         report.unusable.append("no benchmark has measurements on both sides: nothing was compared")
     return report
+
+
+# A window of earlier baselines (--window DIR).
+
+@dataclass
+class History:
+    """The runs of a --window folder that match the candidate's GPUs and software, oldest
+    commit first, and the last --window-size commits' runs pooled into one baseline."""
+
+    commits: list  # (git_sha, [Run, ...]) per commit, oldest first
+    baseline: Run
+    window: list  # {"path", "git_sha", "date"} of each pooled run
+
+
+def run_date(run: Run):
+    """The run's context.date as a datetime, to order runs; unparsable dates sort first."""
+    try:
+        return datetime.fromisoformat(str(run.context.get("date", "")))
+    except ValueError:
+        return datetime.min.replace(tzinfo=timezone.utc)
+
+
+def pool(runs: list, label: str) -> Run:
+    """One baseline from several runs: every repetition of every run, per benchmark."""
+    pooled = Run(path=label, context=runs[-1].context)
+    for run in runs:
+        pooled.names += [name for name in run.names if name not in pooled.names]
+        for name, values in run.samples.items():
+            pooled.samples.setdefault(name, []).extend(values)
+        for name, messages in run.errors.items():
+            pooled.errors.setdefault(name, []).extend(messages)
+        pooled.unmeasured |= run.unmeasured
+    return pooled
+
+
+def load_history(directory: str, candidate: Run, settings: argparse.Namespace) -> History:
+    """The folder's JSON runs keyed by commit (context.git_sha) and GPUs (context.gpu_names):
+    those whose CONTEXT_KEYS_THAT_MUST_MATCH equal the candidate's, other than the candidate's
+    own commit, ordered by their newest run's date."""
+    try:
+        names = sorted(name for name in os.listdir(directory) if name.endswith(".json"))
+    except OSError as error:
+        raise UnusableInput(f"--window {directory}: cannot list: {error}") from None
+    candidate_path = os.path.realpath(candidate.path)
+    runs = [load_run(os.path.join(directory, name), settings.metric) for name in names
+            if os.path.realpath(os.path.join(directory, name)) != candidate_path]
+    own_sha = candidate.context.get("git_sha")
+    matching = [run for run in runs if not compare_contexts(run, candidate)
+                and (own_sha in (None, "unknown") or run.context.get("git_sha") != own_sha)]
+    if not matching:
+        keys = ", ".join(f"{key}={candidate.context.get(key, '(absent)')!r}" for key in CONTEXT_KEYS_THAT_MUST_MATCH)
+        raise UnusableInput(f"--window {directory}: none of its {len(runs)} runs is of another commit with the "
+                            f"candidate's {keys}")
+    by_commit: dict = {}
+    for run in sorted(matching, key=run_date):
+        by_commit.setdefault(str(run.context.get("git_sha", "unknown")), []).append(run)
+    commits = sorted(by_commit.items(), key=lambda item: run_date(item[1][-1]))
+    window_runs = [run for _, runs_of_commit in commits[-settings.window_size:] for run in runs_of_commit]
+    window = [{"path": run.path, "git_sha": run.context.get("git_sha"), "date": run.context.get("date")}
+              for run in window_runs]
+    return History(commits=commits, baseline=pool(window_runs, directory), window=window)
+
+
+def trend_series(history: History, candidate: Run) -> tuple:
+    """Commit labels (short SHAs, then "candidate") and, per benchmark, its median at each
+    (None where that commit did not measure it): every repetition of the commit's runs pooled."""
+    columns = [(sha[:8], pool(runs, sha)) for sha, runs in history.commits] + [("candidate", candidate)]
+    names = []
+    for _, run in columns:
+        names += [name for name in run.names if name not in names]
+    series = {name: [statistics.median(run.samples[name]) if run.samples.get(name) else None for _, run in columns]
+              for name in names}
+    return [label for label, _ in columns], series
+
+
+def draw_trend(path: str, history: History, candidate: Run, settings: argparse.Namespace) -> None:
+    """One small plot per benchmark of its median over the commits, the candidate last, in red."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as error:
+        raise UnusableInput(f"--trend needs matplotlib ({error})") from None
+    labels, series = trend_series(history, candidate)
+    columns = min(3, len(series))
+    rows = math.ceil(len(series) / columns)
+    figure, axes = plt.subplots(rows, columns, figsize=(5 * columns, 3 * rows), squeeze=False)
+    scale, unit = (1e3, "ms") if settings.metric == "time" else (1.0, "items/s")
+    positions = list(range(len(labels)))
+    for axis, (name, medians) in zip(axes.flat, series.items()):
+        known = [(x, value * scale) for x, value in zip(positions, medians) if value is not None]
+        axis.plot([x for x, _ in known], [y for _, y in known], marker="o", color="tab:blue")
+        if medians[-1] is not None:
+            axis.plot([positions[-1]], [medians[-1] * scale], marker="o", color="tab:red", label="candidate")
+        axis.set_title(name, fontsize=7)
+        axis.set_ylabel(f"median {unit}")
+        axis.set_xticks(positions, labels, rotation=45, fontsize=7)
+    for axis in list(axes.flat)[len(series):]:
+        axis.set_visible(False)
+    figure.suptitle(f"median {settings.metric} per commit, oldest first; the last {settings.window_size} "
+                    f"commits are the gate's window")
+    figure.tight_layout()
+    try:
+        figure.savefig(path)
+    except OSError as error:
+        raise UnusableInput(f"--trend {path}: cannot write: {error}") from None
+    finally:
+        plt.close(figure)
 
 
 # Rendering.
@@ -320,21 +474,29 @@ def table_cells(report: Report) -> list:
              format_metric(row.candidate_median, metric),
              "-" if row.change_pct is None else f"{row.change_pct:+.1f}%",
              "-" if row.p_value is None else f"{row.p_value:.4f}",
-             verdict_text(row)] for row in report.rows]
+             "-" if row.p_adjusted is None else f"{row.p_adjusted:.4f}",
+             verdict_text(row),
+             row.decided_by or "-"] for row in report.rows]
 
 
-TABLE_HEADER = ["benchmark", "reps b/c", "baseline median", "candidate median", "change", "p-value", "verdict"]
+TABLE_HEADER = ["benchmark", "reps b/c", "baseline median", "candidate median", "change", "p-value", "adjusted p",
+                "verdict", "decided by"]
 
 
 def decision_rule(settings: argparse.Namespace) -> str:
     measure = "median real_time, lower is better" if settings.metric == "time" else "median items_per_second, higher is better"
+    correction = ("Holm's step-down correction over every benchmark tested" if settings.correction == "holm"
+                  else "no correction for testing many benchmarks (--correction=none)")
     return (f"metric {settings.metric} ({measure}); regression: worse by more than {settings.threshold:g}% "
-            f"and two-sided Mann-Whitney U p < {settings.alpha:g}")
+            f"and two-sided Mann-Whitney U p < {settings.alpha:g} after {correction}")
 
 
 def describe_run(report: Report, side: str) -> str:
     path = getattr(report.settings, side)
     context = report.baseline_context if side == "baseline" else report.candidate_context
+    if side == "baseline" and report.window:
+        commits = list(dict.fromkeys(str(run["git_sha"])[:12] for run in report.window))
+        return f"{path} (window: {len(report.window)} runs of the commits {', '.join(commits)}, oldest first)"
     if not context:
         return path
     return f"{path} (git {str(context.get('git_sha', '?'))[:12]}, {context.get('date', '?')})"
@@ -399,6 +561,8 @@ def render_json(report: Report) -> dict:
         "metric_unit": "s" if settings.metric == "time" else "items/s",
         "threshold_pct": settings.threshold,
         "alpha": settings.alpha,
+        "correction": settings.correction,
+        "window": report.window,
         "too_few_repetitions": settings.too_few_repetitions,
         "min_repetitions_for_u_test": MIN_REPETITIONS_FOR_U_TEST,
         "allow_missing": settings.allow_missing,
@@ -410,6 +574,16 @@ def render_json(report: Report) -> dict:
 
 
 # Command line.
+
+def positive_count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {text}")
+    return value
+
 
 def percentage(text: str) -> float:
     value = float_option(text)
@@ -443,9 +617,11 @@ def parse_arguments(argv: list | None) -> argparse.Namespace:
         epilog="exit codes: 0 pass, 1 regression, or a benchmark the baseline measured is missing or failed "
                "in the candidate (unless --allow-missing), "
                "2 unusable input (unreadable or malformed file, unknown schema major, context mismatch, "
-               "too few repetitions with --too-few-repetitions=fail, nothing compared, bad option)")
-    parser.add_argument("baseline", help="baseline JSON, from a trusted run on the same GPUs")
-    parser.add_argument("candidate", help="candidate JSON, from the build under test")
+               "too few repetitions with --too-few-repetitions=fail, nothing compared, an unusable --window "
+               "folder or --trend figure, bad option)")
+    parser.add_argument("runs", nargs="+", metavar="[BASELINE] CANDIDATE",
+                        help="baseline JSON, from a trusted run on the same GPUs (left out with --window), "
+                             "then the candidate JSON, from the build under test")
     parser.add_argument("--metric", choices=["time", "items_per_second"], default="time",
                         help="what to compare: real_time (lower is better) or items_per_second (higher is better); "
                              "default %(default)s")
@@ -461,19 +637,57 @@ def parse_arguments(argv: list | None) -> argparse.Namespace:
                              "or skipped) without failing; by default it fails the gate (exit 1)")
     parser.add_argument("--allow-context-mismatch", action="store_true",
                         help=f"compare even when {', '.join(CONTEXT_KEYS_THAT_MUST_MATCH)} differ (reported as warnings)")
+    parser.add_argument("--correction", choices=["holm", "none"], default="holm",
+                        help="how the U test's p-values are corrected for testing every benchmark of the run at "
+                             "once: Holm's step-down method, which keeps the chance of any false regression below "
+                             "alpha (holm), or not at all (none); default %(default)s")
+    parser.add_argument("--window", metavar="DIR",
+                        help="judge against earlier baselines instead of one: the JSON runs in DIR of the candidate's "
+                             "GPUs and software (context gpu_names, gpu_count, libtorch_version, cuda_version) and "
+                             "other commits (context git_sha), the last --window-size commits' repetitions pooled")
+    parser.add_argument("--window-size", type=positive_count, default=5, metavar="N",
+                        help="commits in the --window; default %(default)s")
+    parser.add_argument("--trend", metavar="FIGURE",
+                        help="with --window: draw each benchmark's median over the folder's commits and the "
+                             "candidate to FIGURE (.png, .pdf, .svg; needs matplotlib)")
     parser.add_argument("--json-out", metavar="FILE", help="write the comparison as JSON to FILE")
     parser.add_argument("--markdown-out", metavar="FILE",
                         help="append the comparison as Markdown to FILE, e.g. \"$GITHUB_STEP_SUMMARY\"")
-    return parser.parse_args(argv)
+    settings = parser.parse_args(argv)
+    if settings.window:
+        if len(settings.runs) != 1:
+            parser.error(f"with --window give the candidate alone, got {len(settings.runs)} files")
+        settings.baseline, settings.candidate = settings.window, settings.runs[0]
+    else:
+        if len(settings.runs) != 2:
+            parser.error(f"give a baseline and a candidate (or --window DIR and a candidate), got {len(settings.runs)} files")
+        if settings.trend:
+            parser.error("--trend draws the history of a --window folder: give --window DIR")
+        settings.baseline, settings.candidate = settings.runs
+    return settings
 
 
 def run_gate(settings: argparse.Namespace) -> Report:
+    history = None
     try:
-        baseline = load_run(settings.baseline, settings.metric)
-        candidate = load_run(settings.candidate, settings.metric)
+        if settings.window:
+            candidate = load_run(settings.candidate, settings.metric)
+            history = load_history(settings.window, candidate, settings)
+            baseline = history.baseline
+        else:
+            baseline = load_run(settings.baseline, settings.metric)
+            candidate = load_run(settings.candidate, settings.metric)
     except UnusableInput as problem:
         return Report(settings=settings, unusable=[str(problem)])
-    return compare(baseline, candidate, settings)
+    report = compare(baseline, candidate, settings)
+    if history:
+        report.window = history.window
+        if settings.trend:
+            try:
+                draw_trend(settings.trend, history, candidate, settings)
+            except UnusableInput as problem:
+                report.unusable.append(str(problem))
+    return report
 
 
 def write_outputs(report: Report, settings: argparse.Namespace) -> None:

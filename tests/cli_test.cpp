@@ -57,10 +57,12 @@ TEST(Cli, ShortRunWritesJsonWithCountersAndContext) {
   const auto& context = json["context"];
   for (const char* key : {"parbench_version", "parbench_json_schema", "git_sha", "git_dirty", "libtorch_version",
                           "cuda_version", "cudnn_version", "nccl_version", "gpu_count", "gpu_names", "tf32_cudnn",
-                          "tf32_matmul", "host", "argv", "preset", "timer", "devices"}) {
+                          "tf32_matmul", "host", "argv", "preset", "timer", "devices", "nvml", "driver_version",
+                          "gpu_settings", "environment", "environment_set_by_parbench", "rank_hosts"}) {
     EXPECT_TRUE(context.contains(key)) << key;
   }
   EXPECT_EQ(context["parbench_json_schema"], "1.3.0");
+  EXPECT_FALSE(context.contains("interrupted"));
   EXPECT_EQ(context["preset"], "cpu");
   const int gpu_count = std::stoi(context["gpu_count"].get<std::string>());
   const std::string devices = gpu_count > 0 ? "cuda" : "cpu";

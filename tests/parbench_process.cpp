@@ -93,6 +93,7 @@ ParbenchProcess::ParbenchProcess(const std::vector<std::string>& arguments,
   pid_ = fork();
   if (pid_ < 0) throw std::runtime_error("fork failed");
   if (pid_ == 0) {
+    setpgid(0, 0);  // a group of its own, as a shell's job: a test may signal the group
     dup2(open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644), STDOUT_FILENO);
     dup2(open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644), STDERR_FILENO);
     execve(argv[0], argv.data(), envp.data());
@@ -191,6 +192,13 @@ std::map<std::string, std::string> torchrun_environment(int rank, int world_size
 nlohmann::json read_json(const std::string& path) {
   std::ifstream file(path);
   return nlohmann::json::parse(file);
+}
+
+std::optional<std::string> process_environment(pid_t pid, const std::string& name) {
+  for (const auto& entry : read_proc_strings(pid, "environ")) {
+    if (entry.rfind(name + "=", 0) == 0) return entry.substr(name.size() + 1);
+  }
+  return std::nullopt;
 }
 
 std::vector<pid_t> live_processes_with(const std::string& name, const std::string& value) {

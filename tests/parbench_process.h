@@ -25,7 +25,7 @@ struct ProcessRun {
 };
 
 // One parbench process: PARBENCH_BINARY with `arguments`, the test's environment plus
-// `environment`. Killed (with the ranks it started) if still running when destroyed.
+// `environment`, in a process group of its own (its id: pid()). Killed (with the ranks it started) if still running when destroyed.
 class ParbenchProcess {
  public:
   ParbenchProcess(const std::vector<std::string>& arguments, const std::map<std::string, std::string>& environment);
@@ -66,6 +66,9 @@ int free_port();
 std::map<std::string, std::string> torchrun_environment(int rank, int world_size, int port);
 
 nlohmann::json read_json(const std::string& path);
+
+// The value of `name` in the environment process `pid` started with, if set there.
+std::optional<std::string> process_environment(pid_t pid, const std::string& name);
 
 // Processes alive (not zombies) whose environment holds NAME=VALUE: tests give parbench a
 // variable of their own, which its ranks inherit, to find any rank that outlived a run.

@@ -12,9 +12,15 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
+#include <array>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 #include <thread>
 
@@ -55,6 +61,52 @@ constexpr LauncherVariables kLaunchers[] = {
 };
 
 constexpr int kMaxRanks = 1 << 20;
+
+std::string this_host() {
+  std::array<char, 256> host{};
+  gethostname(host.data(), host.size() - 1);
+  return host.data();
+}
+
+// A socket bound to `host`:`port` and listening; throws naming the address.
+int listening_socket(const std::string& host, int port) {
+  const std::string where = host + ":" + std::to_string(port);
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (const int error = getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found); error != 0) {
+    throw std::runtime_error("cannot resolve the store's address " + host + ": " + gai_strerror(error));
+  }
+  std::string problem = "no address";
+  for (const addrinfo* address = found; address != nullptr; address = address->ai_next) {
+    const int fd = socket(address->ai_family, address->ai_socktype | SOCK_CLOEXEC, address->ai_protocol);
+    if (fd < 0) {
+      problem = std::strerror(errno);
+      continue;
+    }
+    const int on = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);  // as TCPStore's own listen does
+    if (bind(fd, address->ai_addr, address->ai_addrlen) == 0 && listen(fd, SOMAXCONN) == 0) {
+      freeaddrinfo(found);
+      return fd;
+    }
+    problem = std::strerror(errno);
+    close(fd);
+  }
+  freeaddrinfo(found);
+  throw std::runtime_error("cannot listen on " + where + ": " + problem);
+}
+
+int bound_port(int fd) {
+  sockaddr_storage address{};
+  socklen_t length = sizeof address;
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
+    throw std::runtime_error(std::string("cannot read the store socket's port: ") + std::strerror(errno));
+  }
+  return ntohs(address.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&address)->sin6_port
+                                             : reinterpret_cast<sockaddr_in*>(&address)->sin_port);
+}
 
 }  // namespace
 
@@ -100,6 +152,34 @@ std::optional<RankInfo> rank_info_from_environment() {
   return std::nullopt;
 }
 
+c10::intrusive_ptr<c10d::TCPStore> host_rendezvous_store(const std::string& host, int port,
+                                                         std::chrono::milliseconds timeout) {
+  const int fd = listening_socket(host, port);
+  c10d::TCPStoreOptions options;
+  options.port = static_cast<uint16_t>(bound_port(fd));  // the server checks the socket's port against it
+  options.isServer = true;
+  options.waitWorkers = false;
+  options.timeout = timeout;
+  options.masterListenFd = fd;  // the server owns it from here
+  return c10::make_intrusive<c10d::TCPStore>(host, options);
+}
+
+const std::map<std::string, std::string>& set_parbench_environment() {
+  static const std::map<std::string, std::string> set_here = [] {
+    std::map<std::string, std::string> set;
+    // NVLink multicast (NVLS) stays off: on shared hosts it can take the GPUs out of service.
+    constexpr std::pair<const char*, const char*> kSwitches[] = {
+        {"NCCL_NVLS_ENABLE", "0"}, {"TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"}, {"NVSHMEM_DISABLE_NVLS", "1"}};
+    for (const auto& [name, value] : kSwitches) {
+      if (std::getenv(name) != nullptr) continue;
+      setenv(name, value, /*overwrite=*/0);
+      set.emplace(name, value);
+    }
+    return set;
+  }();
+  return set_here;
+}
+
 torch::Device rank_device(const RankInfo& info, int visible_gpus) {
   if (visible_gpus == 0) return torch::kCPU;
   if (visible_gpus == 1) return {torch::kCUDA, 0};
@@ -121,7 +201,8 @@ World::World(const RankInfo& info, torch::Device device, std::chrono::millisecon
   options.waitWorkers = false;  // joining is checked below, naming the missing ranks
   options.timeout = timeout;
   try {
-    tcp_store_ = c10::make_intrusive<c10d::TCPStore>(info.master_addr, options);
+    tcp_store_ = options.isServer ? host_rendezvous_store(info.master_addr, info.master_port, timeout)
+                                  : c10::make_intrusive<c10d::TCPStore>(info.master_addr, options);
   } catch (const std::exception& error) {
     if (options.isServer) {
       throw std::runtime_error("rank 0 could not host the rendezvous store at " + where +
@@ -148,8 +229,12 @@ void World::join(const std::string& where) {
     throw std::runtime_error("two processes joined as rank " + std::to_string(rank()) +
                              ": every rank needs its own RANK");
   }
+  // The host first: a rank's join key says its host key is there.
+  store_->set("host/" + std::to_string(rank()), this_host());
   store_->set("join/" + std::to_string(rank()), std::to_string(size()));
+  hosts_.assign(static_cast<size_t>(size()), "");
   wait_for_ranks(*store_, "join/", size(), timeout_, "join the rendezvous at " + where, [this](int other) {
+    hosts_[static_cast<size_t>(other)] = store_->get_to_str("host/" + std::to_string(other));
     const auto theirs = store_->get_to_str("join/" + std::to_string(other));
     if (theirs != std::to_string(size())) {
       throw std::runtime_error("rank " + std::to_string(other) + " was started with a world size of " + theirs +
@@ -160,8 +245,7 @@ void World::join(const std::string& where) {
 
   if (device_.is_cuda()) {
 #ifdef USE_C10D_NCCL
-    // NVLink multicast (NVLS) stays off unless the user asked for it.
-    setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0);
+    set_parbench_environment();  // before NCCL reads it; main has done so already
     c10::cuda::set_device(device_.index());
     auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
     nccl_options->timeout = timeout_;

@@ -5,11 +5,13 @@
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/torch.h>
 
 #include <chrono>
 #include <condition_variable>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -43,6 +45,19 @@ std::optional<RankInfo> rank_info_from_environment();
 // std::invalid_argument when the local rank has no GPU of its number.
 torch::Device rank_device(const RankInfo& info, int visible_gpus);
 
+// A TCPStore server listening on `host`'s address only, on `port` (0: a free one, chosen by the
+// kernel). LibTorch's TCPStore alone listens on every interface; here the socket is bound first
+// and handed over (TCPStoreOptions::masterListenFd). The store is unauthenticated
+// (docs/DISTRIBUTED.md): 127.0.0.1 when every rank is on this machine. Throws
+// std::runtime_error naming the address that could not be resolved or bound.
+c10::intrusive_ptr<c10d::TCPStore> host_rendezvous_store(const std::string& host, int port,
+                                                         std::chrono::milliseconds timeout);
+
+// The variables parbench sets for itself and its ranks where the user has not, so that NVLink
+// multicast stays off: NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1,
+// NVSHMEM_DISABLE_NVLS=1. Sets them in this process once; returns those it set.
+const std::map<std::string, std::string>& set_parbench_environment();
+
 // How long past the timeout a busy rank may go without progress before its watchdog ends it:
 // waits that time out themselves report first, with their own message.
 inline constexpr std::chrono::milliseconds kStallGrace{5000};
@@ -67,6 +82,8 @@ class World {
   int rank() const { return info_.rank; }
   int size() const { return info_.world_size; }
   const RankInfo& info() const { return info_; }
+  // Each rank's host name, by rank, as each reported it on joining.
+  const std::vector<std::string>& hosts() const { return hosts_; }
   torch::Device device() const { return device_; }
   std::chrono::milliseconds timeout() const { return timeout_; }
   const c10::intrusive_ptr<c10d::Backend>& backend() const { return backend_; }
@@ -99,6 +116,7 @@ class World {
   c10::intrusive_ptr<c10d::Backend> backend_;
   uint64_t next_sequence_ = 0;  // barriers and gathers are numbered in call order
   bool left_ = false;
+  std::vector<std::string> hosts_;
 
   // Waits for every rank to join with the same world size, then creates the backend.
   void join(const std::string& where);

@@ -474,7 +474,7 @@ def test_json_and_markdown_outputs(tmp_path):
     assert len(table) == 2 + len(BASELINE_SAMPLES)
     assert set(table[1].strip("|").split("|")) == {"---"}
     assert table[1].count("|") == table[0].count("|")
-    assert all(len(row) == len(cells[0]) == 7 for row in cells[2:])
+    assert all(len(row) == len(cells[0]) == 9 for row in cells[2:])
     assert f"| `{SINGLE}` |" in markdown
 
 
@@ -538,7 +538,8 @@ def test_script_runs_by_its_shebang():
     assert result.returncode == 0
     assert all(option in result.stdout for option in
                ["--metric", "--threshold", "--alpha", "--too-few-repetitions", "--allow-missing",
-                "--allow-context-mismatch", "--json-out", "--markdown-out"])
+                "--allow-context-mismatch", "--correction", "--window", "--window-size", "--trend", "--json-out",
+                "--markdown-out"])
 
 
 def test_gate_needs_neither_scipy_nor_numpy(tmp_path):

@@ -1,0 +1,163 @@
+// What a run records about where it ran (docs/JSON.md, 1.3.0): NVML's driver version and GPU
+// settings (through a fake libnvidia-ml.so.1 built with the tests, and with none), the
+// NCCL_*/CUDA_*/TORCH_* environment, what parbench set itself, and each rank's host. And the
+// root cause a rank hands torchrun ($TORCHELASTIC_ERROR_FILE, docs/DISTRIBUTED.md).
+#include "benchmarks/temporary_directory.h"
+#include "tests/parbench_process.h"
+
+#include <gtest/gtest.h>
+
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <array>
+#include <cctype>
+#include <fstream>
+
+namespace parbench {
+namespace {
+
+constexpr double kDeadline = 120;
+
+const std::vector<std::string> kQuickRun = {"--preset=cpu", "--models=tinycnn", "--batch=2", "--image=16",
+                                            "--warmup=1", "--repetitions=1", "--iterations=2", "--allreduce=off"};
+
+// The context of a quick CPU run of `strategies` with `environment` added to the test's.
+nlohmann::json run_context(const std::string& strategies, std::map<std::string, std::string> environment) {
+  TemporaryDirectory dir("parbench-provenance-test");
+  const auto out = dir.file("run.json");
+  auto arguments = kQuickRun;
+  arguments.push_back("--strategies=" + strategies);
+  arguments.push_back("--benchmark_out=" + out);
+  environment["CUDA_VISIBLE_DEVICES"] = "";
+  environment["OMP_NUM_THREADS"] = "1";
+  ParbenchProcess parbench(arguments, environment);
+  const auto run = parbench.wait(kDeadline);
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  return read_json(out).at("context");
+}
+
+std::string this_host() {
+  std::array<char, 256> host{};
+  gethostname(host.data(), host.size() - 1);
+  return host.data();
+}
+
+TEST(Provenance, AFakeNvmlsSettingsTheEnvironmentAndTheRanksHostsAreRecorded) {
+  for (const char* name : {"NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS"}) {
+    unsetenv(name);  // so that parbench sets it
+  }
+  const auto context = run_context("single,ddp", {{"LD_LIBRARY_PATH", FAKE_NVML_DIR},
+                                                  {"NCCL_DEBUG", "WARN"},
+                                                  {"TORCH_SHOW_CPP_STACKTRACES", "1"}});
+  EXPECT_EQ(context.at("parbench_json_schema"), "1.3.0");
+  EXPECT_EQ(context.at("nvml"), "ok");
+  EXPECT_EQ(context.at("driver_version"), "555.42.06-fake");
+  const auto gpus = nlohmann::json::parse(context.at("gpu_settings").get<std::string>());
+  ASSERT_EQ(gpus.size(), 1u) << gpus.dump();
+  const auto& gpu = gpus.at(0);
+  EXPECT_EQ(gpu.at("name"), "Fake GPU");
+  EXPECT_EQ(gpu.at("pci_bus_id"), "00000000:17:00.0");
+  EXPECT_TRUE(gpu.at("cuda_index").is_null()) << "no CUDA device is visible to match it with";
+  EXPECT_EQ(gpu.at("sm_clock_mhz"), 1755);
+  EXPECT_EQ(gpu.at("sm_clock_max_mhz"), 1980);
+  EXPECT_EQ(gpu.at("memory_clock_max_mhz"), 2619);
+  EXPECT_TRUE(gpu.at("applications_sm_clock_mhz").is_null()) << "the fake says not supported";
+  EXPECT_DOUBLE_EQ(gpu.at("power_limit_w").get<double>(), 700.0);
+  EXPECT_EQ(gpu.at("persistence_mode"), true);
+
+  const auto environment = nlohmann::json::parse(context.at("environment").get<std::string>());
+  EXPECT_EQ(environment.at("NCCL_DEBUG"), "WARN");
+  EXPECT_EQ(environment.at("TORCH_SHOW_CPP_STACKTRACES"), "1");
+  EXPECT_EQ(environment.at("CUDA_VISIBLE_DEVICES"), "");
+  EXPECT_EQ(environment.at("NCCL_NVLS_ENABLE"), "0");
+  EXPECT_FALSE(environment.contains("OMP_NUM_THREADS")) << "only NCCL_*, CUDA_* and TORCH_* are recorded";
+  EXPECT_EQ(environment.at("NVSHMEM_DISABLE_NVLS"), "1");
+  EXPECT_EQ(nlohmann::json::parse(context.at("environment_set_by_parbench").get<std::string>()),
+            nlohmann::json(
+                {{"NCCL_NVLS_ENABLE", "0"}, {"TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"}, {"NVSHMEM_DISABLE_NVLS", "1"}}));
+  EXPECT_EQ(nlohmann::json::parse(context.at("rank_hosts").get<std::string>()),
+            nlohmann::json({this_host(), this_host()}));
+}
+
+TEST(Provenance, WithoutNvmlItIsRecordedAsUnavailableAndTheUsersSettingIsKept) {
+  TemporaryDirectory empty("parbench-no-nvml");
+  const auto context = run_context("single", {{"LD_LIBRARY_PATH", empty.path()},
+                                              {"NCCL_NVLS_ENABLE", "1"},
+                                              {"TORCH_SYMM_MEM_DISABLE_MULTICAST", "0"},
+                                              {"NVSHMEM_DISABLE_NVLS", "0"}});
+  // A machine with NVIDIA's driver installed finds it through the loader's cache.
+  void* real = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (real != nullptr) {
+    dlclose(real);
+    EXPECT_EQ(context.at("nvml"), "ok");
+  } else {
+    EXPECT_EQ(context.at("nvml").get<std::string>().rfind("unavailable: libnvidia-ml.so.1: cannot open shared object file", 0),
+              0u)
+        << context.at("nvml");
+    EXPECT_EQ(context.at("driver_version"), "unknown");
+    EXPECT_EQ(context.at("gpu_settings"), "[]");
+  }
+  EXPECT_EQ(nlohmann::json::parse(context.at("environment").get<std::string>()).at("NCCL_NVLS_ENABLE"), "1");
+  EXPECT_EQ(context.at("environment_set_by_parbench"), "{}") << "the user's own values are kept";
+  EXPECT_EQ(context.at("rank_hosts"), "[]") << "no distributed case ran";
+}
+
+TEST(Provenance, AnNvmlWithoutADriverIsRecordedAsUnavailable) {
+  const auto context = run_context("single", {{"LD_LIBRARY_PATH", FAKE_NVML_DIR}, {"FAKE_NVML_INIT_FAILS", "1"}});
+  EXPECT_EQ(context.at("nvml"), "unavailable: nvmlInit_v2 failed (no driver loaded?)");
+  EXPECT_EQ(context.at("driver_version"), "unknown");
+  EXPECT_EQ(context.at("gpu_settings"), "[]");
+}
+
+// ---- The root cause for torchrun ----------------------------------------------------------
+
+// The error file a rank left, checked against the format torch.distributed.elastic reads.
+nlohmann::json read_error_file(const std::string& path) {
+  const auto error = read_json(path);
+  const auto& message = error.at("message");
+  EXPECT_TRUE(message.at("message").is_string());
+  const auto timestamp = message.at("extraInfo").at("timestamp").get<std::string>();
+  EXPECT_FALSE(timestamp.empty());
+  for (const char digit : timestamp) EXPECT_TRUE(std::isdigit(static_cast<unsigned char>(digit))) << timestamp;
+  EXPECT_NEAR(std::stod(timestamp), static_cast<double>(std::time(nullptr)), 300);
+  EXPECT_EQ(message.at("extraInfo").at("py_callstack"), message.at("message")) << "what torchrun's summary shows";
+  return error;
+}
+
+TEST(ElasticErrorFile, ARankThatFailsNamesTheCauseAndAnEarlierCauseIsKept) {
+  TemporaryDirectory dir("parbench-elastic-test");
+  const auto error_file = dir.file("error.json");
+  auto environment = torchrun_environment(0, 2, free_port());  // rank 1 never comes
+  environment["CUDA_VISIBLE_DEVICES"] = "";
+  environment["TORCHELASTIC_ERROR_FILE"] = error_file;
+  ParbenchProcess parbench({"--strategies=ddp", "--models=tinycnn", "--batch=2", "--image=16", "--dist-timeout=2"},
+                           environment);
+  const auto run = parbench.wait(kDeadline);
+  EXPECT_EQ(run.exit_code, 1) << run.err;
+  const auto message = read_error_file(error_file).at("message").at("message").get<std::string>();
+  EXPECT_EQ(message.rfind("parbench: rank 0: ", 0), 0u) << message;
+  EXPECT_NE(message.find("rank 1 did not join the rendezvous"), std::string::npos) << message;
+
+  // A second failure of the same rank keeps the first, the root cause.
+  environment["TORCHELASTIC_ERROR_FILE"] = error_file;
+  ParbenchProcess again({"--batch=0"}, environment);
+  EXPECT_EQ(again.wait(kDeadline).exit_code, 2);
+  EXPECT_EQ(read_error_file(error_file).at("message").at("message").get<std::string>(), message);
+}
+
+TEST(ElasticErrorFile, ABadCommandLineUnderTorchrunNamesItself) {
+  TemporaryDirectory dir("parbench-elastic-test");
+  const auto error_file = dir.file("error.json");
+  auto environment = torchrun_environment(1, 2, free_port());
+  environment["TORCHELASTIC_ERROR_FILE"] = error_file;
+  ParbenchProcess parbench({"--batch=0"}, environment);
+  const auto run = parbench.wait(kDeadline);
+  EXPECT_EQ(run.exit_code, 2) << run.err;
+  const auto message = read_error_file(error_file).at("message").at("message").get<std::string>();
+  EXPECT_NE(run.err.find(message + "\n"), std::string::npos) << "the file and stderr differ: " << message;
+  EXPECT_NE(message.find("--batch"), std::string::npos) << message;
+}
+
+}  // namespace
+}  // namespace parbench
