@@ -4,6 +4,7 @@
 #                             data_parallel, reference (= model_parallel data_parallel), tutorial,
 #                             concurrent_single, graph, pipeline, advise, schedules, fault (2 GPUs),
 #                             oom (1 GPU), host_cost (1 GPU), gpt (1 GPU: the transformer and MFU),
+#                             provenance, timelines (1 GPU),
 #                             ref_* (issue 30's reference run: see reference_args);
 #                             prebuilt instead of build: see step_prebuilt
 # PARBENCH_BENCH_TIMEOUT=SECONDS: each parbench run of a step is killed after that long, so that
@@ -74,7 +75,7 @@ step_prebuilt() {
 # filter, PARBENCH_GTEST_FILTER, default the GPU tests that start no parbench process).
 step_test() {
   if [[ -n $gtest_binary ]]; then
-    "$gtest_binary" --gtest_filter="${PARBENCH_GTEST_FILTER:-*MultiGpu*:*GraphedS*:AdviseProfile.*:DataParallel.*}" \
+    "$gtest_binary" --gtest_filter="${PARBENCH_GTEST_FILTER:-*MultiGpu*:*GraphedS*:AdviseProfile.*:DataParallel.*:Provenance.*}" \
       >"$results/gtest.log" 2>&1
     local status=$?
     grep -E "PASSED|FAILED|SKIPPED \[|tests ran" "$results/gtest.log" | tail -n 30
@@ -326,6 +327,47 @@ step_reference() {
 
 step_tutorial() {
   bench tutorial --preset=tutorial
+}
+
+# Issue 28: what the JSON context says of the machine: NVML's driver version, clocks and power
+# limits, the environment and what parbench set, from one tiny case.
+step_provenance() {
+  bench provenance --strategies=single --models=tinycnn --batch=4 --image=32 --repetitions=1 --iterations=2 \
+    || return 1
+  python3 - "$results/provenance.json" <<'PY'
+import json, sys
+context = json.load(open(sys.argv[1]))["context"]
+for key in ("parbench_json_schema", "nvml", "driver_version", "environment_set_by_parbench", "environment",
+            "rank_hosts", "gpu_names"):
+    print(f"provenance: {key} = {context.get(key)}")
+settings = json.loads(context.get("gpu_settings", "[]"))
+for gpu in settings:
+    print("provenance: gpu_settings", json.dumps(gpu))
+sys.exit(0 if context.get("nvml") == "ok" and context.get("driver_version", "unknown") != "unknown" and settings else 1)
+PY
+}
+
+# Issue 26 on one GPU: the pipeline at split 20 under every schedule, both stages on GPU 0, timed
+# without and with --trace in one process each (the timed steps must agree), the traced run
+# leaving a trace and the simulator's prediction per case for the report's timelines.
+step_timelines() {
+  local status=0
+  local common=(--strategies=single,pipeline --precision=fp32 --schedules=tutorial,gpipe,1f1b,interleaved-1f1b,zb-h1
+                --chunks=2 --split-sizes=20 --devices=0,0 --repetitions=5 --benchmark_min_time=0.2)
+  bench timelines_untraced "${common[@]}" || status=1
+  bench timelines_traced "${common[@]}" --trace="$results/traces" || status=1
+  python3 - "$results/timelines_untraced.json" "$results/timelines_traced.json" <<'PY' || status=1
+import json, sys
+def medians(path):
+    return {b["run_name"]: b["real_time"] for b in json.load(open(path))["benchmarks"]
+            if b.get("aggregate_name") == "median" and not b.get("error_occurred")}
+plain, traced = medians(sys.argv[1]), medians(sys.argv[2])
+for name in sorted(plain):
+    if name in traced:
+        print(f"timelines: {traced[name] / plain[name]:.3f} traced/untraced  {plain[name]:.2f} -> {traced[name]:.2f} ms  {name}")
+PY
+  ls "$results/traces" | head -n 20
+  return $status
 }
 
 # Issue 30's 2-GPU reference run, at one commit, in parts that each fit one 10-minute call:
