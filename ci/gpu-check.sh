@@ -75,7 +75,7 @@ step_prebuilt() {
 # filter, PARBENCH_GTEST_FILTER, default the GPU tests that start no parbench process).
 step_test() {
   if [[ -n $gtest_binary ]]; then
-    "$gtest_binary" --gtest_filter="${PARBENCH_GTEST_FILTER:-*MultiGpu*:*GraphedS*:AdviseProfile.*:DataParallel.*:Provenance.*}" \
+    "$gtest_binary" --gtest_filter="${PARBENCH_GTEST_FILTER:-*MultiGpu*:*GraphedS*:AdviseProfile.*:DataParallel.*}" \
       >"$results/gtest.log" 2>&1
     local status=$?
     grep -E "PASSED|FAILED|SKIPPED \[|tests ran" "$results/gtest.log" | tail -n 30
