@@ -14,8 +14,8 @@
 # prefix, and Google Benchmark's source, built in Release there (seconds), as ci/setup.sh builds
 # it everywhere. `bash ci/setup.sh`, run once on a machine with network, leaves that source
 # (.deps/benchmark_1.7.1.orig.tar.gz) in .deps/.
-# Everything (logs, JSON, figures, REPORT.md) goes to $OUT/results.tgz; the JSON files also
-# to $OUT directly. A failing step is reported and the later steps still run.
+# Everything (logs, JSON, figures, REPORT.md) goes to $OUT/results.tgz, traces to $OUT/traces.tgz;
+# the JSON files also to $OUT directly. A failing step is reported and the later steps still run.
 # The machine's copy carries the .git of the last landed commit, not of the working tree sent:
 # run it as PARBENCH_GIT_SHA=<commit> ci/gpu-check.sh ... so the JSON names the source's commit.
 set -uo pipefail
@@ -27,7 +27,8 @@ export PYTHONUNBUFFERED=1
 out=${OUT:-gpu-results}
 results=$(mktemp -d /tmp/parbench-results.XXXX)
 mkdir -p "$out"
-trap 'tar czf "$out/results.tgz" -C "$results" . ; cp "$results"/*.json "$out"/ 2>/dev/null' EXIT
+# Traces (--trace) go into a tarball of their own: a device call brings back files of 16 MiB at most.
+trap 'tar czf "$out/results.tgz" --exclude=./traces -C "$results" . ; [[ -d $results/traces ]] && tar czf "$out/traces.tgz" -C "$results" traces ; cp "$results"/*.json "$out"/ 2>/dev/null' EXIT
 
 deps=/tmp/parbench-deps
 lib=$deps/usr/lib/x86_64-linux-gnu
