@@ -4,7 +4,7 @@
 #                             data_parallel, reference (= model_parallel data_parallel), tutorial,
 #                             concurrent_single, graph, pipeline, advise, schedules, fault (2 GPUs),
 #                             oom (1 GPU), host_cost (1 GPU), gpt (1 GPU: the transformer and MFU),
-#                             provenance, timelines (1 GPU),
+#                             provenance, timelines, harness_alone (1 GPU),
 #                             ref_* (issue 30's reference run: see reference_args);
 #                             prebuilt instead of build: see step_prebuilt
 # PARBENCH_BENCH_TIMEOUT=SECONDS: each parbench run of a step is killed after that long, so that
@@ -142,6 +142,11 @@ step_advise() {
 # (ci/host-cost.sh; the ratios and their targets at the end).
 step_host_cost() {
   bash ci/host-cost.sh "$(dirname "$parbench")" "$results/host_cost" 2>&1 | tee "$results/host_cost.txt"
+}
+
+# The same target with both sides alone in their processes, in adjacent pairs (ci/harness-alone.sh).
+step_harness_alone() {
+  bash ci/harness-alone.sh "$(dirname "$parbench")" "$results/harness_alone" 2>&1 | tee "$results/harness_alone.txt"
 }
 
 # single on both GPUs at once, one process each: single's speed under the host load ddp's two
