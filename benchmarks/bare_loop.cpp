@@ -78,10 +78,7 @@ LoopOptions parse(int argc, char** argv) {
   if (std::find(names.begin(), names.end(), options.config.model) == names.end()) {
     parbench::make_model(options.config.model, 1);  // throws, naming the models allowed
   }
-  if (const auto* gpt = parbench::find_gpt_config(options.config.model); gpt && options.config.seq_len > gpt->context) {
-    throw std::invalid_argument("--seq=" + std::to_string(options.config.seq_len) + " is longer than " +
-                                options.config.model + "'s context (at most " + std::to_string(gpt->context) + " tokens)");
-  }
+  parbench::check_sequence_length(options.config.model, options.config.seq_len);
   parbench::fit_config_to_model(options.config);
   return options;
 }

@@ -534,11 +534,7 @@ void run_local_case(benchmark::State& state, const CaseSpec& spec, const Options
     for (const auto& [name, value] : prepared.strategy->counters()) state.counters[name] = value;
     auto facts = prepared.strategy->describe();
     for (const auto& [name, value] : prepared.strategy->model().forward_facts()) facts[name] = value;
-    if (prepared.peaks) {
-      std::map<std::string, double> mfu_counters;
-      add_mfu(*prepared.peaks, state.counters["tflops"] * 1e12, distinct_gpus(spec), mfu_counters, facts);
-      for (const auto& [name, value] : mfu_counters) state.counters[name] = value;
-    }
+    if (prepared.peaks) add_mfu(*prepared.peaks, state.counters["tflops"] * 1e12, distinct_gpus(spec), state.counters, facts);
     facts["devices"] = device_kind(devices.front());
     if (const auto placement = shared_gpu_placement(spec); !placement.empty()) facts["placement"] = placement;
     if (!prepared.profile.trace_path.empty()) facts["trace"] = prepared.profile.trace_path;

@@ -13,8 +13,6 @@
 #include <torch/csrc/distributed/c10d/NCCLUtils.hpp>
 #endif
 
-#include <unistd.h>
-
 #include <array>
 #include <cstdio>
 #include <fstream>
@@ -149,9 +147,7 @@ std::vector<std::pair<std::string, std::string>> run_context(const Options& opti
   context.emplace_back("devices", gpu_count > 0 ? "cuda" : "cpu");
   context.emplace_back("tf32_cudnn", bool_text(at::globalContext().allowTF32CuDNN()));
   context.emplace_back("tf32_matmul", bool_text(at::globalContext().allowTF32CuBLAS()));
-  std::array<char, 256> host{};
-  gethostname(host.data(), host.size() - 1);
-  context.emplace_back("host", host.data());
+  context.emplace_back("host", this_host());
   context.emplace_back("cpu_model", cpu_model());
   context.emplace_back("environment", library_environment());
   context.emplace_back("environment_set_by_parbench", nlohmann::json(set_parbench_environment()).dump());

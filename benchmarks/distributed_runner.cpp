@@ -124,9 +124,7 @@ void run_distributed_case(benchmark::State& state, const CaseSpec& spec, const O
   auto facts = run.facts;
   if (!run.peak_math.empty()) {
     const ComputePeaks peaks{run.peak_math, run.gpu_name, datasheet_peak(run.gpu_name, run.peak_math), run.gemm_flops};
-    std::map<std::string, double> mfu_counters;
-    add_mfu(peaks, state.counters["tflops"] * 1e12, spec.gpus, mfu_counters, facts);
-    for (const auto& [name, value] : mfu_counters) state.counters[name] = value;
+    add_mfu(peaks, state.counters["tflops"] * 1e12, spec.gpus, state.counters, facts);
   }
   state.SetLabel(format_label(facts));
 }

@@ -106,7 +106,7 @@ ComputePeaks measure_compute_peaks(torch::Device device, const std::string& math
 #endif
 }
 
-void add_mfu(const ComputePeaks& peaks, double achieved_flops, int gpus, std::map<std::string, double>& counters,
+void add_mfu(const ComputePeaks& peaks, double achieved_flops, int gpus, benchmark::UserCounters& counters,
              std::map<std::string, std::string>& facts) {
   facts["peak_math"] = peaks.math;
   counters["gemm_tflops"] = peaks.gemm_flops / 1e12;

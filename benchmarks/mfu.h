@@ -6,6 +6,8 @@
 
 #include "strategies/strategy.h"
 
+#include <benchmark/benchmark.h>
+
 #include <map>
 #include <optional>
 #include <string>
@@ -38,7 +40,7 @@ ComputePeaks measure_compute_peaks(torch::Device device, const std::string& math
 
 // mfu (against the datasheet, where the GPU is in the table), mfu_gemm, gemm_tflops and
 // peak_tflops for `achieved_flops` over `gpus` GPUs; the label's peak_math and peak_source.
-void add_mfu(const ComputePeaks& peaks, double achieved_flops, int gpus, std::map<std::string, double>& counters,
+void add_mfu(const ComputePeaks& peaks, double achieved_flops, int gpus, benchmark::UserCounters& counters,
              std::map<std::string, std::string>& facts);
 
 }  // namespace parbench

@@ -331,9 +331,10 @@ Options parse_options(int argc, char** argv, bool has_gpu, std::vector<char*>* b
     if (const auto* gpt = find_gpt_config(model)) {
       // Checked without building it: gpt2-large holds 3 GB of weights.
       for (auto seq : options.seq_lens) {
-        if (seq > gpt->context) {
-          throw UsageError("--seq=" + std::to_string(seq) + " is longer than " + model + "'s context (at most " +
-                           std::to_string(gpt->context) + " tokens)");
+        try {
+          check_sequence_length(model, seq);
+        } catch (const std::invalid_argument& error) {
+          throw UsageError(error.what());
         }
       }
       stage_names = gpt_stage_names(*gpt);

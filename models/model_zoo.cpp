@@ -1,5 +1,6 @@
 #include "models/model_zoo.h"
 
+#include "core/text.h"
 #include "models/gpt.h"
 #include "models/resnet.h"
 #include "models/tiny_cnn.h"
@@ -67,15 +68,21 @@ void fit_config_to_model(RunConfig& config) {
   config.num_classes = gpt->vocabulary;
 }
 
+void check_sequence_length(const std::string& model, int64_t seq_len) {
+  const auto* gpt = find_gpt_config(model);
+  if (gpt != nullptr && seq_len > gpt->context) {
+    throw std::invalid_argument("--seq=" + std::to_string(seq_len) + " is longer than " + model + "'s context (at most " +
+                                std::to_string(gpt->context) + " tokens)");
+  }
+}
+
 ModelPtr make_model(const std::string& name, int64_t num_classes) {
   for (const auto& variant : resnet_variants()) {
     if (variant.name == name) return std::make_shared<ResNetImpl>(variant, num_classes);
   }
   if (name == "tinycnn") return std::make_shared<TinyCnnImpl>(num_classes);
   if (const auto* gpt = find_gpt_config(name)) return std::make_shared<GPTImpl>(*gpt);
-  std::string allowed;
-  for (const auto& known : model_names()) allowed += (allowed.empty() ? "" : ", ") + known;
-  throw std::invalid_argument("unknown model '" + name + "' (allowed: " + allowed + ")");
+  throw std::invalid_argument("unknown model '" + name + "' (allowed: " + joined(model_names()) + ")");
 }
 
 }  // namespace parbench

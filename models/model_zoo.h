@@ -23,4 +23,8 @@ bool is_language_model(const std::string& name);
 // run config holds). Image models keep the config's own.
 void fit_config_to_model(RunConfig& config);
 
+// Throws std::invalid_argument naming the limit where `model` is a language model whose context
+// is shorter than `seq_len` tokens; nothing for an image model.
+void check_sequence_length(const std::string& model, int64_t seq_len);
+
 }  // namespace parbench

@@ -62,11 +62,6 @@ constexpr LauncherVariables kLaunchers[] = {
 
 constexpr int kMaxRanks = 1 << 20;
 
-std::string this_host() {
-  std::array<char, 256> host{};
-  gethostname(host.data(), host.size() - 1);
-  return host.data();
-}
 
 // A socket bound to `host`:`port` and listening; throws naming the address.
 int listening_socket(const std::string& host, int port) {
@@ -150,6 +145,12 @@ std::optional<RankInfo> rank_info_from_environment() {
     return info;
   }
   return std::nullopt;
+}
+
+std::string this_host() {
+  std::array<char, 256> host{};
+  gethostname(host.data(), host.size() - 1);
+  return host.data();
 }
 
 c10::intrusive_ptr<c10d::TCPStore> host_rendezvous_store(const std::string& host, int port,

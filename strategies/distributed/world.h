@@ -40,6 +40,9 @@ struct RankInfo {
 // nullopt when no launcher's variables are set; std::invalid_argument naming a bad variable.
 std::optional<RankInfo> rank_info_from_environment();
 
+// This machine's host name (gethostname).
+std::string this_host();
+
 // The device a rank trains on: none visible, the CPU; exactly one (srun --gpus-per-task=1,
 // CUDA_VISIBLE_DEVICES per rank), that one; otherwise GPU <local rank>. Throws
 // std::invalid_argument when the local rank has no GPU of its number.
