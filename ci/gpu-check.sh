@@ -4,7 +4,7 @@
 #                             data_parallel, reference (= model_parallel data_parallel), tutorial,
 #                             concurrent_single, graph, pipeline, advise, schedules, fault (2 GPUs),
 #                             oom (1 GPU), host_cost (1 GPU), gpt (1 GPU: the transformer and MFU),
-#                             provenance, timelines, harness_alone, harness_perturb (1 GPU),
+#                             provenance, timelines, harness_alone, harness_perturb, placement_pairs (1 GPU),
 #                             ref_* (issue 30's reference run: see reference_args);
 #                             prebuilt instead of build: see step_prebuilt
 # PARBENCH_BENCH_TIMEOUT=SECONDS: each parbench run of a step is killed after that long, so that
@@ -152,6 +152,11 @@ step_harness_alone() {
 # Tracing and the busy profile against a plain run, single eager at batch 8 (ci/harness-perturb.sh).
 step_harness_perturb() {
   bash ci/harness-perturb.sh "$(dirname "$parbench")" "$results/harness_perturb" 2>&1 | tee "$results/harness_perturb.txt"
+}
+
+# model_parallel on GPU 0 against single, both in each process (ci/placement-pairs.sh).
+step_placement_pairs() {
+  bash ci/placement-pairs.sh "$(dirname "$parbench")" "$results/placement_pairs" 2>&1 | tee "$results/placement_pairs.txt"
 }
 
 # single on both GPUs at once, one process each: single's speed under the host load ddp's two
