@@ -76,8 +76,16 @@ std::vector<int64_t> profile_sizes(int64_t batch, size_t devices) {
   return {sizes.begin(), sizes.end()};
 }
 
+// The strategy whose step is the whole model on one device: the profile's reference step.
+const StrategyInfo& whole_model_strategy() {
+  for (const auto* strategy : StrategyRegistry::instance().all()) {
+    if (strategy->advise_model == AdviseModel::kWholeModel) return *strategy;
+  }
+  throw std::logic_error("advise needs a strategy of AdviseModel::kWholeModel");
+}
+
 double single_step_ms(const CaseSpec& spec, torch::Device device, bool graphed) {
-  auto single = StrategyRegistry::instance().get("single").create();
+  auto single = whole_model_strategy().create();
   const auto& config = spec.config;
   single->setup([&config] { return make_model(config.model, config.num_classes); }, {device}, config);
   const auto batch = make_random_batch(config, config.batch_size, device, device);
@@ -265,6 +273,14 @@ SimulatedStep predict_staged(const AdviseProfile& profile, int64_t batch, int64_
   return simulate_step(make_schedule(schedule, profile.forward_ms.size(), micro_batches.size()), durations);
 }
 
+// A staged strategy's case: a pipeline's micro-batches under its schedule, or (no split: model
+// parallelism) the whole batch as one micro-batch.
+SimulatedStep predict_staged(const AdviseProfile& profile, const RunConfig& config) {
+  const bool pipelined = config.split_size > 0;
+  return predict_staged(profile, config.batch_size, pipelined ? config.split_size : config.batch_size,
+                        pipelined ? config.schedule : "gpipe");
+}
+
 // A set-up: what every case of it shares (its name up to the strategy's own options), with its
 // global batch: a ddp case's config holds its per-rank batch.
 std::string setup_key(const CaseSpec& spec) {
@@ -299,17 +315,18 @@ double predict_ddp(const AdviseProfile& profile, const CaseSpec& spec) {
          exposed_allreduce_ms(ddp.bucket_ready_ms, ddp.bucket_allreduce_ms, ddp.backward_ms, spec.config.overlap);
 }
 
+int visible_gpu_count() { return torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0; }
+
+// Whether the strategy declares a model for the case (StrategyInfo::advise_model, advised).
 bool modelled(const CaseSpec& spec) {
-  const auto& name = spec.strategy->name;
-  if (name == "pipeline") {
-    const auto& schedule = spec.config.schedule;
-    const auto& info = schedule_info(schedule);
-    return spec.config.stage_lanes == 1 && (info.advised || (info.uses_chunks && spec.config.chunks == 1));
+  const auto& strategy = *spec.strategy;
+  if (strategy.advise_model == AdviseModel::kNone) return false;
+  // The all-reduces are profiled across the ranks' GPUs.
+  if (strategy.advise_model == AdviseModel::kRankedAllReduce && (visible_gpu_count() < spec.gpus || spec.gpus < 2)) {
+    return false;
   }
-  if (name == "data_parallel") return spec.config.dp_replicate == "broadcast";
-  // ddp's all-reduces are profiled across its ranks' GPUs.
-  if (name == "ddp") return torch::cuda::device_count() >= spec.gpus && spec.gpus > 1;
-  return name == "single" || name == "model_parallel";
+  const CaseConditions conditions{spec.config, spec.global_batch, spec.gpus, visible_gpu_count(), spec.cuda_graph};
+  return !strategy.advised || strategy.advised(conditions);
 }
 
 // A case skipped only because it needs more GPUs than are visible: predicted all the same from
@@ -317,8 +334,9 @@ bool modelled(const CaseSpec& spec) {
 // two parts on one GPU need no copy: copies count as free). Not ddp: its all-reduce needs a GPU
 // per rank.
 bool predicted_only(const CaseSpec& spec) {
-  const auto visible = torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0;
-  return visible > 0 && spec.gpus > visible && spec.strategy->name != "ddp" && spec.wants_more_gpus;
+  const auto visible = visible_gpu_count();
+  return visible > 0 && spec.gpus > visible && spec.strategy->advise_model != AdviseModel::kRankedAllReduce &&
+         spec.wants_more_gpus;
 }
 
 // The devices a set-up's profile runs on: the case's, or for a predicted-only case the visible
@@ -341,11 +359,11 @@ AdviseProfile profile_setup(const CaseSpec& spec, const std::vector<torch::Devic
   if (devices.size() < 2) return profile;
   if (request.parts) profile_parts(spec, devices, graphed, profile);
   if (!request.ddp.empty()) profile_ddp(spec, devices, graphed, request.ddp, profile);
-  if (!request.data_parallel) return profile;
-  // data_parallel's broadcast and reduction, as it measures them at set-up.
-  auto replicated = StrategyRegistry::instance().get("data_parallel").create();
-  auto config = spec.config;
-  config.dp_replicate = "broadcast";
+  if (request.replicated == nullptr) return profile;
+  // The replicas' broadcast and reduction, as the strategy measures them at set-up.
+  auto replicated = request.replicated->strategy->create();
+  auto config = request.replicated->config;
+  config.batch_size = spec.config.batch_size;
   replicated->setup([&config] { return make_model(config.model, config.num_classes); }, devices, config);
   const auto counters = replicated->counters();
   profile.broadcast_ms = counters.at("broadcast_ms");
@@ -354,15 +372,12 @@ AdviseProfile profile_setup(const CaseSpec& spec, const std::vector<torch::Devic
 }
 
 std::optional<SimulatedStep> predict_staged_case(const CaseSpec& spec) {
-  const auto& name = spec.strategy->name;
-  if ((name != "pipeline" && name != "model_parallel") || !modelled(spec)) return std::nullopt;
+  if (spec.strategy->advise_model != AdviseModel::kStaged || !modelled(spec)) return std::nullopt;
   const auto devices = case_devices(spec);
   ProfileRequest request;
   request.parts = true;
   const auto profile = profile_setup(spec, devices, spec.cuda_graph && devices.front().is_cuda(), request);
-  const auto batch = spec.config.batch_size;
-  return name == "pipeline" ? predict_staged(profile, batch, spec.config.split_size, spec.config.schedule)
-                            : predict_staged(profile, batch, batch, "gpipe");
+  return predict_staged(profile, spec.config);
 }
 
 std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& options) {
@@ -393,7 +408,8 @@ std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& 
     auto& specs = setups[key];
     const auto began = std::chrono::steady_clock::now();
     AdviseProfile profile;
-    const auto multi = std::find_if(specs.begin(), specs.end(), [](const auto& s) { return s.strategy->name != "single"; });
+    const auto multi = std::find_if(specs.begin(), specs.end(),
+                                    [](const auto& s) { return s.strategy->advise_model != AdviseModel::kWholeModel; });
     const auto devices = profile_devices(multi != specs.end() ? *multi : specs.front());
     const auto device = devices.front();
     // The set-up's whole batch, whatever a ddp case's own config holds.
@@ -401,11 +417,12 @@ std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& 
     setup.config.batch_size = setup.global_batch;
     ProfileRequest request;
     for (const auto& spec : specs) {
-      const auto& name = spec.strategy->name;
-      request.parts |= name == "model_parallel" || name == "pipeline" || name == "data_parallel";
-      request.data_parallel |= name == "data_parallel";
+      const auto model = spec.strategy->advise_model;
+      request.parts |= model == AdviseModel::kStaged || model == AdviseModel::kReplicated;
+      if (model == AdviseModel::kReplicated && request.replicated == nullptr) request.replicated = &spec;
       const std::pair<double, int64_t> ddp_case{spec.config.bucket_mib, spec.config.batch_size};
-      if (name == "ddp" && std::find(request.ddp.begin(), request.ddp.end(), ddp_case) == request.ddp.end()) {
+      if (model == AdviseModel::kRankedAllReduce &&
+          std::find(request.ddp.begin(), request.ddp.end(), ddp_case) == request.ddp.end()) {
         request.ddp.push_back(ddp_case);
       }
     }
@@ -424,17 +441,14 @@ std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& 
     profile_seconds += seconds;
 
     for (auto& spec : specs) {
-      const auto& name = spec.strategy->name;
-      if (name == "single") {
-        spec.predicted_step_ms = profile.single_step_ms;
-      } else if (name == "data_parallel") {
-        spec.predicted_step_ms = predict_data_parallel(profile, spec.config.batch_size, devices.size());
-      } else if (name == "ddp") {
-        spec.predicted_step_ms = predict_ddp(profile, spec);
-      } else {
-        const auto split = name == "pipeline" ? spec.config.split_size : spec.config.batch_size;
-        const auto schedule = name == "pipeline" ? spec.config.schedule : "gpipe";
-        spec.predicted_step_ms = predict_staged(profile, spec.config.batch_size, split, schedule).step_ms;
+      switch (spec.strategy->advise_model) {
+        case AdviseModel::kWholeModel: spec.predicted_step_ms = profile.single_step_ms; break;
+        case AdviseModel::kReplicated:
+          spec.predicted_step_ms = predict_data_parallel(profile, spec.config.batch_size, devices.size());
+          break;
+        case AdviseModel::kRankedAllReduce: spec.predicted_step_ms = predict_ddp(profile, spec); break;
+        case AdviseModel::kStaged: spec.predicted_step_ms = predict_staged(profile, spec.config).step_ms; break;
+        case AdviseModel::kNone: break;  // not modelled: left out above
       }
     }
     std::stable_sort(specs.begin(), specs.end(),
@@ -457,7 +471,9 @@ std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& 
                                    {"rank", rank + 1}, {"profile", profile.cut.empty() ? "single" : profile.cut}};
       if (!runs) prediction["not_run"] = spec.skip_reason;
       predictions.push_back(prediction);
-      const bool validated = static_cast<int>(rank) < options.advise_validate || spec.strategy->name == "single";
+      // The reference step always runs.
+      const bool validated = static_cast<int>(rank) < options.advise_validate ||
+                             spec.strategy->advise_model == AdviseModel::kWholeModel;
       if (validated && runs) to_run.push_back(spec);
     }
     std::fflush(stdout);

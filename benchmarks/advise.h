@@ -52,8 +52,8 @@ struct AdviseProfile {
 
 // What a set-up's cases need profiled beyond single's step.
 struct ProfileRequest {
-  bool parts = false;          // the cut's parts (model_parallel, pipeline and data_parallel)
-  bool data_parallel = false;  // its broadcast and reduction
+  bool parts = false;                   // the cut's parts (staged and replicated strategies)
+  const CaseSpec* replicated = nullptr;  // a replicated strategy's case: its broadcast and reduction
   std::vector<std::pair<double, int64_t>> ddp;  // (bucket MiB, per-rank batch) of each ddp case
 };
 

@@ -32,11 +32,16 @@ int64_t all_reduces_per_iteration(int64_t bytes) {
 }
 
 std::vector<AllreduceCase> build_allreduce_cases(const Options& options, int gpus) {
-  const bool ddp_runs = options.strategies.empty() || std::find(options.strategies.begin(), options.strategies.end(),
-                                                                "ddp") != options.strategies.end();
+  // The sweep measures what a distributed strategy's all-reduces can reach.
+  bool distributed_runs = false;
+  for (const auto* strategy : StrategyRegistry::instance().all()) {
+    const bool asked = options.strategies.empty() || std::find(options.strategies.begin(), options.strategies.end(),
+                                                               strategy->name) != options.strategies.end();
+    distributed_runs |= asked && strategy->distributed;
+  }
   // NCCL's ranks cannot share a GPU, as a --devices list with repeats would have them.
   const bool shared_gpus = std::set<int>(options.devices.begin(), options.devices.end()).size() < options.devices.size();
-  if (!ddp_runs || !options.allreduce || shared_gpus) return {};
+  if (!distributed_runs || !options.allreduce || shared_gpus) return {};
   std::vector<int64_t> sizes;
   for (int64_t bytes = kSmallestBytes; bytes <= kLargestBytes; bytes *= 4) sizes.push_back(bytes);
   sizes.push_back(kResNet50GradientBytes);
@@ -67,7 +72,7 @@ void register_allreduce_cases(const std::vector<AllreduceCase>& cases, const Opt
           }
           progress.case_started(allreduce.name);
           const auto reported =
-              report_next_repetition(state, allreduce.name, allreduce.ranks, options,
+              report_next_repetition(state, {allreduce.name, ""}, allreduce.ranks, options,
                                      [&](World& world) { return run_allreduce_rank(world, allreduce, options); });
           if (!reported) return;
           const auto& seconds = reported->run->repetitions[reported->index].seconds;

@@ -31,28 +31,8 @@
 namespace parbench {
 namespace {
 
-std::string base_name(const std::string& strategy, const RunConfig& config, int64_t batch, DataMode data) {
-  return "train/" + strategy + "/" + config.model + "/batch:" + std::to_string(batch) + sample_part(config) +
-         "/precision:" + to_string(config.precision) + "/data:" + to_string(data);
-}
-
-std::string format_number(double value) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%g", value);
-  return text;
-}
-
 std::string join_ids(const std::vector<int>& ids) {
   return joined(ids, ",", [](int id) { return std::to_string(id); });
-}
-
-// "/devices:0,0" where --devices places the case other than on GPUs 0..gpus-1, whose names stay
-// as they were.
-std::string devices_part(const CaseSpec& spec) {
-  for (size_t i = 0; i < spec.gpu_ids.size(); ++i) {
-    if (spec.gpu_ids[i] != static_cast<int>(i)) return "/devices:" + join_ids(spec.gpu_ids);
-  }
-  return "";
 }
 
 // "single, ddp": the strategies whose step can be captured in a CUDA graph.
@@ -64,19 +44,176 @@ std::string capturable_names() {
   return joined(names);
 }
 
-std::vector<int64_t> split_sizes_for(const Options& options, int64_t batch) {
-  std::vector<int64_t> sizes = options.split_sizes;
-  if (sizes.empty()) {
-    // The default sweep leaves out splits beyond the batch: each is one micro-batch, the same
-    // case as the full batch. Splits the user names run as named.
-    for (auto split : tutorial_split_sizes()) {
-      if (split < batch) sizes.push_back(split);
-    }
-    sizes.push_back(batch);
+// Whether a strategy's cases run on several devices (ddp: ranks), and so name their count.
+bool uses_several_devices(const StrategyInfo& strategy) { return strategy.min_devices > 1 || strategy.distributed; }
+
+Precision precision_named(const std::string& text) {
+  for (auto precision : {Precision::kFloat32, Precision::kBFloat16}) {
+    if (to_string(precision) == text) return precision;
   }
-  std::set<int64_t> unique(sizes.begin(), sizes.end());
-  return {unique.begin(), unique.end()};
+  throw std::invalid_argument("no precision '" + text + "'");
 }
+
+DataMode data_mode_named(const std::string& text) {
+  for (auto mode : {DataMode::kDevice, DataMode::kPinned, DataMode::kHost}) {
+    if (to_string(mode) == text) return mode;
+  }
+  throw std::invalid_argument("no data mode '" + text + "'");
+}
+
+// A case's set-up before its strategy's options: config, devices, and what the placement rules
+// out.
+CaseSpec set_up_case(const StrategyInfo& strategy, const std::string& model, int64_t batch, int64_t sample,
+                     Precision precision, DataMode data, bool graph, const Options& options, int visible_gpus) {
+  CaseSpec spec;
+  spec.strategy = &strategy;
+  spec.data = data;
+  spec.cuda_graph = graph;
+  // A language model's samples are sequences (--seq), an image model's images (--image).
+  spec.config.model = model;
+  spec.config.batch_size = batch;
+  (is_language_model(model) ? spec.config.seq_len : spec.config.image_size) = sample;
+  spec.config.precision = precision;
+  spec.config.loss = options.loss;
+  fit_config_to_model(spec.config);
+  spec.config.cut = options.cut;
+  spec.gpus = uses_several_devices(strategy) ? multi_device_count(options, visible_gpus) : 1;
+  if (!options.devices.empty()) spec.gpu_ids.assign(options.devices.begin(), options.devices.begin() + spec.gpus);
+  // Without GPUs every case runs on CPU devices (docs/JSON.md: devices=cpu).
+  if (spec.cuda_graph && visible_gpus == 0) {
+    spec.skip_reason = "CUDA graphs need a GPU, 0 visible";
+  } else if (spec.gpus < strategy.min_devices) {
+    spec.wants_more_gpus = true;
+    spec.skip_reason = "needs " + std::to_string(strategy.min_devices) + " devices, --devices names " +
+                       std::to_string(spec.gpus);
+  } else if (strategy.distributed && !shared_gpu_placement(spec).empty()) {
+    spec.skip_reason = strategy.name + "'s NCCL ranks cannot share a GPU (--devices repeats one)";
+  } else if (visible_gpus > 0 && spec.gpu_ids.empty() && spec.gpus > visible_gpus) {
+    spec.wants_more_gpus = true;
+    spec.skip_reason = "needs " + std::to_string(spec.gpus) + " GPUs, " + std::to_string(visible_gpus) + " visible";
+  }
+  spec.fields = {{"strategy", strategy.name},
+                 {"model", model},
+                 {"batch", std::to_string(batch), true},
+                 {is_language_model(model) ? "seq" : "image", std::to_string(sample), true},
+                 {"precision", to_string(precision)},
+                 {"data", to_string(data)}};
+  // --devices other than GPUs 0..gpus-1 is named; the names of cases on those stay as they were.
+  for (size_t i = 0; i < spec.gpu_ids.size(); ++i) {
+    if (spec.gpu_ids[i] != static_cast<int>(i)) {
+      spec.fields.push_back({"devices", join_ids(spec.gpu_ids)});
+      break;
+    }
+  }
+  if (uses_several_devices(strategy)) spec.fields.push_back({"gpus", std::to_string(spec.gpus), true});
+  return spec;
+}
+
+void add_option(CaseSpec& spec, const StrategyOption& option, const std::string& value) {
+  if (option.apply) option.apply(spec.config, value, spec.gpus);
+  spec.config.options[option.field] = value;
+  spec.fields.push_back({option.field, value, option.kind != StrategyOption::Kind::kChoice,
+                         option.unnamed_value.empty() || value != option.unnamed_value});
+}
+
+// Applies the strategy's skip rule and names the case; false for a case left out (only the CUDA
+// graph stands in its way, and its eager twin runs too).
+bool finish_case(CaseSpec& spec, int64_t named_batch, const Options& options, int visible_gpus) {
+  const auto& strategy = *spec.strategy;
+  if (strategy.obstacle) {
+    const CaseConditions conditions{spec.config, named_batch, spec.gpus, visible_gpus, spec.cuda_graph};
+    if (const auto obstacle = strategy.obstacle(conditions)) {
+      if (obstacle->capture_only && options.cuda_graphs.size() > 1) return false;
+      if (spec.skip_reason.empty() || obstacle->capture_only) spec.skip_reason = obstacle->reason;
+    }
+  }
+  spec.global_batch = strategy.distributed ? spec.config.batch_size * spec.gpus : spec.config.batch_size;
+  spec.fields.push_back({"graph", spec.cuda_graph ? "on" : "off", false, spec.cuda_graph});
+  spec.name = case_name(spec.fields);
+  return true;
+}
+
+// Every combination of the strategy's options from `next` on, each option's values as its
+// values_for gives them for the case so far, the first option outermost.
+void add_option_combinations(const CaseSpec& spec, size_t next, int64_t named_batch, const Options& options,
+                             int visible_gpus, std::vector<CaseSpec>& cases) {
+  const auto& strategy_options = spec.strategy->options;
+  if (next == strategy_options.size()) {
+    CaseSpec finished = spec;
+    if (finish_case(finished, named_batch, options, visible_gpus)) cases.push_back(std::move(finished));
+    return;
+  }
+  const auto& option = strategy_options[next];
+  const auto [given, defaulted] = option_values(options, option);
+  const auto values = option.values_for ? option.values_for(given, defaulted, spec.config) : given;
+  if (values.empty()) return add_option_combinations(spec, next + 1, named_batch, options, visible_gpus, cases);
+  for (const auto& value : values) {
+    CaseSpec variant = spec;
+    add_option(variant, option, value);
+    add_option_combinations(variant, next + 1, named_batch, options, visible_gpus, cases);
+  }
+}
+
+// The cases of one strategy on one set-up, one per combination of the strategy's own options.
+void add_strategy_cases(CaseSpec spec, const Options& options, int visible_gpus, std::vector<CaseSpec>& cases) {
+  const auto& strategy = *spec.strategy;
+  const auto named_batch = spec.config.batch_size;
+  if (spec.cuda_graph && !strategy.graph_capturable) {
+    // Listed once, without its options, and only when no case without a graph was asked for.
+    if (options.cuda_graphs.size() > 1) return;
+    spec.skip_reason = strategy.name + " cannot be captured in a CUDA graph (" + capturable_names() + " can)";
+    finish_case(spec, named_batch, options, visible_gpus);
+    cases.push_back(spec);
+    return;
+  }
+  add_option_combinations(spec, 0, named_batch, options, visible_gpus, cases);
+}
+
+}  // namespace
+
+std::string case_name(const std::vector<CaseField>& fields) {
+  std::string name = "train";
+  for (const auto& field : fields) {
+    if (!field.named) continue;
+    const bool path_element = field.key == "strategy" || field.key == "model";
+    name += "/" + (path_element ? field.text : field.key + ":" + field.text);
+  }
+  return name;
+}
+
+nlohmann::ordered_json fields_json(const std::vector<CaseField>& fields) {
+  nlohmann::ordered_json json = nlohmann::ordered_json::object();
+  for (const auto& field : fields) {
+    json[field.key] = field.number ? nlohmann::ordered_json::parse(field.text) : nlohmann::ordered_json(field.text);
+  }
+  return json;
+}
+
+CaseSpec case_from_fields(const nlohmann::json& fields, const Options& options, int visible_gpus) {
+  const auto text = [&fields](const std::string& key) {
+    const auto& value = fields.at(key);
+    return value.is_string() ? value.get<std::string>() : value.dump();
+  };
+  try {
+    const auto& strategy = StrategyRegistry::instance().get(text("strategy"));
+    const auto model = text("model");
+    const auto named_batch = std::stoll(text("batch"));
+    auto spec = set_up_case(strategy, model, named_batch, std::stoll(text(is_language_model(model) ? "seq" : "image")),
+                            precision_named(text("precision")), data_mode_named(text("data")), text("graph") == "on",
+                            options, visible_gpus);
+    for (const auto& option : strategy.options) {
+      if (fields.contains(option.field)) add_option(spec, option, text(option.field));
+    }
+    finish_case(spec, named_batch, options, visible_gpus);
+    return spec;
+  } catch (const nlohmann::json::exception& error) {
+    throw std::invalid_argument(std::string("case fields ") + fields.dump() + ": " + error.what());
+  } catch (const std::logic_error& error) {  // std::stoll's and the registry's
+    throw std::invalid_argument(std::string("case fields ") + fields.dump() + ": " + error.what());
+  }
+}
+
+namespace {
 
 // A set-up strategy kept across Google Benchmark's calls of one case (its repetitions), so
 // set-up and warm-up happen once per case.
@@ -153,104 +290,6 @@ PreparedCase& prepare(const CaseSpec& spec, const Options& options) {
   prepared->profile = std::move(profile);
   prepared->peaks = std::move(peaks);
   return *prepared;
-}
-
-// The cases of one strategy on one set-up (`spec`: model, batch, image, precision, data,
-// graph), one per value of the strategy's own options.
-void add_strategy_cases(CaseSpec spec, const Options& options, int visible_gpus, std::vector<CaseSpec>& cases) {
-  const auto& strategy = *spec.strategy;
-  spec.gpus = strategy.min_devices > 1 || strategy.distributed ? multi_device_count(options, visible_gpus) : 1;
-  if (!options.devices.empty()) spec.gpu_ids.assign(options.devices.begin(), options.devices.begin() + spec.gpus);
-  // Without GPUs every case runs on CPU devices (docs/JSON.md: devices=cpu).
-  if (spec.cuda_graph && visible_gpus == 0) {
-    spec.skip_reason = "CUDA graphs need a GPU, 0 visible";
-  } else if (spec.gpus < strategy.min_devices) {
-    spec.wants_more_gpus = true;
-    spec.skip_reason = "needs " + std::to_string(strategy.min_devices) + " devices, --devices names " +
-                       std::to_string(spec.gpus);
-  } else if (strategy.distributed && !shared_gpu_placement(spec).empty()) {
-    spec.skip_reason = "ddp's NCCL ranks cannot share a GPU (--devices repeats one)";
-  } else if (visible_gpus > 0 && spec.gpu_ids.empty() && spec.gpus > visible_gpus) {
-    spec.wants_more_gpus = true;
-    spec.skip_reason = "needs " + std::to_string(spec.gpus) + " GPUs, " + std::to_string(visible_gpus) + " visible";
-  }
-  const auto batch = spec.config.batch_size;
-  const auto base = base_name(strategy.name, spec.config, batch, spec.data) + devices_part(spec);
-  const auto gpus = "/gpus:" + std::to_string(spec.gpus);
-  const std::string graph = spec.cuda_graph ? "/graph:on" : "";
-
-  if (spec.cuda_graph && !strategy.graph_capturable) {
-    // Listed as skipped only when no case without a graph was asked for.
-    if (options.cuda_graphs.size() > 1) return;
-    spec.skip_reason = strategy.name + " cannot be captured in a CUDA graph (" + capturable_names() + " can)";
-    spec.name = (strategy.min_devices > 1 ? base + gpus : base) + graph;
-    cases.push_back(spec);
-  } else if (strategy.name == "pipeline") {
-    for (auto split : split_sizes_for(options, batch)) {
-      for (const auto& schedule : options.schedules) {
-        const bool interleaved = schedule_info(schedule).uses_chunks;
-        for (auto chunks : interleaved ? options.chunks : std::vector<int64_t>{1}) {
-          for (auto lanes : options.stage_lanes) {
-            CaseSpec variant = spec;
-            variant.config.split_size = split;
-            variant.config.schedule = schedule;
-            variant.config.chunks = static_cast<int>(chunks);
-            variant.config.stage_lanes = static_cast<int>(lanes);
-            // One lane is the default and keeps the names that baselines already hold.
-            const auto lanes_part = lanes == 1 ? std::string() : "/lanes:" + std::to_string(lanes);
-            const auto chunks_part = interleaved ? "/chunks:" + std::to_string(chunks) : std::string();
-            variant.name = base + gpus + "/split:" + std::to_string(split) + "/schedule:" + schedule + chunks_part +
-                           lanes_part + graph;
-            if (interleaved && chunks > 1 && micro_batch_count(batch, split) % spec.gpus != 0 &&
-                variant.skip_reason.empty()) {
-              variant.skip_reason = "interleaved-1f1b needs the micro-batches to be a multiple of the devices";
-            }
-            cases.push_back(variant);
-          }
-        }
-      }
-    }
-  } else if (strategy.name == "data_parallel") {
-    for (const auto& replicate : options.dp_replicates) {
-      CaseSpec variant = spec;
-      variant.config.dp_replicate = replicate;
-      variant.name = base + gpus + "/replicate:" + replicate + graph;
-      // LibTorch's data_parallel builds replicas on the host every step and gathers CUDA tensors only.
-      if (replicate == "clone" && spec.cuda_graph) {
-        if (options.cuda_graphs.size() > 1) continue;  // listed only when graphs alone were asked for
-        variant.skip_reason = "data_parallel replicate:clone cannot be captured in a CUDA graph (it builds its "
-                              "replicas on the host every step)";
-      } else if (replicate == "clone" && visible_gpus == 0) {
-        variant.skip_reason = "needs GPUs, 0 visible (LibTorch's data_parallel gathers CUDA tensors only)";
-      }
-      cases.push_back(variant);
-    }
-  } else if (strategy.distributed) {
-    for (auto bucket : options.bucket_mibs) {
-      for (bool overlap : options.overlaps) {
-        for (const auto& scaling : options.scalings) {
-          CaseSpec ranked = spec;
-          ranked.config.bucket_mib = bucket;
-          ranked.config.overlap = overlap;
-          ranked.scaling = scaling;
-          if (scaling == "weak") {
-            ranked.global_batch = batch * ranked.gpus;
-          } else {
-            ranked.config.batch_size = batch / ranked.gpus;
-            if (batch % ranked.gpus != 0 && ranked.skip_reason.empty()) {
-              ranked.skip_reason = "strong scaling needs a batch divisible by " + std::to_string(ranked.gpus) + " ranks";
-            }
-          }
-          ranked.name = base + gpus + "/bucket_mib:" + format_number(bucket) + "/overlap:" + (overlap ? "on" : "off") +
-                        "/scaling:" + scaling + graph;
-          cases.push_back(ranked);
-        }
-      }
-    }
-  } else {
-    spec.name = (strategy.min_devices > 1 ? base + gpus : base) + graph;
-    cases.push_back(spec);
-  }
 }
 
 }  // namespace
@@ -382,25 +421,12 @@ std::vector<CaseSpec> build_cases(const Options& options, int visible_gpus) {
   for (const auto* strategy : strategies) {
     for (const auto& model : options.models) {
       for (auto batch : options.batch_sizes) {
-        // A language model's samples are sequences (--seq), an image model's images (--image).
-        const bool language_model = is_language_model(model);
-        for (auto sample : language_model ? options.seq_lens : options.image_sizes) {
+        for (auto sample : is_language_model(model) ? options.seq_lens : options.image_sizes) {
           for (auto precision : options.precisions) {
             for (auto data : options.data_modes) {
               for (bool graph : options.cuda_graphs) {
-                CaseSpec spec;
-                spec.strategy = strategy;
-                spec.data = data;
-                spec.cuda_graph = graph;
-                spec.config.model = model;
-                spec.config.batch_size = batch;
-                (language_model ? spec.config.seq_len : spec.config.image_size) = sample;
-                spec.config.precision = precision;
-                spec.config.loss = options.loss;
-                fit_config_to_model(spec.config);
-                spec.config.cut = options.cut;
-                spec.global_batch = batch;
-                add_strategy_cases(spec, options, visible_gpus, cases);
+                add_strategy_cases(set_up_case(*strategy, model, batch, sample, precision, data, graph, options, visible_gpus),
+                                   options, visible_gpus, cases);
               }
             }
           }
@@ -460,7 +486,10 @@ void set_training_counters(benchmark::State& state, const CaseSpec& spec, double
     state.counters["image"] = static_cast<double>(spec.config.image_size);
   }
   state.counters["gpus"] = spec.gpus;
-  if (spec.strategy->name == "pipeline") state.counters["split_size"] = static_cast<double>(spec.config.split_size);
+  for (const auto& option : spec.strategy->options) {
+    const auto value = spec.config.options.find(option.field);
+    if (!option.counter.empty() && value != spec.config.options.end()) state.counters[option.counter] = std::stod(value->second);
+  }
   if (spec.predicted_step_ms) {
     state.counters["predicted_step_ms"] = *spec.predicted_step_ms;
     state.counters["predicted_rank"] = spec.predicted_rank;

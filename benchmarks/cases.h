@@ -5,6 +5,7 @@
 #include "benchmarks/options.h"
 
 #include <benchmark/benchmark.h>
+#include <nlohmann/json.hpp>
 
 #include <chrono>
 #include <map>
@@ -15,15 +16,24 @@
 
 namespace parbench {
 
+// One part of a case's identity: a "/key:value" of its name (strategy and model are the name's
+// path elements) and a field of its JSON entry (docs/JSON.md, "fields").
+struct CaseField {
+  std::string key;
+  std::string text;     // as the name writes it
+  bool number = false;  // a number in the JSON, else a string
+  bool named = true;    // in the name: not an option at its unnamed value, nor graph off
+};
+
 struct CaseSpec {
-  std::string name;
+  std::string name;               // case_name(fields)
+  std::vector<CaseField> fields;  // strategy, model, set-up, placement, the strategy's options, graph
   const StrategyInfo* strategy = nullptr;
   RunConfig config;          // config.batch_size: samples per step in one process (one ddp rank)
   DataMode data = DataMode::kDevice;
   int gpus = 1;              // devices the case uses (ddp: ranks)
   std::vector<int> gpu_ids;  // --devices: the GPU of each device, in order; empty: 0..gpus-1
   int64_t global_batch = 0;  // images per step over all devices and ranks
-  std::string scaling;       // ddp: weak or strong
   bool cuda_graph = false;   // the step is captured once and replayed (benchmarks/graphed_step.h)
   std::string skip_reason;   // non-empty: reported as skipped, not run
   bool wants_more_gpus = false;  // skipped only because more GPUs are needed than are visible (advise predicts it)
@@ -41,6 +51,17 @@ inline constexpr int kCpuStandInDevices = 2;
 int multi_device_count(const Options& options, int visible_gpus);
 
 std::vector<CaseSpec> build_cases(const Options& options, int visible_gpus);
+
+// "train/<strategy>/<model>/batch:120/...": the named fields, in order.
+std::string case_name(const std::vector<CaseField>& fields);
+
+// The fields as a JSON object, numbers as numbers (docs/JSON.md).
+nlohmann::ordered_json fields_json(const std::vector<CaseField>& fields);
+
+// The one case `fields` (fields_json's) names, built as build_cases builds it with `options`
+// on `visible_gpus`: how a rank gets its case. Throws std::invalid_argument for fields that name
+// no case of this binary.
+CaseSpec case_from_fields(const nlohmann::json& fields, const Options& options, int visible_gpus);
 
 // The devices a case runs on: its gpu_ids, else GPUs 0..gpus-1, or as many CPU devices where
 // there is no GPU.

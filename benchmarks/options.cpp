@@ -3,7 +3,6 @@
 #include "core/text.h"
 #include "models/model_zoo.h"
 #include "strategies/partition.h"
-#include "strategies/pipeline_schedule.h"
 #include "strategies/whole_number.h"
 
 #include <sys/stat.h>
@@ -11,6 +10,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -84,30 +84,57 @@ const std::vector<std::pair<std::string, DataMode>> kDataModes = {
     {"device", DataMode::kDevice}, {"pinned", DataMode::kPinned}, {"host", DataMode::kHost}};
 const std::vector<std::pair<std::string, bool>> kOnOff = {{"on", true}, {"off", false}};
 
-void apply_preset(const std::string& preset, Options& options) {
+// A preset is flags, taken before the command line's (which override them).
+std::vector<std::pair<std::string, std::string>> preset_flags(const std::string& preset) {
   if (preset == "tutorial") {
     // PyTorch's model-parallel tutorial: batch 120 of 128x128 images made on the CPU every
     // step, 3 batches per timing, 10 timings, a host clock, no warm-up, no device sync.
-    options.batch_sizes = {120};
-    options.image_sizes = {128};
-    options.data_modes = {DataMode::kHost};
-    options.strategies = {"single", "model_parallel", "pipeline"};
-    options.schedules = {"tutorial"};
-    options.steps_per_iteration = 3;
-    options.repetitions = 10;
-    options.iterations = 1;
-    options.warmup_steps = 0;
-    options.timer = TimerKind::kHost;
-  } else if (preset == "cpu") {
-    // Small enough for a 2-core machine: a few seconds a case.
-    options.batch_sizes = {8};
-    options.image_sizes = {64};
-    options.seq_lens = {64};
-    options.warmup_steps = 2;
-  } else if (preset != "default") {
-    throw UsageError("--preset=" + preset + " is not one of: default, tutorial, cpu");
+    return {{"batch", "120"},        {"image", "128"},     {"data", "host"},
+            {"strategies", "single,model_parallel,pipeline"}, {"schedules", "tutorial"},
+            {"steps", "3"},          {"repetitions", "10"}, {"iterations", "1"},
+            {"warmup", "0"},         {"timer", "host"}};
   }
-  options.preset = preset;
+  if (preset == "cpu") {
+    // Small enough for a 2-core machine: a few seconds a case.
+    return {{"batch", "8"}, {"image", "64"}, {"seq", "64"}, {"warmup", "2"}};
+  }
+  if (preset != "default") throw UsageError("--preset=" + preset + " is not one of: default, tutorial, cpu");
+  return {};
+}
+
+std::string format_number(double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", value);
+  return text;
+}
+
+// A strategy option's values as the case name writes them. Throws UsageError.
+std::vector<std::string> strategy_option_values(const StrategyOption& option, const std::string& text) {
+  using Kind = StrategyOption::Kind;
+  std::vector<std::string> values;
+  if (option.kind == Kind::kChoice) {
+    std::vector<std::pair<std::string, std::string>> choices;
+    for (const auto& choice : option.choices) choices.emplace_back(choice, choice);
+    return pick_list(option.flag, text, choices);
+  }
+  for (const auto& item : split_list(text)) {
+    values.push_back(option.kind == Kind::kInteger ? std::to_string(parse_int(option.flag, item, option.minimum))
+                                                   : format_number(parse_double(option.flag, item, 0.0)));
+    if (!option.choices.empty() &&
+        std::find(option.choices.begin(), option.choices.end(), values.back()) == option.choices.end()) {
+      throw UsageError("--" + option.flag + "=" + item + " is not one of: " + joined(option.choices, ", "));
+    }
+  }
+  if (values.empty()) throw UsageError("--" + option.flag + " needs at least one value");
+  return values;
+}
+
+// "  --flag=LIST           help", its later lines indented under the first.
+std::string help_lines(const std::string& flag, const std::string& help) {
+  std::string text = "  --" + flag + "=LIST";
+  text += std::string(text.size() < 25 ? 25 - text.size() : 1, ' ');
+  for (const char character : help) text += character == '\n' ? std::string("\n") + std::string(25, ' ') : std::string(1, character);
+  return text + "\n";
 }
 
 std::string writability_problem(const std::string& path) {
@@ -135,16 +162,26 @@ std::string to_string(DataMode mode) {
   }
 }
 
-const std::vector<int64_t>& tutorial_split_sizes() {
-  static const std::vector<int64_t> sizes = {1, 3, 5, 8, 10, 12, 20, 40, 60};
-  return sizes;
+std::pair<std::vector<std::string>, bool> option_values(const Options& options, const StrategyOption& option) {
+  const auto given = options.strategy_options.find(option.field);
+  if (given == options.strategy_options.end()) return {option.defaults, true};
+  return {given->second, false};
 }
 
-// The --schedules lines of --help, from the schedule table.
-std::string schedules_help() {
-  std::string text = "  --schedules=LIST       pipeline schedules; default tutorial, gpipe, 1f1b:\n";
-  for (const auto& info : schedule_table()) {
-    text += "                           " + info.name + ": " + info.summary + "\n";
+std::string first_option_value(const Options& options, const std::string& field) {
+  for (const auto* strategy : StrategyRegistry::instance().all()) {
+    for (const auto& option : strategy->options) {
+      if (option.field == field) return option_values(options, option).first.front();
+    }
+  }
+  throw std::logic_error("no strategy declares an option " + field);
+}
+
+// The lines of --help for the strategies' own options, in their listing order.
+std::string strategy_options_help() {
+  std::string text;
+  for (const auto* strategy : StrategyRegistry::instance().all()) {
+    for (const auto& option : strategy->options) text += help_lines(option.flag, option.help);
   }
   return text;
 }
@@ -162,7 +199,7 @@ Google Benchmark's own flags all work: --benchmark_filter=REGEX, --benchmark_rep
                          default on a machine without a GPU). Later flags override a preset.
   --models=LIST          models (resnet18, resnet34, resnet50, resnet101, resnet152, tinycnn; GPT-2-style
                          language models gpt2-small, gpt2-medium, gpt2-large, tinygpt); default resnet50
-  --strategies=LIST      strategies to run; default all (single, model_parallel, pipeline, data_parallel, ddp)
+  --strategies=LIST      strategies to run; default all (@STRATEGIES@)
   --batch=LIST           images (language models: sequences) per step (ddp: per rank in weak scaling,
                          global in strong); default 120
   --image=LIST           image side in pixels; default 128
@@ -195,20 +232,9 @@ Google Benchmark's own flags all work: --benchmark_filter=REGEX, --benchmark_rep
   --cuda-graph=LIST      off | on: capture one training step in a CUDA graph and replay it, so the
                          host's dispatch cost leaves the step (every strategy but data_parallel's
                          clone variant; on GPUs); default off
-  --split-sizes=LIST     pipeline micro-batch sizes; default 1,3,5,8,10,12,20,40,60 (those below the
-                         batch) and the full batch
-@SCHEDULES@  --chunks=LIST          interleaved-1f1b: stages (model chunks) per device; default 2
-  --stage-lanes=LIST     pipeline on GPUs: compute streams per stage, 1 | 2 (micro-batches take the
-                         two in turn, so a forward can overlap a backward); default 1
-  --cut=SPEC             stage placement for model_parallel/pipeline: balanced, or stages per device
+@STRATEGY_OPTIONS@  --cut=SPEC             stage placement for model_parallel/pipeline: balanced, or stages per device
                          such as stem,layer1,layer2|layer3,layer4,head; default the tutorial's cut on
                          2 devices, balanced otherwise
-  --dp-replicate=LIST    data_parallel: broadcast (replicas built once, parameters broadcast every
-                         step, as PyTorch's DataParallel) | clone (LibTorch's data_parallel:
-                         replicas cloned every step; GPUs only, no CUDA graph); default broadcast
-  --bucket-mib=LIST      ddp gradient bucket size in MiB; default 25
-  --overlap=LIST         ddp: on (all-reduce during backward) | off (after backward); default on
-  --scaling=LIST         ddp: weak (per-rank batch fixed) | strong (global batch fixed); default weak
   --dist-timeout=SECONDS ddp: how long any rank waits for the others before failing; default 60
   --allreduce=on|off     run the comm/allreduce sweep with ddp; default on
   --advise=N|all         profile each set-up briefly, predict the step time of every single,
@@ -233,7 +259,8 @@ Exit status:
      --benchmark_filter that selects no case; nothing ran and no output file was written
 The last line on stderr sums the run up: "parbench: 12 ran, 9 skipped (...), 1 failed: CASE: WHY".
 )";
-  text.replace(text.find("@SCHEDULES@"), std::strlen("@SCHEDULES@"), schedules_help());
+  text.replace(text.find("@STRATEGIES@"), std::strlen("@STRATEGIES@"), StrategyRegistry::instance().names());
+  text.replace(text.find("@STRATEGY_OPTIONS@"), std::strlen("@STRATEGY_OPTIONS@"), strategy_options_help());
   return text;
 }
 
@@ -265,9 +292,11 @@ Options parse_options(int argc, char** argv, bool has_gpu, std::vector<char*>* b
   for (const auto& [name, value] : flags) {
     if (name == "preset") preset = value;
   }
-  apply_preset(preset, options);
+  auto preset_then_given = preset_flags(preset);
+  preset_then_given.insert(preset_then_given.end(), flags.begin(), flags.end());
+  options.preset = preset;
 
-  const std::map<std::string, std::function<void(const std::string&, const std::string&)>> handlers = {
+  std::map<std::string, std::function<void(const std::string&, const std::string&)>> handlers = {
       {"preset", [](auto&, auto&) {}},
       {"models", [&](auto& f, auto& v) { options.models = split_list(v); if (options.models.empty()) throw UsageError("--" + f + " needs at least one value"); }},
       {"strategies", [&](auto& f, auto& v) { options.strategies = split_list(v); if (options.strategies.empty()) throw UsageError("--" + f + " needs at least one value"); }},
@@ -293,32 +322,26 @@ Options parse_options(int argc, char** argv, bool has_gpu, std::vector<char*>* b
          options.trace_dir = v;
        }},
       {"cuda-graph", [&](auto& f, auto& v) { options.cuda_graphs = pick_list(f, v, kOnOff); }},
-      {"split-sizes", [&](auto& f, auto& v) { options.split_sizes = int_list(f, v, 1); }},
-      {"stage-lanes", [&](auto& f, auto& v) { options.stage_lanes = pick_list<int64_t>(f, v, {{"1", 1}, {"2", 2}}); }},
-      {"schedules", [&](auto& f, auto& v) {
-         std::vector<std::pair<std::string, std::string>> schedules;
-         for (const auto& info : schedule_table()) schedules.emplace_back(info.name, info.name);
-         options.schedules = pick_list<std::string>(f, v, schedules);
-       }},
       {"print-schedule", [&](auto&, auto& v) { options.print_schedule = v; }},
       {"micro-batches", [&](auto& f, auto& v) { options.micro_batches = parse_int(f, v, 1); }},
-      {"chunks", [&](auto& f, auto& v) { options.chunks = int_list(f, v, 1); }},
       {"cut", [&](auto&, auto& v) { options.cut = v; }},
-      {"bucket-mib", [&](auto& f, auto& v) {
-         options.bucket_mibs.clear();
-         for (const auto& item : split_list(v)) options.bucket_mibs.push_back(parse_double(f, item, 0.0));
-         if (options.bucket_mibs.empty()) throw UsageError("--" + f + " needs at least one value");
-       }},
-      {"dp-replicate", [&](auto& f, auto& v) { options.dp_replicates = pick_list<std::string>(f, v, {{"broadcast", "broadcast"}, {"clone", "clone"}}); }},
-      {"overlap", [&](auto& f, auto& v) { options.overlaps = pick_list(f, v, kOnOff); }},
-      {"scaling", [&](auto& f, auto& v) { options.scalings = pick_list<std::string>(f, v, {{"weak", "weak"}, {"strong", "strong"}}); }},
       {"dist-timeout", [&](auto& f, auto& v) { options.dist_timeout_s = parse_double(f, v, 0.0); }},
       {"allreduce", [&](auto& f, auto& v) { options.allreduce = pick(f, v, kOnOff); }},
       {"advise", [&](auto& f, auto& v) {
          options.advise_validate = v == "all" ? kValidateAll : static_cast<int>(parse_int(f, v, 1));
        }},
   };
-  for (const auto& [name, value] : flags) {
+  for (const auto* strategy : StrategyRegistry::instance().all()) {
+    for (const auto& option : strategy->options) {
+      const auto added = handlers.emplace(option.flag, [&options, &option](auto&, auto& v) {
+        options.strategy_options[option.field] = strategy_option_values(option, v);
+      });
+      if (!added.second) {
+        throw std::logic_error("strategy " + strategy->name + "'s option --" + option.flag + " is one of parbench's own");
+      }
+    }
+  }
+  for (const auto& [name, value] : preset_then_given) {
     auto handler = handlers.find(name);
     if (handler == handlers.end()) throw UsageError("unknown option --" + name + " (see --help)");
     handler->second(name, value);

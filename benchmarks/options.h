@@ -5,6 +5,7 @@
 #include "strategies/strategy.h"
 
 #include <limits>
+#include <map>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -50,20 +51,12 @@ struct Options {
   std::string trace_dir;
   // Capture one training step in a CUDA graph and replay it (strategies that allow it).
   std::vector<bool> cuda_graphs = {false};
-  // pipeline
-  std::vector<int64_t> split_sizes;  // empty: the tutorial's sweep plus the full batch
-  std::vector<std::string> schedules = {"tutorial", "gpipe", "1f1b"};
-  std::vector<int64_t> stage_lanes = {1};
-  std::vector<int64_t> chunks = {2};  // interleaved-1f1b's chunks per device
-  std::string cut;
-  // data_parallel
-  std::vector<std::string> dp_replicates = {"broadcast"};
-  // ddp
-  std::vector<double> bucket_mibs = {25.0};
-  std::vector<bool> overlaps = {true};
-  std::vector<std::string> scalings = {"weak"};
-  double dist_timeout_s = 60.0;
-  bool allreduce = true;  // register the comm/allreduce sweep when ddp runs
+  // The values given for the strategies' own options (StrategyOption), by field, each written as
+  // the case name writes it; an option not given sweeps its defaults.
+  std::map<std::string, std::vector<std::string>> strategy_options;
+  std::string cut;  // model_parallel and pipeline (RunConfig::cut)
+  double dist_timeout_s = 60.0;  // distributed strategies
+  bool allreduce = true;  // register the comm/allreduce sweep when a distributed strategy runs
   // --advise: 0 off; else how many of each set-up's best predicted cases run to check the
   // prediction (kValidateAll: every case), besides single (benchmarks/advise.h).
   int advise_validate = 0;
@@ -75,8 +68,12 @@ struct Options {
   std::string argv;
 };
 
-// The tutorial's split-size sweep; the full batch is added by the case builder.
-const std::vector<int64_t>& tutorial_split_sizes();
+// The values of a strategy option this run sweeps, and whether they are its defaults.
+std::pair<std::vector<std::string>, bool> option_values(const Options& options, const StrategyOption& option);
+
+// The first value this run gives the strategy option of field `field`. Throws std::logic_error
+// where no strategy declares it.
+std::string first_option_value(const Options& options, const std::string& field);
 
 // Splits argv into parbench's options and the arguments for Google Benchmark (argv[0] and
 // every --benchmark_* flag). Throws UsageError. `has_gpu` picks the default preset.

@@ -8,6 +8,7 @@
 #include "strategies/strategy.h"
 
 #include <algorithm>
+#include <set>
 #include <stdexcept>
 
 namespace parbench {
@@ -41,10 +42,79 @@ class Pipeline final : public StagedStrategy {
   }
 };
 
-PARBENCH_REGISTER_STRATEGY({"pipeline", "stages split across devices, micro-batches of split_size in flight",
-                            /*order=*/2, /*min_devices=*/2, /*distributed=*/false,
-                            [] { return std::make_unique<Pipeline>(); }, /*graph_capturable=*/true,
-                            /*device_role=*/"stages"});
+// The tutorial's split-size sweep; the full batch is added to it.
+const std::vector<int64_t> kTutorialSplitSizes = {1, 3, 5, 8, 10, 12, 20, 40, 60};
+
+// --split-sizes: ascending, each once; by default the tutorial's sweep below the batch (a split
+// beyond it is one micro-batch, the same case as the full batch) and the full batch.
+std::vector<std::string> split_sizes_for(const std::vector<std::string>& values, bool defaulted, const RunConfig& config) {
+  std::set<int64_t> sizes;
+  if (defaulted) {
+    for (auto split : kTutorialSplitSizes) {
+      if (split < config.batch_size) sizes.insert(split);
+    }
+    sizes.insert(config.batch_size);
+  } else {
+    for (const auto& value : values) sizes.insert(std::stoll(value));
+  }
+  std::vector<std::string> texts;
+  for (auto split : sizes) texts.push_back(std::to_string(split));
+  return texts;
+}
+
+std::string schedules_help() {
+  std::string text = "pipeline schedules; default tutorial, gpipe, 1f1b:";
+  for (const auto& info : schedule_table()) text += "\n  " + info.name + ": " + info.summary;
+  return text;
+}
+
+StrategyInfo pipeline_info() {
+  StrategyInfo info{"pipeline", "stages split across devices, micro-batches of split_size in flight",
+                    /*order=*/2, /*min_devices=*/2, /*distributed=*/false,
+                    [] { return std::make_unique<Pipeline>(); }, /*graph_capturable=*/true,
+                    /*device_role=*/"stages"};
+  std::vector<std::string> schedules;
+  for (const auto& schedule : schedule_table()) schedules.push_back(schedule.name);
+  using Kind = StrategyOption::Kind;
+  info.options = {
+      {"split", "split-sizes",
+       "pipeline micro-batch sizes; default 1,3,5,8,10,12,20,40,60 (those below the\nbatch) and the full batch",
+       Kind::kInteger, {}, 1, {}, "", "split_size", split_sizes_for,
+       [](RunConfig& config, const std::string& value, int) { config.split_size = std::stoll(value); }},
+      {"schedule", "schedules", schedules_help(), Kind::kChoice, schedules, 1, {"tutorial", "gpipe", "1f1b"}, "", "",
+       nullptr, [](RunConfig& config, const std::string& value, int) { config.schedule = value; }},
+      {"chunks", "chunks", "interleaved-1f1b: stages (model chunks) per device; default 2", Kind::kInteger, {}, 1,
+       {"2"}, "", "",
+       [](const std::vector<std::string>& values, bool, const RunConfig& config) {
+         return schedule_info(config.schedule).uses_chunks ? values : std::vector<std::string>{};
+       },
+       [](RunConfig& config, const std::string& value, int) { config.chunks = std::stoi(value); }},
+      // One lane is the default and keeps the names that baselines already hold.
+      {"lanes", "stage-lanes",
+       "pipeline on GPUs: compute streams per stage, 1 | 2 (micro-batches take the\ntwo in turn, so a forward can "
+       "overlap a backward); default 1",
+       Kind::kInteger, {"1", "2"}, 1, {"1"}, "1", "", nullptr,
+       [](RunConfig& config, const std::string& value, int) { config.stage_lanes = std::stoi(value); }},
+  };
+  info.obstacle = [](const CaseConditions& conditions) -> std::optional<CaseObstacle> {
+    const auto& config = conditions.config;
+    if (schedule_info(config.schedule).uses_chunks && config.chunks > 1 &&
+        micro_batch_count(config.batch_size, config.split_size) % conditions.devices != 0) {
+      return CaseObstacle{config.schedule + " needs the micro-batches to be a multiple of the devices"};
+    }
+    return std::nullopt;
+  };
+  info.advise_model = AdviseModel::kStaged;
+  // The simulator runs one lane per device (strategies/schedule_simulator.h).
+  info.advised = [](const CaseConditions& conditions) {
+    const auto& config = conditions.config;
+    const auto& schedule = schedule_info(config.schedule);
+    return config.stage_lanes == 1 && (schedule.advised || (schedule.uses_chunks && config.chunks == 1));
+  };
+  return info;
+}
+
+PARBENCH_REGISTER_STRATEGY(pipeline_info());
 
 }  // namespace
 }  // namespace parbench

@@ -13,6 +13,17 @@ StrategyRegistry& StrategyRegistry::instance() {
 
 bool StrategyRegistry::add(StrategyInfo info) {
   const std::string name = info.name;
+  // One flag sets one strategy's option; a second would take the other's values.
+  for (const auto& option : info.options) {
+    for (const auto& [other_name, other] : strategies_) {
+      for (const auto& taken : other.options) {
+        if (taken.flag == option.flag || taken.field == option.field) {
+          throw std::logic_error("strategy '" + name + "' declares option " + option.field + " (--" + option.flag +
+                                 "), which '" + other_name + "' declares already");
+        }
+      }
+    }
+  }
   // Two plug-ins under one name would leave one of them silently unreachable.
   if (!strategies_.emplace(name, std::move(info)).second) {
     throw std::logic_error("strategy '" + name + "' is registered twice");

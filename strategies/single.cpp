@@ -44,7 +44,8 @@ class SingleDevice final : public Strategy {
 
 PARBENCH_REGISTER_STRATEGY({"single", "the whole model on one device", /*order=*/0, /*min_devices=*/1,
                             /*distributed=*/false, [] { return std::make_unique<SingleDevice>(); },
-                            /*graph_capturable=*/true});
+                            /*graph_capturable=*/true, /*device_role=*/"devices", /*options=*/{},
+                            /*obstacle=*/nullptr, AdviseModel::kWholeModel});
 
 }  // namespace
 }  // namespace parbench

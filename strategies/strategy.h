@@ -10,6 +10,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,10 @@ struct RunConfig {
   // ddp: gradient bucket size, and whether all-reduces start during backward.
   double bucket_mib = 25.0;
   bool overlap = true;
+
+  // Every strategy option of the case by field (StrategyOption::field), as the case name writes
+  // it: what a strategy without a typed member above reads its options from.
+  std::map<std::string, std::string> options;
 };
 
 // One batch: inputs (N, 3, H, W) and targets, one-hot (N, classes) for MSE or class
@@ -86,6 +91,61 @@ class Strategy {
   std::vector<torch::Device> devices_;
 };
 
+// One option a strategy declares: a command-line flag that takes a list of values, an axis its
+// cases sweep, and a field of each case's identity (the name's "/split:20", the JSON's "split").
+struct StrategyOption {
+  enum class Kind {
+    kInteger,  // whole numbers of at least `minimum` (and among `choices`, where given)
+    kNumber,   // numbers above 0, written as %g
+    kChoice,   // one of `choices`, text
+  };
+  std::string field;  // the name's key and the JSON field
+  std::string flag;   // --flag=LIST
+  std::string help;   // --help's text for the flag; lines after the first are indented
+  Kind kind = Kind::kChoice;
+  std::vector<std::string> choices;
+  int64_t minimum = 1;
+  std::vector<std::string> defaults;  // swept when the flag is not given
+  // Left out of the case name while the option holds this value, so that names from before the
+  // option existed stay as they were ("" : always named).
+  std::string unnamed_value;
+  // Also reported as this counter (a number option's value; "" : not).
+  std::string counter;
+  // The values a case sweeps: given the flag's (or the defaults, `defaulted`) and the case's
+  // config so far (its earlier options applied). None leaves the option out of the case. Unset:
+  // the values as given.
+  std::function<std::vector<std::string>(const std::vector<std::string>& values, bool defaulted, const RunConfig& config)>
+      values_for;
+  // Sets a typed member of RunConfig from the value; `devices`: the case's devices (ranks).
+  // Unset: the strategy reads RunConfig::options alone.
+  std::function<void(RunConfig& config, const std::string& value, int devices)> apply;
+};
+
+// What a case's set-up looks like to a strategy's skip rule.
+struct CaseConditions {
+  const RunConfig& config;  // every option applied
+  int64_t named_batch = 0;  // the batch in the case's name (--batch)
+  int devices = 1;
+  int visible_gpus = 0;
+  bool cuda_graph = false;
+};
+
+// Why a case of a strategy cannot run.
+struct CaseObstacle {
+  std::string reason;
+  // Only the CUDA graph stands in the way: the case is left out where its eager twin runs too.
+  bool capture_only = false;
+};
+
+// How --advise predicts a strategy's step from its profile (benchmarks/advise.h).
+enum class AdviseModel {
+  kNone,
+  kWholeModel,        // one device's step: single's profile
+  kStaged,            // stages on devices: the schedule simulator over the profiled parts
+  kReplicated,        // replicas in one process: broadcast, side-by-side shards, reduce
+  kRankedAllReduce,   // one process per device: a rank's step plus the all-reduce backward does not hide
+};
+
 struct StrategyInfo {
   std::string name;
   std::string summary;
@@ -98,6 +158,14 @@ struct StrategyInfo {
   bool graph_capturable = false;
   // What each of its devices holds, for labels such as "2 stages on 1 GPU".
   std::string device_role = "devices";
+  // Its own options, in the order the case name writes them (benchmarks/cases.h sweeps them).
+  std::vector<StrategyOption> options;
+  // A case of this strategy that cannot run, beyond the devices it needs: unset where none.
+  std::function<std::optional<CaseObstacle>(const CaseConditions& conditions)> obstacle;
+  // What --advise predicts its cases from (benchmarks/advise.h); kNone: not predicted.
+  AdviseModel advise_model = AdviseModel::kNone;
+  // Whether --advise's model covers this case (its options); unset: every case.
+  std::function<bool(const CaseConditions& conditions)> advised;
 };
 
 // The strategies linked into this binary. A function-local static, so registration from

@@ -17,8 +17,7 @@ std::map<std::string, const CaseSpec*> by_strategy(const std::vector<CaseSpec>& 
 TEST(Cases, DevicesPutStagesAndReplicasOnTheNamedGpusAndSaySo) {
   Options options;
   options.devices = {0, 0};
-  options.split_sizes = {20};
-  options.schedules = {"gpipe"};
+  options.strategy_options = {{"split", {"20"}}, {"schedule", {"gpipe"}}};
   const auto cases = build_cases(options, /*visible_gpus=*/1);
   const auto first = by_strategy(cases);
 
