@@ -1,7 +1,9 @@
 #include "benchmarks/context.h"
 
 #include "benchmarks/nvml.h"
+#include "core/text.h"
 #include "strategies/distributed/world.h"
+#include "strategies/pipeline_schedule.h"
 
 #include <benchmark/benchmark.h>
 #include <nlohmann/json.hpp>
@@ -116,6 +118,10 @@ std::vector<std::pair<std::string, std::string>> run_context(const Options& opti
   context.emplace_back("argv", options.argv);
   context.emplace_back("preset", options.preset);
   context.emplace_back("timer", options.timer == TimerKind::kEvent ? "event" : "host");
+  // The binary's strategies and schedules in listing order, for readers that order them.
+  context.emplace_back("strategies",
+                       joined(StrategyRegistry::instance().all(), ",", [](const StrategyInfo* info) { return info->name; }));
+  context.emplace_back("schedules", joined(schedule_table(), ",", [](const ScheduleInfo& info) { return info.name; }));
   context.emplace_back("libtorch_version", TORCH_VERSION);
 
   std::string cuda = "none", cudnn = "none", nccl = "none", gpu_names;

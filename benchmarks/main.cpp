@@ -80,7 +80,7 @@ int print_schedule(const Options& options) {
   const auto devices = options.gpus > 0 ? static_cast<size_t>(options.gpus) : 2;
   size_t chunks = 1;
   try {
-    if (schedule_info(options.print_schedule).uses_chunks) chunks = static_cast<size_t>(options.chunks.front());
+    if (schedule_info(options.print_schedule).uses_chunks) chunks = std::stoul(first_option_value(options, "chunks"));
   } catch (const std::invalid_argument& error) {
     throw UsageError("--print-schedule=" + options.print_schedule + ": " + error.what());
   }
@@ -203,6 +203,11 @@ int main(int argc, char** argv) {
   }
   RunProgress progress(count_to_run(cases) + count_to_run(allreduce_cases), writes_output);
   register_cases(cases, options, progress);
+  if (auto* json = output.file_reporter()) {
+    std::map<std::string, std::string> fields;
+    for (const auto& spec : cases) fields[benchmark_name(spec.name, fixed_iterations(spec, options))] = fields_json(spec.fields).dump();
+    json->set_case_fields(std::move(fields));
+  }
   register_allreduce_cases(allreduce_cases, options, progress);
   add_run_context(options);
   CaseOutcomes outcomes;

@@ -31,6 +31,23 @@ std::string with_context(std::string text, const std::vector<std::pair<std::stri
   return text.insert(at + opening.size(), lines);
 }
 
+// Google Benchmark writes `      "run_name": "NAME",` in each entry: a case's fields go on the
+// next line.
+std::string with_fields(std::string entries, const std::map<std::string, std::string>& fields) {
+  const std::string key = "\"run_name\": \"";
+  for (size_t at = entries.find(key); at != std::string::npos; at = entries.find(key, at + 1)) {
+    const auto name_start = at + key.size();
+    const auto name_end = entries.find('"', name_start);
+    const auto line_end = entries.find('\n', name_end);
+    if (name_end == std::string::npos || line_end == std::string::npos) break;
+    const auto case_fields = fields.find(entries.substr(name_start, name_end - name_start));
+    if (case_fields == fields.end()) continue;
+    const auto indent = entries.substr(entries.rfind('\n', at) + 1, at - entries.rfind('\n', at) - 1);
+    entries.insert(line_end + 1, indent + "\"fields\": " + case_fields->second + ",\n");
+  }
+  return entries;
+}
+
 std::atomic<RunOutput*> interrupted_output{nullptr};
 volatile sig_atomic_t received_signal = 0;
 int wake_pipe[2] = {-1, -1};
@@ -70,9 +87,18 @@ bool JsonFileReporter::ReportContext(const Context& context) {
   return context_reported_;
 }
 
+void JsonFileReporter::set_case_fields(std::map<std::string, std::string> fields_by_benchmark_name) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  fields_ = std::move(fields_by_benchmark_name);
+}
+
 void JsonFileReporter::ReportRuns(const std::vector<Run>& runs) {
   std::lock_guard<std::mutex> lock(mutex_);
+  std::ostringstream entries;
+  json_.SetOutputStream(&entries);
   json_.ReportRuns(runs);
+  json_.SetOutputStream(&memory_);
+  memory_ << with_fields(entries.str(), fields_);
   for (const auto& run : runs) cases_.insert(run.run_name.str());
 }
 

@@ -10,6 +10,7 @@
 
 #include <benchmark/benchmark.h>
 
+#include <map>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -28,6 +29,10 @@ class JsonFileReporter : public benchmark::BenchmarkReporter {
   void ReportRuns(const std::vector<Run>& runs) override;
   void Finalize() override;
 
+  // Each entry of a case named here (its benchmark name) gets a "fields" object after its
+  // "run_name" (docs/JSON.md).
+  void set_case_fields(std::map<std::string, std::string> fields_by_benchmark_name);
+
   // The cases reported so far as a whole JSON document, with late_run_context() and `more`
   // added to its context, and how many cases it holds; nullopt before the context is reported.
   std::optional<std::pair<std::string, size_t>> snapshot(const std::vector<std::pair<std::string, std::string>>& more);
@@ -37,7 +42,8 @@ class JsonFileReporter : public benchmark::BenchmarkReporter {
   std::ostringstream memory_;
   benchmark::JSONReporter json_;
   bool context_reported_ = false;
-  std::set<std::string> cases_;  // run names: Google Benchmark reports a case's repetitions and aggregates apart
+  std::set<std::string> cases_;
+  std::map<std::string, std::string> fields_;  // by benchmark name: the fields object as JSON text  // run names: Google Benchmark reports a case's repetitions and aggregates apart
 };
 
 class RunOutput {

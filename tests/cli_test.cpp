@@ -58,10 +58,13 @@ TEST(Cli, ShortRunWritesJsonWithCountersAndContext) {
   for (const char* key : {"parbench_version", "parbench_json_schema", "git_sha", "git_dirty", "libtorch_version",
                           "cuda_version", "cudnn_version", "nccl_version", "gpu_count", "gpu_names", "tf32_cudnn",
                           "tf32_matmul", "host", "argv", "preset", "timer", "devices", "nvml", "driver_version",
-                          "gpu_settings", "environment", "environment_set_by_parbench", "rank_hosts"}) {
+                          "gpu_settings", "environment", "environment_set_by_parbench", "rank_hosts", "strategies",
+                          "schedules"}) {
     EXPECT_TRUE(context.contains(key)) << key;
   }
-  EXPECT_EQ(context["parbench_json_schema"], "1.3.0");
+  EXPECT_EQ(context["parbench_json_schema"], "1.4.0");
+  EXPECT_EQ(context["strategies"], "single,model_parallel,pipeline,data_parallel,ddp");
+  EXPECT_EQ(context["schedules"], "tutorial,gpipe,1f1b,interleaved-1f1b,zb-h1");
   EXPECT_FALSE(context.contains("interrupted"));
   EXPECT_EQ(context["preset"], "cpu");
   const int gpu_count = std::stoi(context["gpu_count"].get<std::string>());
@@ -72,6 +75,10 @@ TEST(Cli, ShortRunWritesJsonWithCountersAndContext) {
   for (const auto& benchmark : json["benchmarks"]) {
     const auto name = benchmark["name"].get<std::string>();
     if (name.rfind("train/pipeline/", 0) == 0) {
+      // Every entry of a case carries its identity as data, options at their unnamed value included.
+      EXPECT_EQ(benchmark["fields"], nlohmann::json::parse(
+                R"({"strategy":"pipeline","model":"tinycnn","batch":4,"image":16,"precision":"fp32","data":"device",)"
+                R"("gpus":2,"split":2,"schedule":"gpipe","lanes":1,"graph":"off"})"));
       // Two devices are needed: two GPUs, or two CPU stand-ins where there is no GPU.
       if (gpu_count == 1) {
         EXPECT_EQ(benchmark["error_message"], "skipped: needs 2 GPUs, 1 visible");
@@ -89,6 +96,9 @@ TEST(Cli, ShortRunWritesJsonWithCountersAndContext) {
     ASSERT_EQ(benchmark["run_name"].get<std::string>(),
               "train/single/tinycnn/batch:4/image:16/precision:fp32/data:device/iterations:2/manual_time");
     ASSERT_FALSE(benchmark.value("error_occurred", false)) << benchmark.dump();
+    EXPECT_EQ(benchmark["fields"], nlohmann::json::parse(
+              R"({"strategy":"single","model":"tinycnn","batch":4,"image":16,"precision":"fp32","data":"device",)"
+              R"("graph":"off"})"));
     if (benchmark["run_type"] == "aggregate") {
       ++aggregates;
       continue;

@@ -2,6 +2,7 @@
 // settings (through a fake libnvidia-ml.so.1 built with the tests, and with none), the
 // NCCL_*/CUDA_*/TORCH_* environment, what parbench set itself, and each rank's host. And the
 // root cause a rank hands torchrun ($TORCHELASTIC_ERROR_FILE, docs/DISTRIBUTED.md).
+#include "benchmarks/context.h"
 #include "benchmarks/temporary_directory.h"
 #include "tests/parbench_process.h"
 
@@ -50,7 +51,7 @@ TEST(Provenance, AFakeNvmlsSettingsTheEnvironmentAndTheRanksHostsAreRecorded) {
   const auto context = run_context("single,ddp", {{"LD_LIBRARY_PATH", FAKE_NVML_DIR},
                                                   {"NCCL_DEBUG", "WARN"},
                                                   {"TORCH_SHOW_CPP_STACKTRACES", "1"}});
-  EXPECT_EQ(context.at("parbench_json_schema"), "1.3.0");
+  EXPECT_EQ(context.at("parbench_json_schema"), kJsonSchemaVersion);
   EXPECT_EQ(context.at("nvml"), "ok");
   EXPECT_EQ(context.at("driver_version"), "555.42.06-fake");
   const auto gpus = nlohmann::json::parse(context.at("gpu_settings").get<std::string>());
