@@ -94,7 +94,6 @@ RankedRun run_training_rank(World& world, const CaseSpec& spec, const Options& o
     }
 
     run.facts = strategy->describe();
-    run.facts["scaling"] = spec.scaling;
     run.facts["devices"] = device_kind(world.device());
     for (const auto& parameter : strategy->model().module().parameters()) run.params += parameter.numel();
     run.forward_flops_per_sample = strategy->model().forward_flops_per_sample(sample_size(config));
@@ -110,7 +109,7 @@ RankedRun run_training_rank(World& world, const CaseSpec& spec, const Options& o
 }
 
 void run_distributed_case(benchmark::State& state, const CaseSpec& spec, const Options& options) {
-  const auto reported = report_next_repetition(state, spec.name, spec.gpus, options,
+  const auto reported = report_next_repetition(state, {spec.name, fields_json(spec.fields).dump()}, spec.gpus, options,
                                                [&](World& world) { return run_training_rank(world, spec, options, /*ends_with_case=*/false); });
   if (!reported) return;
   const auto& run = *reported->run;

@@ -45,6 +45,7 @@ using std::chrono::milliseconds;
 constexpr const char* kWorkerFlag = "--parbench-worker=";
 constexpr const char* kResultsFlag = "--parbench-results=";
 constexpr const char* kResultFile = "result.json";
+constexpr const char* kCaseFile = "case.json";  // a train case's fields, written before the ranks start
 constexpr auto kProgressPollInterval = milliseconds(500);
 constexpr auto kReapTimeout = std::chrono::seconds(10);
 
@@ -325,18 +326,18 @@ std::string dump_flight_recorder(const std::string& output, int rank) {
   while (true) pause();
 }
 
-RankedRun run_named_case(const std::string& name, const Options& options, World& world) {
+// A train case is built from the fields the launcher wrote; a comm case is found by name.
+RankedRun run_launched_case(const WorkerRequest& request, const Options& options, World& world) {
+  const auto& name = request.case_name;
   // The ranks stand in for visible GPUs: the launcher has decided the case runs.
-  if (starts_with(name, "comm/allreduce/")) {
-    for (const auto& allreduce : build_allreduce_cases(options, world.size())) {
-      if (allreduce.name == name) return run_allreduce_rank(world, allreduce, options);
-    }
-  } else {
-    for (const auto& spec : build_cases(options, world.size())) {
-      if (spec.name != name) continue;
-      if (!spec.skip_reason.empty()) throw std::runtime_error("case " + name + " is skipped: " + spec.skip_reason);
-      return run_training_rank(world, spec, options, /*ends_with_case=*/true);
-    }
+  if (std::ifstream fields(request.result_dir + "/" + kCaseFile); fields) {
+    const auto spec = case_from_fields(nlohmann::json::parse(fields), options, world.size());
+    if (spec.name != name) throw std::runtime_error("case " + name + " was launched with the fields of " + spec.name);
+    if (!spec.skip_reason.empty()) throw std::runtime_error("case " + name + " is skipped: " + spec.skip_reason);
+    return run_training_rank(world, spec, options, /*ends_with_case=*/true);
+  }
+  for (const auto& allreduce : build_allreduce_cases(options, world.size())) {
+    if (allreduce.name == name) return run_allreduce_rank(world, allreduce, options);
   }
   throw std::runtime_error("no case named " + name + " with these options on " + std::to_string(world.size()) +
                            " ranks");
@@ -542,7 +543,7 @@ std::vector<std::vector<double>> time_iterations_together(World& world, const Op
   return seconds;
 }
 
-std::optional<ReportedRepetition> report_next_repetition(benchmark::State& state, const std::string& case_name,
+std::optional<ReportedRepetition> report_next_repetition(benchmark::State& state, const LaunchedCase& launched,
                                                          int ranks, const Options& options,
                                                          const std::function<RankedRun(World&)>& run_rank) {
   struct Outcome {
@@ -551,13 +552,13 @@ std::optional<ReportedRepetition> report_next_repetition(benchmark::State& state
     size_t reported = 0;
   };
   static std::map<std::string, Outcome> outcomes;  // by case: Google Benchmark may interleave repetitions
-  auto [entry, first_call] = outcomes.try_emplace(case_name);
+  auto [entry, first_call] = outcomes.try_emplace(launched.name);
   auto& outcome = entry->second;
   if (first_call) {
     try {
       auto& external = external_rank();
       outcome.run = external ? run_as_external_rank(*external, ranks, run_rank)
-                             : launch_case(self_binary(), self_arguments(), case_name, ranks, options.dist_timeout_s);
+                             : launch_case(self_binary(), self_arguments(), launched, ranks, options.dist_timeout_s);
       note_rank_hosts(outcome.run->hosts);
     } catch (const std::exception& error) {
       outcome.error = first_line(error);
@@ -588,12 +589,17 @@ std::optional<ReportedRepetition> report_next_repetition(benchmark::State& state
 }
 
 RankedRun launch_case(const std::string& binary, const std::vector<std::string>& arguments,
-                      const std::string& case_name, int ranks, double timeout_s,
+                      const LaunchedCase& launched, int ranks, double timeout_s,
                       const std::map<std::string, std::string>& environment) {
   TemporaryDirectory results("parbench-ranks");
+  if (!launched.fields.empty()) {
+    std::ofstream fields(results.path() + "/" + kCaseFile);
+    fields << launched.fields;
+    if (!fields) throw std::runtime_error("cannot write " + results.path() + "/" + kCaseFile);
+  }
   LaunchRequest request;
   request.binary = binary;
-  request.arguments = {kWorkerFlag + case_name, kResultsFlag + results.path()};
+  request.arguments = {kWorkerFlag + launched.name, kResultsFlag + results.path()};
   request.arguments.insert(request.arguments.end(), arguments.begin(), arguments.end());
   request.arguments.push_back("--dist-timeout=" + std::to_string(timeout_s));  // the last one given wins
   request.ranks = ranks;
@@ -661,7 +667,7 @@ int run_worker(const WorkerRequest& request, Options options, int visible_gpus) 
       hang_forever();
     }
 
-    const auto run = run_named_case(request.case_name, options, *world);
+    const auto run = run_launched_case(request, options, *world);
     if (rank == 0) {
       const auto path = request.result_dir + "/" + kResultFile;
       std::ofstream file(path + ".partial");

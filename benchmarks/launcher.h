@@ -106,6 +106,14 @@ inline constexpr uint64_t kRankDataSeed = 1000;  // plus the rank
 
 // ---- Reporting to Google Benchmark -----------------------------------------------------
 
+// What a launch runs: a case's name and, for a train case, its fields (fields_json in
+// benchmarks/cases.h, as JSON text), from which every rank builds it; comm cases, without
+// fields, are found by name.
+struct LaunchedCase {
+  std::string name;
+  std::string fields;
+};
+
 struct ReportedRepetition {
   const RankedRun* run;
   size_t index;
@@ -116,22 +124,22 @@ struct ReportedRepetition {
 // fresh processes of this binary. Every call reports the next repetition's iteration times
 // with SetIterationTime. Returns that repetition, or nullopt after SkipWithError (one line
 // naming the rank that failed).
-std::optional<ReportedRepetition> report_next_repetition(benchmark::State& state, const std::string& case_name,
+std::optional<ReportedRepetition> report_next_repetition(benchmark::State& state, const LaunchedCase& launched,
                                                          int ranks, const Options& options,
                                                          const std::function<RankedRun(World&)>& run_rank);
 
-// Runs `case_name` on `ranks` fresh processes of `binary` given parbench options `arguments`
+// Runs `launched` on `ranks` fresh processes of `binary` given parbench options `arguments`
 // (their --dist-timeout set to `timeout_s`), and returns rank 0's result; throws
 // std::runtime_error naming the rank that failed.
 RankedRun launch_case(const std::string& binary, const std::vector<std::string>& arguments,
-                      const std::string& case_name, int ranks, double timeout_s,
+                      const LaunchedCase& launched, int ranks, double timeout_s,
                       const std::map<std::string, std::string>& environment = {});
 
 // ---- Being a rank of parbench's launcher ---------------------------------------------------
 
 struct WorkerRequest {
   std::string case_name;   // --parbench-worker=CASE
-  std::string result_dir;  // --parbench-results=DIR
+  std::string result_dir;  // --parbench-results=DIR, holding case.json for a train case
 };
 
 // Takes the hidden flags parbench's launcher gives its ranks out of argv.

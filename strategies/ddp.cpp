@@ -67,10 +67,14 @@ class DistributedDataParallel final : public Strategy {
   std::map<std::string, std::string> describe() const override {
     char bucket_mib[32];
     std::snprintf(bucket_mib, sizeof bucket_mib, "%g", config_.bucket_mib);
-    return {{"backend", world_->backend_name()},
-            {"bucket_mib", bucket_mib},
-            {"buckets", std::to_string(buckets_->bucket_count())},
-            {"overlap", config_.overlap ? "on" : "off"}};
+    std::map<std::string, std::string> facts = {{"backend", world_->backend_name()},
+                                                {"bucket_mib", bucket_mib},
+                                                {"buckets", std::to_string(buckets_->bucket_count())},
+                                                {"overlap", config_.overlap ? "on" : "off"}};
+    if (const auto scaling = config_.options.find("scaling"); scaling != config_.options.end()) {
+      facts["scaling"] = scaling->second;
+    }
+    return facts;
   }
 
  private:
@@ -80,10 +84,36 @@ class DistributedDataParallel final : public Strategy {
   std::unique_ptr<GradientBuckets> buckets_;
 };
 
-PARBENCH_REGISTER_STRATEGY({"ddp", "one process per device; gradients averaged by bucketed all-reduce during backward",
-                            /*order=*/4, /*min_devices=*/1, /*distributed=*/true,
-                            [] { return std::make_unique<DistributedDataParallel>(); },
-                            /*graph_capturable=*/true, /*device_role=*/"ranks"});
+StrategyInfo ddp_info() {
+  StrategyInfo info{"ddp", "one process per device; gradients averaged by bucketed all-reduce during backward",
+                    /*order=*/4, /*min_devices=*/1, /*distributed=*/true,
+                    [] { return std::make_unique<DistributedDataParallel>(); },
+                    /*graph_capturable=*/true, /*device_role=*/"ranks"};
+  using Kind = StrategyOption::Kind;
+  info.options = {
+      {"bucket_mib", "bucket-mib", "ddp gradient bucket size in MiB; default 25", Kind::kNumber, {}, 1, {"25"}, "", "",
+       nullptr, [](RunConfig& config, const std::string& value, int) { config.bucket_mib = std::stod(value); }},
+      {"overlap", "overlap", "ddp: on (all-reduce during backward) | off (after backward); default on", Kind::kChoice,
+       {"on", "off"}, 1, {"on"}, "", "", nullptr,
+       [](RunConfig& config, const std::string& value, int) { config.overlap = value == "on"; }},
+      // --batch is per rank in weak scaling, global in strong.
+      {"scaling", "scaling", "ddp: weak (per-rank batch fixed) | strong (global batch fixed); default weak",
+       Kind::kChoice, {"weak", "strong"}, 1, {"weak"}, "", "", nullptr,
+       [](RunConfig& config, const std::string& value, int ranks) {
+         if (value == "strong") config.batch_size /= ranks;
+       }},
+  };
+  info.obstacle = [](const CaseConditions& conditions) -> std::optional<CaseObstacle> {
+    if (conditions.config.options.at("scaling") == "strong" && conditions.named_batch % conditions.devices != 0) {
+      return CaseObstacle{"strong scaling needs a batch divisible by " + std::to_string(conditions.devices) + " ranks"};
+    }
+    return std::nullopt;
+  };
+  info.advise_model = AdviseModel::kRankedAllReduce;
+  return info;
+}
+
+PARBENCH_REGISTER_STRATEGY(ddp_info());
 
 }  // namespace
 }  // namespace parbench

@@ -7,6 +7,7 @@
 #include "models/model_zoo.h"
 #include "strategies/strategy.h"
 #include "strategies/training.h"
+#include "tests/launched_case.h"
 #include "tests/tensor_compare.h"
 
 #include <gtest/gtest.h>
@@ -48,11 +49,7 @@ DdpResult run_ddp(int ranks, const std::string& bucket_mib, const std::string& o
   arguments.push_back("--precision=" + precision);
   arguments.push_back("--warmup=" + std::to_string(warmup_steps));
   if (cuda_graph) arguments.push_back("--cuda-graph=on");
-  const auto sample = is_language_model(model) ? "/seq:16" : "/image:16";
-  const auto name = "train/ddp/" + model + "/batch:3" + sample + "/precision:" + precision + "/data:device/gpus:" +
-                    std::to_string(ranks) + "/bucket_mib:" + bucket_mib + "/overlap:" + overlap + "/scaling:weak" +
-                    (cuda_graph ? "/graph:on" : "");
-  const auto run = launch_case(PARBENCH_BINARY, arguments, name, ranks, /*timeout_s=*/30,
+  const auto run = launch_case(PARBENCH_BINARY, arguments, only_train_case(arguments, ranks), ranks, /*timeout_s=*/30,
                                {{"PARBENCH_TEST_SAVE_WEIGHTS", weights.path()}});
   EXPECT_EQ(run.world_size, ranks);
   EXPECT_EQ(run.repetitions.size(), 1u);

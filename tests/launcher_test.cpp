@@ -5,6 +5,7 @@
 #include "benchmarks/launcher.h"
 
 #include "benchmarks/temporary_directory.h"
+#include "tests/launched_case.h"
 #include "tests/parbench_process.h"
 
 #include <gtest/gtest.h>
@@ -31,10 +32,7 @@ constexpr double kSlack = 10;        // seconds on top of it: process start-up o
 const std::vector<std::string> kSmallDdp = {"--strategies=ddp", "--models=tinycnn", "--batch=2",
                                             "--image=16",       "--warmup=1",       "--repetitions=2",
                                             "--iterations=2",   "--allreduce=off"};
-std::string small_ddp_case(int ranks) {
-  return "train/ddp/tinycnn/batch:2/image:16/precision:fp32/data:device/gpus:" + std::to_string(ranks) +
-         "/bucket_mib:25/overlap:on/scaling:weak";
-}
+LaunchedCase small_ddp_case(int ranks) { return only_train_case(kSmallDdp, ranks); }
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
@@ -119,7 +117,7 @@ TEST(Launcher, ARankThatNeverJoinsIsNamedWithinTheTimeout) {
 TEST(Launcher, AllreduceCaseRunsOnTheStoreBackend) {
   hide_gpus_from_ranks();
   const auto run = launch_case(PARBENCH_BINARY, {"--strategies=ddp", "--warmup=1", "--repetitions=1", "--iterations=2"},
-                               "comm/allreduce/bytes:1024/ranks:2", 2, /*timeout_s=*/30);
+                               LaunchedCase{"comm/allreduce/bytes:1024/ranks:2", ""}, 2, /*timeout_s=*/30);
   EXPECT_EQ(run.facts.at("backend"), "store");
   EXPECT_EQ(run.facts.at("all_reduces_per_iteration"), "100");
   ASSERT_EQ(run.repetitions.size(), 1u);
@@ -131,14 +129,11 @@ TEST(Launcher, AllreduceCaseRunsOnTheStoreBackend) {
 TEST(Launcher, TensorsLargerThanTheStoresValueLimitGoThroughTheStoreBackend) {
   hide_gpus_from_ranks();
   const auto allreduce = launch_case(PARBENCH_BINARY, {"--strategies=ddp", "--warmup=0", "--repetitions=1", "--iterations=1"},
-                                     "comm/allreduce/bytes:16777216/ranks:2", 2, /*timeout_s=*/60);
+                                     LaunchedCase{"comm/allreduce/bytes:16777216/ranks:2", ""}, 2, /*timeout_s=*/60);
   EXPECT_EQ(allreduce.repetitions.size(), 1u);
-  const auto ddp = launch_case(PARBENCH_BINARY,
-                               {"--strategies=ddp", "--models=resnet18", "--batch=2", "--image=32", "--warmup=0",
-                                "--repetitions=1", "--iterations=1", "--allreduce=off"},
-                               "train/ddp/resnet18/batch:2/image:32/precision:fp32/data:device/gpus:2/bucket_mib:25/"
-                               "overlap:on/scaling:weak",
-                               2, /*timeout_s=*/60);
+  const std::vector<std::string> resnet18 = {"--strategies=ddp", "--models=resnet18", "--batch=2", "--image=32",
+                                             "--warmup=0", "--repetitions=1", "--iterations=1", "--allreduce=off"};
+  const auto ddp = launch_case(PARBENCH_BINARY, resnet18, only_train_case(resnet18, 2), 2, /*timeout_s=*/60);
   EXPECT_EQ(ddp.facts.at("buckets"), "2");
   EXPECT_EQ(ddp.repetitions.size(), 1u);
   expect_no_child_processes();
