@@ -33,7 +33,7 @@ from matplotlib.patches import Patch
 from matplotlib.text import Annotation
 from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
 
-import parbench_results as pr
+from parbench_results import cases as pr
 
 FORMATS = ("png", "svg")
 # 8.6 in at 100 dpi is about 870 px, a README column: the PNG shows at 100 %, fonts at their size.

@@ -36,12 +36,11 @@ from pathlib import Path
 
 from matplotlib import rc_context
 
-# The reader and the figures live in plots/, next to this script's folder.
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "plots"))
-import parbench_results as pr  # noqa: E402
-import pipeline_timeline as pt  # noqa: E402
-import plot  # noqa: E402
-import timeline_plot  # noqa: E402
+# The reader and the figures: this checkout's Python package (pyproject.toml), which ci/setup.sh installs.
+import pipeline_timeline as pt
+import plot
+import timeline_plot
+from parbench_results import cases as pr
 
 FIGURE_CAPTIONS = {
     "step_time": "Step time per strategy (mean \u00b1 standard deviation over repetitions)",
