@@ -1,4 +1,4 @@
-"""Reads parbench's JSON output (docs/JSON.md) for plots/plot.py and reports/make_report.py.
+"""The cases of parbench's JSON output (docs/JSON.md) for plots/plot.py and reports/make_report.py.
 
 What it computes:
 - per case (one benchmark run name; repetitions of the same name in several files are pooled):
@@ -7,7 +7,7 @@ What it computes:
   used: a case with one repetition has none, and the report shows min and max too.
 - a name such as `train/pipeline/resnet50/batch:120/.../split:20/schedule:gpipe` parsed into
   strategy (second path element), model and fields; Google Benchmark's own suffixes
-  (`manual_time`, `repeats:3`, ...) are dropped.
+  (`manual_time`, `repeats:3`, ...) are dropped (parbench_results.schema).
 - each case's set-up (model, batch, image, precision, data) and single-GPU reference, the
   speedup (single's median step time / the case's) and the scaling efficiency
   (images/s / (gpus x single's images/s)), and the best pipeline split (lowest median step time).
@@ -21,7 +21,6 @@ A file that cannot be read as parbench output raises ResultsError, whose message
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
 import re
@@ -30,14 +29,12 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-KNOWN_SCHEMA_MAJOR = 1
+from parbench_results.schema import SECONDS_PER_UNIT, ResultsError, name_parts, read_document
+
 STRATEGY_ORDER = ("single", "model_parallel", "pipeline", "data_parallel", "ddp")
 SCHEDULE_ORDER = ("tutorial", "gpipe", "1f1b", "interleaved-1f1b", "zb-h1")
 PRECISION_ORDER = ("fp32", "bf16")
 
-# Name components Google Benchmark appends to a registered name.
-_GBENCH_FLAGS = {"manual_time", "real_time", "process_time"}
-_GBENCH_KEYS = {"iterations", "repeats", "min_time", "min_warmup_time", "threads"}
 # Fields each strategy's name carries beyond model, batch, image (a language model: seq),
 # precision and data.
 _SETUP_KEYS = ("batch", "image", "seq", "precision", "data")
@@ -51,15 +48,10 @@ _STRATEGY_KEYS = {
 }
 _REQUIRED_TRAIN_COUNTERS = ("step_ms", "items_per_second")
 _REQUIRED_COMM_COUNTERS = ("real_time", "bytes", "algbw_gbps", "busbw_gbps")
-SECONDS_PER_UNIT = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}  # Google Benchmark's time_unit
 _BUBBLE_COUNTER = re.compile(r"^bubble_frac_dev(\d+)$")
 _BUSY_COUNTER = re.compile(r"^busy_frac_dev(\d+)$")
 _MEMORY_COUNTER = re.compile(r"peak_mem_gib_dev(\d+)$")
 SKIP_PREFIX = "skipped: "  # a case's error_message when it was skipped, not failed (docs/JSON.md)
-
-
-class ResultsError(Exception):
-    """A file that cannot be read as parbench output; the message names the file."""
 
 
 @dataclass(frozen=True)
@@ -385,7 +377,7 @@ def load(paths: list[str]) -> Results:
             notes.append(f"{path} is given more than once; read once")
             continue
         seen.add(Path(path).resolve())
-        document = _read_document(path)
+        document = read_document(path)
         runs.append(Run(path, document["context"]))
         for index, entry in enumerate(document["benchmarks"]):
             _add_entry(cases, path, index, entry, document["context"])
@@ -396,34 +388,6 @@ def load(paths: list[str]) -> Results:
         if len(case.files) > 1:
             notes.append(f"{case.name} appears in {', '.join(case.files)}; their repetitions are pooled")
     return Results(runs, list(cases.values()), notes)
-
-
-def _read_document(path: str) -> dict:
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise ResultsError(f"{path}: cannot read: {error}") from None
-    if not text.strip():
-        raise ResultsError(f"{path}: file is empty")
-    try:
-        document = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise ResultsError(f"{path}: not valid JSON: {error}") from None
-    if not (isinstance(document, dict) and isinstance(document.get("context"), dict)
-            and isinstance(document.get("benchmarks"), list)):
-        raise ResultsError(f"{path}: not Google Benchmark JSON (needs 'context' and 'benchmarks')")
-    version = document["context"].get("parbench_json_schema")
-    if not isinstance(version, str):
-        raise ResultsError(f"{path}: not parbench output (no context.parbench_json_schema)")
-    major = version.split(".")[0]
-    if not major.isdigit():
-        raise ResultsError(f"{path}: parbench_json_schema '{version}' is not a semver version")
-    if int(major) != KNOWN_SCHEMA_MAJOR:
-        raise ResultsError(f"{path}: parbench_json_schema {version} has major version {major}; "
-                           f"this reader knows major version {KNOWN_SCHEMA_MAJOR}")
-    if not document["benchmarks"]:
-        raise ResultsError(f"{path}: holds no benchmarks")
-    return document
 
 
 def _add_entry(cases: dict[str, Case], path: str, index: int, entry, context: dict) -> None:
@@ -464,7 +428,7 @@ def _add_entry(cases: dict[str, Case], path: str, index: int, entry, context: di
 
 
 def _parse_name(name: str, where: str) -> Case:
-    parts = name.split("/")
+    parts = name_parts(name)
     if len(parts) < 2:
         raise ResultsError(f"{where}: name '{name}' is not family/strategy/...")
     family, strategy = parts[0], parts[1]
@@ -492,12 +456,10 @@ def _parse_name(name: str, where: str) -> Case:
 
 
 def _parse_fields(parts: list[str], name: str, where: str) -> dict[str, str]:
-    """The name's key:value components, without the ones Google Benchmark appends."""
+    """The name's key:value components."""
     fields = {}
     for part in parts:
         key, colon, value = part.partition(":")
-        if part in _GBENCH_FLAGS or (colon and key in _GBENCH_KEYS):
-            continue
         if not colon or not key or not value:
             raise ResultsError(f"{where}: name '{name}': component '{part}' is not key:value")
         fields[key] = value
