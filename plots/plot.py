@@ -480,7 +480,7 @@ def _tick_label(case):
         details.append(f"overlap {fields['overlap']}")
     if "bucket_mib" in fields:  # ddp, whose names always carry scaling too
         details.append(f"{fields['bucket_mib']} MiB, {fields['scaling']}")
-    details += [f"{key} {value}" for key, value in fields.items() if key not in TICK_FIELDS]
+    details += [f"{key} {value}" for key, value in case.named_fields.items() if key not in TICK_FIELDS]
     return "\n".join([case.strategy, ", ".join(details)]) if details else case.strategy
 
 

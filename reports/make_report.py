@@ -128,7 +128,7 @@ def draw_timeline_figures(results: pr.Results, timelines: dict[str, CaseTimeline
                 timeline = timelines.get(best.name)
                 if timeline is None:
                     continue
-                slug = "_".join([best.model, *(f"{key}-{value}" for key, value in best.fields.items())])
+                slug = "_".join([best.model, *(f"{key}-{value}" for key, value in best.named_fields.items())])
                 name = TIMELINE_FIGURE_PREFIX + re.sub(r"[^A-Za-z0-9._-]+", "-", slug)
                 note = ""
                 if timeline.predicted is None:
@@ -598,7 +598,8 @@ def _details(case: pr.Case) -> str:
     """The label's facts that the name does not give (cut, backend, ...), ddp's rank spread and
     data_parallel's time to build its replicas (clone) or to broadcast and reduce (broadcast)."""
     # devices is in the config ("2 CPU devices") and the environment already.
-    facts = [f"{key}={value}" for key, value in case.label.items() if key not in case.fields and key != "devices"]
+    facts = [f"{key}={value}" for key, value in case.label.items()
+             if key not in case.named_fields and key != "devices"]
     rank_spread = case.stats("step_ms_rank_spread")
     if rank_spread is not None:
         facts.append(f"rank spread {rank_spread.median:.1%}")

@@ -1,6 +1,6 @@
 """What docs/JSON.md defines, for every reader of parbench's JSON: a file read and its schema
-version checked, Google Benchmark's time units, and case names without the suffixes Google
-Benchmark appends.
+version checked, Google Benchmark's time units, case names without the suffixes Google Benchmark
+appends, a training case's fields and the context's order of strategies and schedules.
 
 Standard library only, and Python 3.7 syntax: the regression gate imports it (docs/PERF_GATE.md).
 """
@@ -67,3 +67,58 @@ def case_name(run_name: str) -> str:
 def _appended_by_gbench(part: str) -> bool:
     key, colon, _ = part.partition(":")
     return part in _GBENCH_FLAGS or bool(colon and key in _GBENCH_KEYS)
+
+
+def key_values(parts: list) -> dict:
+    """A name's key:value path elements as a dict; ValueError names one that is not key:value."""
+    found = {}
+    for part in parts:
+        key, colon, value = part.partition(":")
+        if not colon or not key or not value:
+            raise ValueError(f"component '{part}' is not key:value")
+        found[key] = value
+    return found
+
+
+def case_fields(entry: dict) -> dict:
+    """A train/ case's fields, each value a string as in its name, strategy and model first: the
+    entry's `fields` object (schema 1.4.0 on), else its name parsed, for older files (strategy
+    and model are its second and third path elements, the rest key:value). ValueError says what
+    is malformed."""
+    if "fields" in entry:
+        return _fields_object(entry["fields"])
+    parts = name_parts(entry["run_name"])
+    if len(parts) < 3:
+        raise ValueError(f"name '{entry['run_name']}' has no model")
+    fields = {"strategy": parts[1], "model": parts[2]}
+    try:
+        fields.update(key_values(parts[3:]))
+    except ValueError as error:
+        raise ValueError(f"name '{entry['run_name']}': {error}") from None
+    return fields
+
+
+def _fields_object(fields) -> dict:
+    if not isinstance(fields, dict):
+        raise ValueError("'fields' is not an object")
+    for key in ("strategy", "model"):
+        if not (isinstance(fields.get(key), str) and fields[key]):
+            raise ValueError(f"'fields' has no '{key}' string")
+    as_text = {}
+    for key, value in fields.items():
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            raise ValueError(f"'fields' value {key}: {value!r} is neither a string nor a number")
+        as_text[key] = value if isinstance(value, str) else _number_text(value)
+    return as_text
+
+
+def _number_text(value) -> str:
+    """A number as a name writes it: 120, not 120.0."""
+    return str(int(value)) if float(value).is_integer() else repr(value)
+
+
+def listed_order(context: dict, key: str):
+    """The context's comma-separated list under key (`strategies`: the registry's listing order,
+    `schedules`: the schedule table's; schema 1.4.0) as a tuple, or None where it is absent."""
+    listed = context.get(key)
+    return tuple(name for name in listed.split(",") if name) if isinstance(listed, str) else None
