@@ -12,6 +12,7 @@ from parbench_results import cases as pr
 from parbench_results import perf_gate
 from parbench_results.schema import ResultsError, case_fields
 from scripts import REPO
+from test_perf_gate import write
 from test_plots_report import MAKE_REPORT, row, run, tables
 
 FIXTURE = REPO / "tests" / "python" / "fixtures" / "schema_1_4_plugin.json"
@@ -24,12 +25,6 @@ SETUP = "tinycnn, batch 8, image 64\u00d764, fp32, data on device"
 
 def document():
     return json.loads(FIXTURE.read_text())
-
-
-def write(tmp_path, name, data):
-    path = tmp_path / name
-    path.write_text(json.dumps(data))
-    return str(path)
 
 
 def before_fields(data):

@@ -1,7 +1,7 @@
 """Tests plots/plot.py and reports/make_report.py against the fixtures in fixtures/ (parbench JSON
 as docs/JSON.md defines it; fixtures/README.md says where each comes from) and the committed GPU
 runs under reports/. Expected numbers are computed here from the files' per-repetition entries,
-independently of plots/parbench_results.py."""
+independently of plots/parbench_results/."""
 import json
 import re
 import statistics
