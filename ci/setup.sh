@@ -96,10 +96,11 @@ install_python_package() {
   site=$("$python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
   rm -f "$site/parbench.pth"  # a fallback left by another checkout
   echo "setup: installing the parbench_results package (pyproject.toml) into $python, editable" >&2
-  local pip_output
+  local pip_output reason
   if ! pip_output=$("$python" -m pip install -q --disable-pip-version-check --no-index --no-deps --no-build-isolation \
                     -e . 2>&1); then
-    echo "setup: pip could not install it ($(grep -o "error: .*" <<<"$pip_output" | paste -s -d ";" -));" \
+    reason=$(grep -o "error: .*" <<<"$pip_output" | paste -s -d ";" - || true)
+    echo "setup: pip could not install it (${reason:-$(tail -n 1 <<<"$pip_output")});" \
       "$site/parbench.pth puts $PWD/plots on the path instead" >&2
     echo "$PWD/plots" >"$site/parbench.pth"
   fi
