@@ -36,4 +36,6 @@ for key in cpu_model num_cpus; do
     exit 77
   fi
 done
-python3 ci/perf-gate "$BASELINE" "$candidate" --threshold "$THRESHOLD_PCT"
+# The gate runs on the python the build was configured with, where ci/setup.sh installed its package.
+python=$(sed -n 's/^Python3_EXECUTABLE:[A-Z]*=//p' "$build_dir/CMakeCache.txt")
+"${python:-python3}" ci/perf-gate "$BASELINE" "$candidate" --threshold "$THRESHOLD_PCT"

@@ -19,8 +19,7 @@ import statistics
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "plots"))
-from parbench_results import ResultsError, load  # noqa: E402
+from parbench_results.cases import ResultsError, load
 
 
 def bare_median(directory: Path, batch: int) -> float:

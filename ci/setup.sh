@@ -4,6 +4,7 @@
 #   - Google Benchmark, built in Release from Debian's source into .deps/ (see below).
 #   - Python: an importable torch (the GPU machines bring 2.11.0+cu130) or, failing that, a
 #     torch wheel pinned to 2.11.0 in the project-local .venv; matplotlib, scipy and pytest there too.
+#   - this checkout's Python package (pyproject.toml), editable, into that python.
 # Prints the python to use as its last line (ci/build.sh reads it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -81,18 +82,44 @@ if [[ $(cat "$benchmark_stamp" 2>/dev/null) != "$BENCHMARK_DEBIAN_VERSION Releas
   build_benchmark_release
 fi
 
+# The Python package of this checkout (pyproject.toml: plots/parbench_results and the figure
+# modules), editable, so scripts and tests import the checkout's code. Offline (the GPU machines)
+# pip builds it only where setuptools is already there; where pip cannot (no pip, no setuptools,
+# a system python that refuses pip), a .pth file in site-packages puts plots/ on the path, which
+# is what the editable install amounts to.
+install_python_package() {
+  local python=$1 site
+  if [[ $("$python" -c "import parbench_results, os; print(os.path.dirname(os.path.dirname(parbench_results.__file__)))" \
+          2>/dev/null) == "$PWD/plots" ]]; then
+    return
+  fi
+  site=$("$python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+  rm -f "$site/parbench.pth"  # a fallback left by another checkout
+  echo "setup: installing the parbench_results package (pyproject.toml) into $python, editable" >&2
+  local pip_output reason
+  if ! pip_output=$("$python" -m pip install -q --disable-pip-version-check --no-index --no-deps --no-build-isolation \
+                    -e . 2>&1); then
+    reason=$(grep -o "error: .*" <<<"$pip_output" | paste -s -d ";" - || true)
+    echo "setup: pip could not install it (${reason:-$(tail -n 1 <<<"$pip_output")});" \
+      "$site/parbench.pth puts $PWD/plots on the path instead" >&2
+    echo "$PWD/plots" >"$site/parbench.pth"
+  fi
+}
+
 # A system python that already imports torch (the GPU machines) is used as it is.
 if python3 -c "import torch, matplotlib, scipy" 2>/dev/null; then
-  command -v python3
-  exit 0
+  python=$(command -v python3)
+else
+  if [[ ! -x .venv/bin/python ]]; then
+    python3 -m venv .venv >&2
+  fi
+  if ! .venv/bin/python -c "import torch, matplotlib, scipy, pytest" 2>/dev/null; then
+    echo "setup: installing torch==$TORCH_VERSION, matplotlib, scipy and pytest into .venv" >&2
+    .venv/bin/python -m pip install -q --upgrade pip >&2
+    # setuptools and wheel: the build backend pip installs this checkout's package with, offline.
+    .venv/bin/python -m pip install -q "torch==$TORCH_VERSION" matplotlib scipy pytest "setuptools>=64" wheel >&2
+  fi
+  python=$PWD/.venv/bin/python
 fi
-
-if [[ ! -x .venv/bin/python ]]; then
-  python3 -m venv .venv >&2
-fi
-if ! .venv/bin/python -c "import torch, matplotlib, scipy, pytest" 2>/dev/null; then
-  echo "setup: installing torch==$TORCH_VERSION, matplotlib, scipy and pytest into .venv" >&2
-  .venv/bin/python -m pip install -q --upgrade pip >&2
-  .venv/bin/python -m pip install -q "torch==$TORCH_VERSION" matplotlib scipy pytest >&2
-fi
-echo "$PWD/.venv/bin/python"
+install_python_package "$python"
+echo "$python"

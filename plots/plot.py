@@ -33,7 +33,7 @@ from matplotlib.patches import Patch
 from matplotlib.text import Annotation
 from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
 
-import parbench_results as pr
+from parbench_results import cases as pr
 
 FORMATS = ("png", "svg")
 # 8.6 in at 100 dpi is about 870 px, a README column: the PNG shows at 100 %, fonts at their size.
@@ -480,7 +480,7 @@ def _tick_label(case):
         details.append(f"overlap {fields['overlap']}")
     if "bucket_mib" in fields:  # ddp, whose names always carry scaling too
         details.append(f"{fields['bucket_mib']} MiB, {fields['scaling']}")
-    details += [f"{key} {value}" for key, value in fields.items() if key not in TICK_FIELDS]
+    details += [f"{key} {value}" for key, value in case.named_fields.items() if key not in TICK_FIELDS]
     return "\n".join([case.strategy, ", ".join(details)]) if details else case.strategy
 
 

@@ -36,12 +36,11 @@ from pathlib import Path
 
 from matplotlib import rc_context
 
-# The reader and the figures live in plots/, next to this script's folder.
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "plots"))
-import parbench_results as pr  # noqa: E402
-import pipeline_timeline as pt  # noqa: E402
-import plot  # noqa: E402
-import timeline_plot  # noqa: E402
+# The reader and the figures: this checkout's Python package (pyproject.toml), which ci/setup.sh installs.
+import pipeline_timeline as pt
+import plot
+import timeline_plot
+from parbench_results import cases as pr
 
 FIGURE_CAPTIONS = {
     "step_time": "Step time per strategy (mean \u00b1 standard deviation over repetitions)",
@@ -129,7 +128,7 @@ def draw_timeline_figures(results: pr.Results, timelines: dict[str, CaseTimeline
                 timeline = timelines.get(best.name)
                 if timeline is None:
                     continue
-                slug = "_".join([best.model, *(f"{key}-{value}" for key, value in best.fields.items())])
+                slug = "_".join([best.model, *(f"{key}-{value}" for key, value in best.named_fields.items())])
                 name = TIMELINE_FIGURE_PREFIX + re.sub(r"[^A-Za-z0-9._-]+", "-", slug)
                 note = ""
                 if timeline.predicted is None:
@@ -599,7 +598,8 @@ def _details(case: pr.Case) -> str:
     """The label's facts that the name does not give (cut, backend, ...), ddp's rank spread and
     data_parallel's time to build its replicas (clone) or to broadcast and reduce (broadcast)."""
     # devices is in the config ("2 CPU devices") and the environment already.
-    facts = [f"{key}={value}" for key, value in case.label.items() if key not in case.fields and key != "devices"]
+    facts = [f"{key}={value}" for key, value in case.label.items()
+             if key not in case.named_fields and key != "devices"]
     rank_spread = case.stats("step_ms_rank_spread")
     if rank_spread is not None:
         facts.append(f"rank spread {rank_spread.median:.1%}")

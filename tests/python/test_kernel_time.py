@@ -1,13 +1,9 @@
 """ci/kernel_time.py on a made-up trace: kinds by kernel name, the span and the idle time."""
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "ci" / "kernel_time.py"
-spec = importlib.util.spec_from_file_location("kernel_time", SCRIPT)
-kernel_time = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(kernel_time)
+from scripts import import_script
+
+kernel_time = import_script("ci/kernel_time.py")
 
 
 def kernel(name, ts, dur, cat="kernel"):

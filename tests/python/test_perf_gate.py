@@ -5,7 +5,7 @@ Inputs are built here as Google Benchmark 1.7.1 JSON with parbench's context and
 """
 import json
 import math
-import pathlib
+import os
 import random
 import statistics
 import subprocess
@@ -14,11 +14,10 @@ import sys
 import pytest
 import scipy.stats
 
-CI_DIR = pathlib.Path(__file__).resolve().parents[2] / "ci"
-GATE = CI_DIR / "perf-gate"
-sys.path.insert(0, str(CI_DIR))
+from parbench_results import perf_gate
+from scripts import REPO
 
-import perf_gate  # noqa: E402  (imported from ci/, put on the path above)
+GATE = REPO / "ci" / "perf-gate"
 
 SINGLE = "train/single/resnet50/batch:64/image:224/precision:fp32/data:device"
 DDP = "train/ddp/resnet50/batch:64/image:224/precision:bf16/data:device/gpus:2/bucket_mib:25/overlap:on/scaling:weak"
@@ -534,7 +533,10 @@ def test_u_test_samples_include_ties():
 # The command itself.
 
 def test_script_runs_by_its_shebang():
-    result = subprocess.run([str(GATE), "--help"], capture_output=True, text=True, check=False)
+    # Its shebang's python3 is the first on PATH: this python, as in an activated .venv.
+    path = f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ.get('PATH', '')}"
+    result = subprocess.run([str(GATE), "--help"], capture_output=True, text=True, check=False,
+                            env={**os.environ, "PATH": path})
     assert result.returncode == 0
     assert all(option in result.stdout for option in
                ["--metric", "--threshold", "--alpha", "--too-few-repetitions", "--allow-missing",

@@ -1,7 +1,7 @@
 """Tests plots/plot.py and reports/make_report.py against the fixtures in fixtures/ (parbench JSON
 as docs/JSON.md defines it; fixtures/README.md says where each comes from) and the committed GPU
 runs under reports/. Expected numbers are computed here from the files' per-repetition entries,
-independently of plots/parbench_results.py."""
+independently of plots/parbench_results/."""
 import json
 import re
 import statistics
@@ -11,7 +11,10 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+import plot
+from parbench_results import cases as pr
+from scripts import REPO, import_script
+
 FIXTURES = Path(__file__).resolve().with_name("fixtures")
 PLOT = REPO / "plots" / "plot.py"
 MAKE_REPORT = REPO / "reports" / "make_report.py"
@@ -339,11 +342,7 @@ def test_bad_input_leaves_an_existing_folder_as_it_was(tmp_path):
 
 
 def test_failure_while_writing_leaves_no_report(tmp_path, monkeypatch):
-    sys.path.insert(0, str(REPO / "reports"))
-    try:
-        import make_report
-    finally:
-        sys.path.remove(str(REPO / "reports"))
+    make_report = import_script("reports/make_report.py")
 
     def fail(*_):
         raise RuntimeError("injected")
@@ -356,11 +355,6 @@ def test_failure_while_writing_leaves_no_report(tmp_path, monkeypatch):
 
 
 def test_bubble_fractions_are_medians_and_ideal_follows_stages_and_micro_batches():
-    sys.path.insert(0, str(REPO / "plots"))
-    try:
-        import parbench_results as pr
-    finally:
-        sys.path.remove(str(REPO / "plots"))
     case = next(c for c in pr.load([str(FIXTURES / "gpu_run.json")]).train_cases()
                 if c.strategy == "pipeline" and c.split_size == 20 and c.ran)
     for index, entry in enumerate(case.repetitions):
@@ -418,20 +412,9 @@ def test_cuda_graph_cases_compare_with_single_under_a_graph(tmp_path):
 
 # --- figures: readable, and drawn from the right numbers ---
 
-def load_plot():
-    sys.path.insert(0, str(REPO / "plots"))
-    try:
-        import parbench_results
-        import plot
-    finally:
-        sys.path.remove(str(REPO / "plots"))
-    return parbench_results, plot
-
-
 def drawn_figures(files):
     """Figure name -> the laid-out matplotlib figure, as plot.py draws it from `files`."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
-    pr, plot = load_plot()
     figures, _ = plot.draw_figures(pr.load([str(path) for path in files]))
     for figure in figures.values():
         FigureCanvasAgg(figure).draw()

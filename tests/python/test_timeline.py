@@ -11,6 +11,9 @@ from pathlib import Path
 
 import pytest
 
+import pipeline_timeline as pt
+import timeline_plot
+
 REPO = Path(__file__).resolve().parents[2]
 TRACES = Path(__file__).resolve().with_name("fixtures") / "traces"
 MAKE_REPORT = REPO / "reports" / "make_report.py"
@@ -19,9 +22,6 @@ PREDICTED_SCHEDULES = ("tutorial", "gpipe", "1f1b")  # the simulator predicts on
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 LABEL = re.compile(r"^(?P<op>[FBW])(?P<micro_batch>\d+|\*) stage(?P<stage>\d+)$")
 
-sys.path.insert(0, str(REPO / "plots"))
-import pipeline_timeline as pt  # noqa: E402
-import timeline_plot  # noqa: E402
 
 
 def fixture(schedule):

@@ -1,13 +1,15 @@
-"""Reads parbench's JSON output (docs/JSON.md) for plots/plot.py and reports/make_report.py.
+"""The cases of parbench's JSON output (docs/JSON.md) for plots/plot.py and reports/make_report.py.
 
 What it computes:
 - per case (one benchmark run name; repetitions of the same name in several files are pooled):
   median, mean, sample standard deviation, min, max and count of a counter over the case's
   per-repetition entries (`run_type: iteration`). Google Benchmark's aggregate entries are not
   used: a case with one repetition has none, and the report shows min and max too.
-- a name such as `train/pipeline/resnet50/batch:120/.../split:20/schedule:gpipe` parsed into
-  strategy (second path element), model and fields; Google Benchmark's own suffixes
-  (`manual_time`, `repeats:3`, ...) are dropped.
+- each training case's fields (strategy, model, batch, ..., split, schedule): the entry's
+  `fields` object from schema 1.4.0 on, else parsed from a name such as
+  `train/pipeline/resnet50/batch:120/.../split:20/schedule:gpipe` (parbench_results.schema). Any
+  strategy and any option fields are read; strategies and schedules are ordered as the context
+  lists them (1.4.0), else as STRATEGY_ORDER and SCHEDULE_ORDER, unknown ones last.
 - each case's set-up (model, batch, image, precision, data) and single-GPU reference, the
   speedup (single's median step time / the case's) and the scaling efficiency
   (images/s / (gpus x single's images/s)), and the best pipeline split (lowest median step time).
@@ -21,7 +23,6 @@ A file that cannot be read as parbench output raises ResultsError, whose message
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
 import re
@@ -30,36 +31,31 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-KNOWN_SCHEMA_MAJOR = 1
+from parbench_results.schema import (SECONDS_PER_UNIT, ResultsError, case_fields, key_values, listed_order,
+                                     name_parts, read_document)
+
+# Orders for files whose context does not list strategies and schedules (before schema 1.4.0).
 STRATEGY_ORDER = ("single", "model_parallel", "pipeline", "data_parallel", "ddp")
 SCHEDULE_ORDER = ("tutorial", "gpipe", "1f1b", "interleaved-1f1b", "zb-h1")
 PRECISION_ORDER = ("fp32", "bf16")
 
-# Name components Google Benchmark appends to a registered name.
-_GBENCH_FLAGS = {"manual_time", "real_time", "process_time"}
-_GBENCH_KEYS = {"iterations", "repeats", "min_time", "min_warmup_time", "threads"}
-# Fields each strategy's name carries beyond model, batch, image (a language model: seq),
-# precision and data.
+# The set-up's fields beyond the model: every training case has them (a language model seq,
+# others image).
 _SETUP_KEYS = ("batch", "image", "seq", "precision", "data")
-_SAMPLE_KEYS = ("image", "seq")  # a name has one of them
-_STRATEGY_KEYS = {
-    "single": (),
-    "model_parallel": ("gpus",),
-    "data_parallel": ("gpus",),
+_SAMPLE_KEYS = ("image", "seq")
+_WHOLE_NUMBER_KEYS = ("batch", "image", "seq", "gpus", "split")
+# Fields the report and the figures read for the strategies they treat apart (the split sweep,
+# ddp's per-rank batch): checked on loading, so a file without them fails naming the case.
+_FIELDS_READ_FOR = {
     "pipeline": ("gpus", "split", "schedule"),
     "ddp": ("gpus", "bucket_mib", "overlap", "scaling"),
 }
 _REQUIRED_TRAIN_COUNTERS = ("step_ms", "items_per_second")
 _REQUIRED_COMM_COUNTERS = ("real_time", "bytes", "algbw_gbps", "busbw_gbps")
-SECONDS_PER_UNIT = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}  # Google Benchmark's time_unit
 _BUBBLE_COUNTER = re.compile(r"^bubble_frac_dev(\d+)$")
 _BUSY_COUNTER = re.compile(r"^busy_frac_dev(\d+)$")
 _MEMORY_COUNTER = re.compile(r"peak_mem_gib_dev(\d+)$")
 SKIP_PREFIX = "skipped: "  # a case's error_message when it was skipped, not failed (docs/JSON.md)
-
-
-class ResultsError(Exception):
-    """A file that cannot be read as parbench output; the message names the file."""
 
 
 @dataclass(frozen=True)
@@ -115,15 +111,25 @@ class Setup:
                 self.graph)
 
 
+@dataclass(frozen=True)
+class Order:
+    """The display order of strategies and schedules; names it does not list come after, by name."""
+
+    strategies: tuple = STRATEGY_ORDER
+    schedules: tuple = SCHEDULE_ORDER
+
+
 @dataclass
 class Case:
     name: str  # Google Benchmark's run_name
     family: str  # first path element: "train", "comm"
     strategy: str
     model: str | None
-    fields: dict[str, str]
+    fields: dict[str, str]  # beyond strategy and model; numbers as their names write them
     label: dict[str, str]
+    name_keys: frozenset = frozenset()  # the fields its name shows: not options at their default
     devices: str = "cuda"  # what it ran on: "cuda" or "cpu"
+    order: Order = Order()
     files: list[str] = field(default_factory=list)
     repetitions: list[dict] = field(default_factory=list)  # per-repetition entries that ran
     errors: list[str] = field(default_factory=list)  # error_message of each failed repetition
@@ -148,8 +154,8 @@ class Case:
 
     @property
     def cpu_stand_in(self) -> bool:
-        """A multi-device strategy on CPU devices: its numbers show the code paths, not GPUs."""
-        return self.devices == "cpu" and self.strategy != "single"
+        """A case on several CPU devices: its numbers show the code paths, not GPUs."""
+        return self.devices == "cpu" and self.gpus > 1
 
     def device_count(self) -> str:
         """'2 GPUs', '2 stages on 1 GPU' where --devices had them share GPUs, or on CPU devices
@@ -159,8 +165,9 @@ class Case:
         if "devices" in self.fields and len(set(self.fields["devices"].split(","))) < self.gpus:
             return f"{self.gpus} devices on {len(set(self.fields['devices'].split(',')))} GPU(s)"
         if self.devices != "cpu":
-            return f"{self.gpus} GPUs"
-        return f"{self.gpus} CPU {'ranks' if self.strategy == 'ddp' else 'devices'}"
+            return f"{self.gpus} GPU{'s' if self.gpus != 1 else ''}"
+        unit = "rank" if self.strategy == "ddp" else "device"
+        return f"{self.gpus} CPU {unit}{'s' if self.gpus != 1 else ''}"
 
     @property
     def split_size(self) -> int | None:
@@ -179,10 +186,17 @@ class Case:
                      int(self.fields.get("seq", 0)))
 
     @property
+    def named_fields(self) -> dict[str, str]:
+        """The fields its name shows. Schema 1.4.0's `fields` also hold options at their default
+        (pipeline's lanes 1, graph off), which names leave out: titles and series leave them out
+        too, so a case reads and groups the same from either."""
+        return {key: value for key, value in self.fields.items() if key in self.name_keys}
+
+    @property
     def series(self) -> tuple:
         """Fields beyond the set-up and the split: pipeline cases with equal series differ only
         in split_size."""
-        return tuple(sorted((key, value) for key, value in self.fields.items()
+        return tuple(sorted((key, value) for key, value in self.named_fields.items()
                             if key not in _SETUP_KEYS and key != "split"))
 
     def stats(self, counter: str) -> Stats | None:
@@ -258,7 +272,7 @@ class Case:
             words.append(f"per-rank batch {batch if self.fields.get('scaling') == 'weak' else batch // self.gpus}")
         described = set(_SETUP_KEYS) | {"gpus", "schedule", "split", "bucket_mib", "overlap", "scaling", "graph",
                                          "replicate", "devices"}
-        words += [f"{key} {value}" for key, value in self.fields.items() if key not in described]
+        words += [f"{key} {value}" for key, value in self.named_fields.items() if key not in described]
         return ", ".join(words)
 
     def title(self) -> str:
@@ -268,8 +282,8 @@ class Case:
     def sort_key(self):
         # Numbers in the series (bucket sizes, ...) in numeric order: 5 before 25 before 100.
         series = tuple((key, (0, int(value), "") if value.isdigit() else (1, 0, value)) for key, value in self.series)
-        return (_rank(self.strategy, STRATEGY_ORDER), self.strategy, self.gpus,
-                _rank(self.fields.get("schedule", ""), SCHEDULE_ORDER), self.split_size or 0, series)
+        return (_rank(self.strategy, self.order.strategies), self.strategy, self.gpus,
+                _rank(self.fields.get("schedule", ""), self.order.schedules), self.split_size or 0, series)
 
 
 @dataclass
@@ -385,11 +399,13 @@ def load(paths: list[str]) -> Results:
             notes.append(f"{path} is given more than once; read once")
             continue
         seen.add(Path(path).resolve())
-        document = _read_document(path)
+        document = read_document(path)
         runs.append(Run(path, document["context"]))
         for index, entry in enumerate(document["benchmarks"]):
             _add_entry(cases, path, index, entry, document["context"])
+    order = Order(_listed_order(runs, "strategies", STRATEGY_ORDER), _listed_order(runs, "schedules", SCHEDULE_ORDER))
     for case in cases.values():
+        case.order = order
         if case.family == "train" and not case.repetitions and not case.errors:
             raise ResultsError(f"{case.files[0]}: {case.name} has aggregates but no per-repetition "
                                "entries (written with --benchmark_report_aggregates_only?)")
@@ -398,32 +414,10 @@ def load(paths: list[str]) -> Results:
     return Results(runs, list(cases.values()), notes)
 
 
-def _read_document(path: str) -> dict:
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise ResultsError(f"{path}: cannot read: {error}") from None
-    if not text.strip():
-        raise ResultsError(f"{path}: file is empty")
-    try:
-        document = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise ResultsError(f"{path}: not valid JSON: {error}") from None
-    if not (isinstance(document, dict) and isinstance(document.get("context"), dict)
-            and isinstance(document.get("benchmarks"), list)):
-        raise ResultsError(f"{path}: not Google Benchmark JSON (needs 'context' and 'benchmarks')")
-    version = document["context"].get("parbench_json_schema")
-    if not isinstance(version, str):
-        raise ResultsError(f"{path}: not parbench output (no context.parbench_json_schema)")
-    major = version.split(".")[0]
-    if not major.isdigit():
-        raise ResultsError(f"{path}: parbench_json_schema '{version}' is not a semver version")
-    if int(major) != KNOWN_SCHEMA_MAJOR:
-        raise ResultsError(f"{path}: parbench_json_schema {version} has major version {major}; "
-                           f"this reader knows major version {KNOWN_SCHEMA_MAJOR}")
-    if not document["benchmarks"]:
-        raise ResultsError(f"{path}: holds no benchmarks")
-    return document
+def _listed_order(runs: list[Run], key: str, built_in: tuple) -> tuple:
+    """The files' lists under the context key, in file order, each name once; a file without
+    one (before schema 1.4.0) contributes the built-in order."""
+    return tuple(dict.fromkeys(name for run in runs for name in listed_order(run.context, key) or built_in))
 
 
 def _add_entry(cases: dict[str, Case], path: str, index: int, entry, context: dict) -> None:
@@ -439,7 +433,7 @@ def _add_entry(cases: dict[str, Case], path: str, index: int, entry, context: di
     name = entry["run_name"]
     case = cases.get(name)
     if case is None:
-        case = cases[name] = _parse_name(name, where)
+        case = cases[name] = _new_case(entry, where)
         case.devices = case_devices(context, case.strategy)
     if path not in case.files:
         case.files.append(path)
@@ -463,45 +457,46 @@ def _add_entry(cases: dict[str, Case], path: str, index: int, entry, context: di
     case.repetitions.append(entry)
 
 
-def _parse_name(name: str, where: str) -> Case:
-    parts = name.split("/")
+def _new_case(entry: dict, where: str) -> Case:
+    name = entry["run_name"]
+    parts = name_parts(name)
     if len(parts) < 2:
         raise ResultsError(f"{where}: name '{name}' is not family/strategy/...")
     family, strategy = parts[0], parts[1]
     if family == "comm":  # comm/allreduce/bytes:<n>/ranks:<N>: no model or set-up
-        fields = _parse_fields(parts[2:], name, where)
+        fields = _name_fields(parts[2:], name, where)
         for key in ("bytes", "ranks"):
             if not fields.get(key, "").isdigit():
                 raise ResultsError(f"{where}: name '{name}' lacks a whole-number {key}:")
-        return Case(name=name, family=family, strategy=strategy, model=None, fields=fields, label={})
+        return Case(name=name, family=family, strategy=strategy, model=None, fields=fields, label={},
+                    name_keys=frozenset(fields))
     if family != "train":  # others: kept for counting, not summarised
         return Case(name=name, family=family, strategy=strategy, model=None, fields={}, label={})
-    if len(parts) < 3:
-        raise ResultsError(f"{where}: name '{name}' has no model")
-    fields = _parse_fields(parts[3:], name, where)
-    missing = [key for key in _SETUP_KEYS + _STRATEGY_KEYS.get(strategy, ())
+    try:
+        fields = case_fields(entry)
+    except ValueError as error:
+        raise ResultsError(f"{where}: {error}") from None
+    strategy, model = fields.pop("strategy"), fields.pop("model")
+    source = f"the 'fields' object of '{name}'" if "fields" in entry else f"name '{name}'"
+    missing = [key for key in _SETUP_KEYS + _FIELDS_READ_FOR.get(strategy, ())
                if key not in fields and key not in _SAMPLE_KEYS]
     if not any(key in fields for key in _SAMPLE_KEYS):
         missing.append("image")
     if missing:
-        raise ResultsError(f"{where}: name '{name}' lacks {', '.join(key + ':' for key in missing)}")
-    for key in ("batch", "image", "seq", "gpus", "split"):
+        raise ResultsError(f"{where}: {source} lacks {', '.join(key + ':' for key in missing)}")
+    for key in _WHOLE_NUMBER_KEYS:
         if key in fields and not fields[key].isdigit():
-            raise ResultsError(f"{where}: name '{name}': {key} '{fields[key]}' is not a whole number")
-    return Case(name=name, family=family, strategy=strategy, model=parts[2], fields=fields, label={})
+            raise ResultsError(f"{where}: {source}: {key} '{fields[key]}' is not a whole number")
+    name_keys = frozenset(_name_fields(parts[3:], name, where))
+    return Case(name=name, family=family, strategy=strategy, model=model, fields=fields, label={},
+                name_keys=name_keys)
 
 
-def _parse_fields(parts: list[str], name: str, where: str) -> dict[str, str]:
-    """The name's key:value components, without the ones Google Benchmark appends."""
-    fields = {}
-    for part in parts:
-        key, colon, value = part.partition(":")
-        if part in _GBENCH_FLAGS or (colon and key in _GBENCH_KEYS):
-            continue
-        if not colon or not key or not value:
-            raise ResultsError(f"{where}: name '{name}': component '{part}' is not key:value")
-        fields[key] = value
-    return fields
+def _name_fields(parts: list[str], name: str, where: str) -> dict[str, str]:
+    try:
+        return key_values(parts)
+    except ValueError as error:
+        raise ResultsError(f"{where}: name '{name}': {error}") from None
 
 
 def _parse_label(label: str) -> dict[str, str]:

@@ -5,7 +5,7 @@ A benchmark regresses when its candidate median is worse than the baseline media
 than the threshold AND a two-sided Mann-Whitney U test over the repetitions rejects "same
 distribution" at alpha, as Google Benchmark's tools/compare.py judges, after Holm's step-down
 correction over every benchmark the run tested. docs/PERF_GATE.md describes the decision, the
-exit codes and the options; docs/JSON.md the input.
+exit codes and the options; docs/JSON.md the input, which parbench_results.schema reads.
 
 Plain Python 3 on purpose: CI machines run it without scipy or numpy (--trend alone needs matplotlib).
 """
@@ -16,27 +16,23 @@ import itertools
 import json
 import math
 import os
-import re
 import statistics
 import sys
 import traceback
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 
+from parbench_results.schema import SECONDS_PER_UNIT, ResultsError, case_name, read_document
+
 EXIT_PASS = 0
 EXIT_REGRESSION = 1
 EXIT_UNUSABLE = 2
 
-KNOWN_SCHEMA_MAJORS = {1}
 # Context keys that must agree: with other GPUs or another software stack the times are not comparable.
 CONTEXT_KEYS_THAT_MUST_MATCH = ("gpu_names", "gpu_count", "libtorch_version", "cuda_version")
 # With 4 repetitions a side the asymptotic two-sided p-value cannot go below about 0.03, with
 # 3 not below 0.08: fewer than 5 leaves the U test next to no power at alpha = 0.05.
 MIN_REPETITIONS_FOR_U_TEST = 5
-SECONDS_PER_TIME_UNIT = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
-# Suffixes Google Benchmark appends to a case's name (docs/JSON.md): not part of what was measured,
-# so a baseline with fixed iterations still matches a candidate without.
-BENCHMARK_NAME_SUFFIX = re.compile(r"(/(iterations:\d+|repeats:\d+|threads:\d+|min_time:[0-9.]+s?|manual_time|real_time))+$")
 
 # Verdicts of one benchmark.
 PASS = "pass"
@@ -143,30 +139,17 @@ def mann_whitney_u_p_value(x: list, y: list) -> float:
 
 def load_run(path: str, metric: str) -> Run:
     try:
-        with open(path, encoding="utf-8") as file:
-            text = file.read()
-    except (OSError, UnicodeDecodeError) as error:
-        raise UnusableInput(f"{path}: cannot read: {error}") from None
-    if not text.strip():
-        raise UnusableInput(f"{path}: empty file")
-    try:
-        document = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise UnusableInput(f"{path}: not valid JSON: {error}") from None
-    if not (isinstance(document, dict) and isinstance(document.get("context"), dict)
-            and isinstance(document.get("benchmarks"), list)):
-        raise UnusableInput(f"{path}: not Google Benchmark JSON (needs a 'context' object and a 'benchmarks' list)")
-    check_schema(path, document["context"])
-    if not document["benchmarks"]:
-        raise UnusableInput(f"{path}: no benchmarks")
-
+        document = read_document(path)
+    except ResultsError as problem:
+        raise UnusableInput(str(problem)) from None
     run = Run(path=path, context=document["context"])
     for index, entry in enumerate(document["benchmarks"]):
         if not (isinstance(entry, dict) and isinstance(entry.get("name"), str) and "run_type" in entry):
             raise UnusableInput(f"{path}: benchmarks[{index}] is not a Google Benchmark entry")
         if entry["run_type"] != "iteration":
             continue  # aggregates: the gate works from the repetitions themselves
-        name = BENCHMARK_NAME_SUFFIX.sub("", entry.get("run_name", entry["name"]))
+        # Without Google Benchmark's suffixes a baseline with fixed iterations matches a candidate without.
+        name = case_name(entry.get("run_name", entry["name"]))
         if name not in run.names:
             run.names.append(name)
         if entry.get("error_occurred"):
@@ -186,26 +169,14 @@ def load_run(path: str, metric: str) -> Run:
     return run
 
 
-def check_schema(path: str, context: dict) -> None:
-    version = context.get("parbench_json_schema")
-    if version is None:
-        raise UnusableInput(f"{path}: no context.parbench_json_schema: not parbench output")
-    major = str(version).split(".")[0]
-    if not major.isdigit():
-        raise UnusableInput(f"{path}: parbench_json_schema {version!r} is not a semver version")
-    if int(major) not in KNOWN_SCHEMA_MAJORS:
-        raise UnusableInput(f"{path}: parbench_json_schema {version} has a major version this gate does not know "
-                            f"(knows {', '.join(str(m) for m in sorted(KNOWN_SCHEMA_MAJORS))})")
-
-
 def metric_value(entry: dict, metric: str) -> float | None:
     """The entry's metric, real_time in seconds or items_per_second; None when the entry has no
     items_per_second (comm/ cases)."""
     if metric == "time":
         unit = entry.get("time_unit")
-        if unit not in SECONDS_PER_TIME_UNIT:
+        if unit not in SECONDS_PER_UNIT:
             raise UnusableInput(f"{entry['name']}: unknown time_unit {unit!r}")
-        value, scale = entry.get("real_time"), SECONDS_PER_TIME_UNIT[unit]
+        value, scale = entry.get("real_time"), SECONDS_PER_UNIT[unit]
     else:
         if "items_per_second" not in entry:
             return None

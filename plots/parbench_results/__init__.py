@@ -1,0 +1,12 @@
+"""Reads parbench's JSON output (docs/JSON.md) for the plots, the report and the regression gate.
+
+- parbench_results.schema: what docs/JSON.md defines, for every reader: a file read and its schema
+  version checked, time units, case names without Google Benchmark's suffixes.
+  Standard library only.
+- parbench_results.cases: the cases of one or more files with their statistics, set-ups and
+  single-GPU references, for plots/plot.py and reports/make_report.py.
+- parbench_results.perf_gate: the regression gate behind ci/perf-gate (docs/PERF_GATE.md), on
+  the schema module and the standard library alone.
+
+Nothing is imported here, so the gate loads without the rest.
+"""

@@ -1,0 +1,124 @@
+"""What docs/JSON.md defines, for every reader of parbench's JSON: a file read and its schema
+version checked, Google Benchmark's time units, case names without the suffixes Google Benchmark
+appends, a training case's fields and the context's order of strategies and schedules.
+
+Standard library only, and Python 3.7 syntax: the regression gate imports it (docs/PERF_GATE.md).
+"""
+from __future__ import annotations
+
+import json
+
+KNOWN_SCHEMA_MAJOR = 1
+SECONDS_PER_UNIT = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}  # Google Benchmark's time_unit
+
+# Path elements Google Benchmark appends to a registered name: flags, and key:value settings.
+_GBENCH_FLAGS = {"manual_time", "real_time", "process_time"}
+_GBENCH_KEYS = {"iterations", "repeats", "min_time", "min_warmup_time", "threads"}
+
+
+class ResultsError(Exception):
+    """A file that cannot be read as parbench output; the message names the file."""
+
+
+def read_document(path: str) -> dict:
+    """The file's JSON, checked to be Google Benchmark output written by parbench with a schema
+    of the major version this reader knows and at least one benchmark."""
+    try:
+        with open(path, encoding="utf-8") as file:
+            text = file.read()
+    except (OSError, UnicodeDecodeError) as error:
+        raise ResultsError(f"{path}: cannot read: {error}") from None
+    if not text.strip():
+        raise ResultsError(f"{path}: empty file")
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ResultsError(f"{path}: not valid JSON: {error}") from None
+    if not (isinstance(document, dict) and isinstance(document.get("context"), dict)
+            and isinstance(document.get("benchmarks"), list)):
+        raise ResultsError(f"{path}: not Google Benchmark JSON (needs a 'context' object and a 'benchmarks' list)")
+    version = document["context"].get("parbench_json_schema")
+    if not isinstance(version, str):
+        raise ResultsError(f"{path}: no context.parbench_json_schema: not parbench output")
+    major = version.split(".")[0]
+    if not major.isdigit():
+        raise ResultsError(f"{path}: parbench_json_schema {version!r} is not a semver version")
+    if int(major) != KNOWN_SCHEMA_MAJOR:
+        raise ResultsError(f"{path}: parbench_json_schema {version} has major version {major}; "
+                           f"this reader knows major version {KNOWN_SCHEMA_MAJOR}")
+    if not document["benchmarks"]:
+        raise ResultsError(f"{path}: no benchmarks")
+    return document
+
+
+def name_parts(run_name: str) -> list:
+    """The case name's path elements: the run name without Google Benchmark's suffixes
+    (/iterations:N, /manual_time, ...), so runs with different iteration counts compare."""
+    parts = run_name.split("/")
+    while len(parts) > 1 and _appended_by_gbench(parts[-1]):
+        parts.pop()
+    return parts
+
+
+def case_name(run_name: str) -> str:
+    return "/".join(name_parts(run_name))
+
+
+def _appended_by_gbench(part: str) -> bool:
+    key, colon, _ = part.partition(":")
+    return part in _GBENCH_FLAGS or bool(colon and key in _GBENCH_KEYS)
+
+
+def key_values(parts: list) -> dict:
+    """A name's key:value path elements as a dict; ValueError names one that is not key:value."""
+    found = {}
+    for part in parts:
+        key, colon, value = part.partition(":")
+        if not colon or not key or not value:
+            raise ValueError(f"component '{part}' is not key:value")
+        found[key] = value
+    return found
+
+
+def case_fields(entry: dict) -> dict:
+    """A train/ case's fields, each value a string as in its name, strategy and model first: the
+    entry's `fields` object (schema 1.4.0 on), else its name parsed, for older files (strategy
+    and model are its second and third path elements, the rest key:value). ValueError says what
+    is malformed."""
+    if "fields" in entry:
+        return _fields_object(entry["fields"])
+    parts = name_parts(entry["run_name"])
+    if len(parts) < 3:
+        raise ValueError(f"name '{entry['run_name']}' has no model")
+    fields = {"strategy": parts[1], "model": parts[2]}
+    try:
+        fields.update(key_values(parts[3:]))
+    except ValueError as error:
+        raise ValueError(f"name '{entry['run_name']}': {error}") from None
+    return fields
+
+
+def _fields_object(fields) -> dict:
+    if not isinstance(fields, dict):
+        raise ValueError("'fields' is not an object")
+    for key in ("strategy", "model"):
+        if not (isinstance(fields.get(key), str) and fields[key]):
+            raise ValueError(f"'fields' has no '{key}' string")
+    as_text = {}
+    for key, value in fields.items():
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            raise ValueError(f"'fields' value {key}: {value!r} is neither a string nor a number")
+        as_text[key] = value if isinstance(value, str) else _number_text(value)
+    return as_text
+
+
+def _number_text(value) -> str:
+    """A number as a name writes it: 120, not 120.0."""
+    return str(int(value)) if float(value).is_integer() else repr(value)
+
+
+def listed_order(context: dict, key: str):
+    """The context's comma-separated list under key (`strategies`: the registry's listing order,
+    `schedules`: the schedule table's; schema 1.4.0) as a tuple, or None where it is absent."""
+    listed = context.get(key)
+    return tuple(name for name in listed.split(",") if name) if isinstance(listed, str) else None
