@@ -28,10 +28,6 @@ Cut parse_cut(const std::string& spec, const std::vector<std::string>& stage_nam
 Cut balanced_cut(const std::vector<std::string>& stage_names, const std::vector<double>& stage_seconds,
                  size_t num_devices);
 
-// Forward+backward seconds of each stage on `device` for a batch of `batch_size`.
-std::vector<double> measure_stage_seconds(StagedModel& model, const RunConfig& config, int64_t batch_size,
-                                          torch::Device device);
-
 // Chooses the cut (`config.cut`, or the default: the tutorial's split of ResNet over two
 // devices where it applies, else "balanced") and moves each part's modules to its device.
 // `measure_batch` is the batch size that per-stage timing uses for "balanced".

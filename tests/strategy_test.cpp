@@ -3,6 +3,7 @@
 #include "models/model_zoo.h"
 #include "strategies/partition.h"
 #include "strategies/pipeline_schedule.h"
+#include "strategies/stage_timing.h"
 #include "strategies/strategy.h"
 #include "strategies/training.h"
 #include "tests/tensor_compare.h"
