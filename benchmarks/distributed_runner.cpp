@@ -51,7 +51,8 @@ RankedRun run_training_rank(World& world, const CaseSpec& spec, const Options& o
     world.report_progress("set-up");
     reset_peak_memory(devices);
     auto strategy = spec.strategy->create();
-    const auto config = spec.config;
+    auto config = spec.config;
+    config.world = &world;
     strategy->setup(
         [&config] {
           torch::manual_seed(kRankModelSeed);

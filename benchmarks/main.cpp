@@ -4,7 +4,7 @@
 #include "benchmarks/cases.h"
 #include "benchmarks/context.h"
 #include "benchmarks/elastic_error.h"
-#include "benchmarks/launcher.h"
+#include "benchmarks/rank_worker.h"
 #include "benchmarks/options.h"
 #include "benchmarks/outcomes.h"
 #include "benchmarks/profile_companion.h"
@@ -106,7 +106,7 @@ int main(int argc, char** argv) {
     }
   }
 
-  // Ranks started by parbench's own launcher carry hidden flags (benchmarks/launcher.h).
+  // Ranks started by parbench's own launcher carry hidden flags (benchmarks/rank_worker.h).
   const auto worker = take_worker_flags(&argc, argv);
   const bool profile_companion = take_profile_companion_flag(&argc, argv);
   // Before any thread or rank starts: the ranks inherit it, the context records it.

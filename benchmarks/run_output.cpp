@@ -1,7 +1,7 @@
 #include "benchmarks/run_output.h"
 
 #include "benchmarks/context.h"
-#include "benchmarks/launcher.h"
+#include "benchmarks/rank_processes.h"
 
 #include <nlohmann/json.hpp>
 

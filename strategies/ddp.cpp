@@ -34,7 +34,7 @@ class DistributedDataParallel final : public Strategy {
  public:
   void setup(const ModelFactory& make_model, const std::vector<torch::Device>& devices,
              const RunConfig& config) override {
-    world_ = joined_world();
+    world_ = config.world;
     TORCH_CHECK(world_,
                 "ddp runs one process per device and needs their process group: start it through "
                 "parbench's launcher, torchrun, srun or mpirun");
@@ -79,7 +79,7 @@ class DistributedDataParallel final : public Strategy {
 
  private:
   RunConfig config_;
-  std::shared_ptr<World> world_;
+  World* world_ = nullptr;
   std::unique_ptr<torch::optim::SGD> optimizer_;
   std::unique_ptr<GradientBuckets> buckets_;
 };

@@ -1,6 +1,7 @@
 // The contract every parallelism strategy implements, and the registry that finds them.
-// One file per strategy under strategies/; each registers itself with
-// PARBENCH_REGISTER_STRATEGY.
+// Each strategy is a file under strategies/ (the machinery several share, such as the stage
+// executor, lives beside them) that registers itself, with its options, skip rule and advise
+// model, through PARBENCH_REGISTER_STRATEGY (docs/EXTENDING.md).
 #pragma once
 
 #include "models/staged_model.h"
@@ -15,6 +16,8 @@
 #include <vector>
 
 namespace parbench {
+
+class World;
 
 enum class Precision { kFloat32, kBFloat16 };  // bf16: autocast to bf16, channels-last, fp32 weights
 enum class LossKind { kMse, kCrossEntropy };   // MSE on one-hot labels is the tutorial's
@@ -48,6 +51,11 @@ struct RunConfig {
   // ddp: gradient bucket size, and whether all-reduces start during backward.
   double bucket_mib = 25.0;
   bool overlap = true;
+
+  // Distributed strategies: this rank's process group (strategies/distributed/world.h), given by
+  // what runs the rank (parbench's launcher, or torchrun's rank itself); not owned, outlives the
+  // strategy. Null elsewhere.
+  World* world = nullptr;
 
   // Every strategy option of the case by field (StrategyOption::field), as the case name writes
   // it: what a strategy without a typed member above reads its options from.

@@ -3,6 +3,8 @@
 // it, no process is left behind, and bad launcher variables get clear errors.
 #include "benchmarks/allreduce.h"
 #include "benchmarks/launcher.h"
+#include "benchmarks/rank_processes.h"
+#include "benchmarks/rank_worker.h"
 
 #include "benchmarks/temporary_directory.h"
 #include "tests/launched_case.h"

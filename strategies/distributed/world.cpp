@@ -407,15 +407,4 @@ void World::abort() {
 
 std::string progress_key(int rank) { return "parbench/progress/" + std::to_string(rank); }
 
-namespace {
-std::shared_ptr<World>& world_slot() {
-  static std::shared_ptr<World> world;
-  return world;
-}
-}  // namespace
-
-std::shared_ptr<World> joined_world() { return world_slot(); }
-
-void set_joined_world(std::shared_ptr<World> world) { world_slot() = std::move(world); }
-
 }  // namespace parbench

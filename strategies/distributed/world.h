@@ -142,8 +142,5 @@ class World {
 // across ranks.
 std::string progress_key(int rank);
 
-// The world this process has joined (null if none). ddp's set-up takes its process group here.
-std::shared_ptr<World> joined_world();
-void set_joined_world(std::shared_ptr<World> world);
 
 }  // namespace parbench

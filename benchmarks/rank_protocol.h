@@ -1,0 +1,26 @@
+// What parbench's launcher (benchmarks/launcher.h) and the ranks it starts
+// (benchmarks/rank_worker.h) agree on: the hidden flags, the files of a launch's results
+// directory, and how a timeout in seconds is held.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+
+namespace parbench {
+
+inline constexpr const char* kWorkerFlag = "--parbench-worker=";
+inline constexpr const char* kResultsFlag = "--parbench-results=";
+inline constexpr const char* kResultFile = "result.json";  // rank 0's RankedRun
+inline constexpr const char* kCaseFile = "case.json";      // a train case's fields, written before the ranks start
+
+// A failing rank's one-line reason.
+inline std::string error_file(const std::string& dir, int rank) { return dir + "/error." + std::to_string(rank); }
+
+inline std::chrono::milliseconds timeout_of(double seconds) {
+  return std::max(std::chrono::milliseconds(1), std::chrono::milliseconds(static_cast<int64_t>(seconds * 1e3)));
+}
+
+inline bool starts_with(const std::string& text, const std::string& prefix) { return text.rfind(prefix, 0) == 0; }
+
+}  // namespace parbench

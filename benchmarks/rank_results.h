@@ -1,0 +1,74 @@
+// What a distributed case's ranks measure and hand back: each rank's iteration times, gathered
+// onto rank 0 and combined into one RankedRun, which rank 0 writes for the launcher.
+#pragma once
+
+#include "benchmarks/options.h"
+#include "strategies/distributed/world.h"
+
+#include <nlohmann/json.hpp>
+
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace parbench {
+
+struct RankedRun {
+  struct Repetition {
+    std::vector<double> seconds;  // per iteration: the slowest rank's
+    double rank_spread = 0;       // (max - min) / median of the ranks' median iteration times
+  };
+  int world_size = 0;
+  std::map<std::string, std::string> facts;  // the label
+  double params = 0;
+  double forward_flops_per_sample = 0;
+  // Rank 0's GPU and its GEMM probe at the case's math (benchmarks/mfu.h); empty math off CUDA.
+  std::string peak_math, gpu_name;
+  double gemm_flops = 0;
+  std::vector<Repetition> repetitions;
+  std::vector<double> peak_bytes;    // per rank; empty off CUDA
+  std::vector<double> busy_seconds;  // per rank, for one step; empty where not measured
+  std::vector<std::string> hosts;    // per rank: its host name
+};
+
+// One rank's own measurements of a case.
+struct RankMeasurements {
+  std::vector<std::vector<double>> seconds;  // per repetition, per iteration
+  std::optional<double> peak_bytes;
+  std::optional<double> busy_seconds;
+};
+
+// Hands every rank's measurements to rank 0, which combines them into `run` (its facts,
+// params and FLOPs already set). Other ranks get `run` with their own measurements only.
+RankedRun gather_run(World& world, const RankMeasurements& mine, RankedRun run);
+
+// The repetitions and iterations of every distributed case, the same on every rank:
+// --benchmark_repetitions if given, else --repetitions; --iterations, else
+// kDefaultDistributedIterations.
+// Every rank must run the same number of iterations, so distributed cases never use Google
+// Benchmark's adaptive count.
+inline constexpr int64_t kDefaultDistributedIterations = 10;
+
+int distributed_repetitions(const Options& options);
+int64_t distributed_iterations(const Options& options);
+
+// Every rank times the same repetitions x iterations of `work`, each iteration started
+// together: after a barrier, with the clocks behind an all-reduce that lines the ranks'
+// streams up (World::line_up_streams), so the slowest rank's time is the iteration's. Each time is
+// divided by `work_per_iteration`. Seconds per repetition, per iteration.
+std::vector<std::vector<double>> time_iterations_together(World& world, const Options& options,
+                                                          const std::vector<torch::Device>& devices,
+                                                          const std::function<void()>& work,
+                                                          double work_per_iteration = 1.0);
+
+// A RankedRun as rank 0 writes it for the launcher (result.json), and back.
+nlohmann::json to_json_value(const RankedRun& run);
+RankedRun ranked_run_from(const nlohmann::json& json);
+
+// Seeds every rank uses: the same model everywhere, a different batch per rank.
+inline constexpr uint64_t kRankModelSeed = 20240;
+inline constexpr uint64_t kRankDataSeed = 1000;  // plus the rank
+
+}  // namespace parbench
