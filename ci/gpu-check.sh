@@ -5,6 +5,7 @@
 #                             concurrent_single, graph, pipeline, advise, schedules, fault (2 GPUs),
 #                             oom (1 GPU), host_cost (1 GPU), gpt (1 GPU: the transformer and MFU),
 #                             provenance, timelines, harness_alone, harness_perturb, placement_pairs (1 GPU),
+#                             before_after (1 GPU; PARBENCH_BEFORE_BINARY),
 #                             ref_* (issue 30's reference run: see reference_args);
 #                             prebuilt instead of build: see step_prebuilt
 # PARBENCH_BENCH_TIMEOUT=SECONDS: each parbench run of a step is killed after that long, so that
@@ -152,6 +153,13 @@ step_harness_alone() {
 # Tracing and the busy profile against a plain run, single eager at batch 8 (ci/harness-perturb.sh).
 step_harness_perturb() {
   bash ci/harness-perturb.sh "$(dirname "$parbench")" "$results/harness_perturb" 2>&1 | tee "$results/harness_perturb.txt"
+}
+
+# single's step timed by PARBENCH_BEFORE_BINARY (an earlier commit's build) and by this one, in
+# alternating processes (ci/before-after.sh).
+step_before_after() {
+  bash ci/before-after.sh "${PARBENCH_BEFORE_BINARY:?step before_after needs PARBENCH_BEFORE_BINARY}" "$parbench" \
+    "$results/before_after" 2>&1 | tee "$results/before_after.txt"
 }
 
 # model_parallel on GPU 0 against single, both in each process (ci/placement-pairs.sh).
