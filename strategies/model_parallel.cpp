@@ -14,10 +14,11 @@ class ModelParallel final : public StagedStrategy {
              const RunConfig& config) override {
     TORCH_CHECK(devices.size() >= 2, "model_parallel needs at least 2 devices, got ", devices.size());
     set_up_stages(make_model, devices, config, config.batch_size, /*lanes=*/1);
+    programs_ = make_schedule("gpipe", devices.size(), /*micro_batches=*/1, /*chunks=*/1);
   }
 
   torch::Tensor train_step(const Batch& batch) override {
-    return executor_->train_step(batch, /*split_size=*/batch.inputs.size(0), "gpipe");
+    return executor_->train_step(batch, /*split_size=*/batch.inputs.size(0), programs_);
   }
 
   std::map<std::string, std::string> describe() const override { return {{"cut", format_cut(cut_)}}; }

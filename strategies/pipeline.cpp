@@ -25,13 +25,13 @@ class Pipeline final : public StagedStrategy {
     TORCH_CHECK(devices.size() >= 2, "pipeline needs at least 2 devices, got ", devices.size());
     const size_t chunks = schedule_info(config.schedule).uses_chunks ? static_cast<size_t>(config.chunks) : 1;
     const auto micro_batches = static_cast<size_t>(micro_batch_count(config.batch_size, config.split_size));
-    make_schedule(config.schedule, devices.size(), micro_batches, chunks);  // throws for what it cannot run
+    programs_ = make_schedule(config.schedule, devices.size(), micro_batches, chunks);  // throws for what it cannot run
     set_up_stages(make_model, devices, config, std::min(config.split_size, config.batch_size), config.stage_lanes,
                   chunks);
   }
 
   torch::Tensor train_step(const Batch& batch) override {
-    return executor_->train_step(batch, config_.split_size, config_.schedule);
+    return executor_->train_step(batch, config_.split_size, programs_);
   }
 
   std::map<std::string, std::string> describe() const override {

@@ -137,6 +137,14 @@ const ScheduleInfo& schedule_info(const std::string& schedule) {
   throw std::invalid_argument("unknown pipeline schedule '" + schedule + "' (allowed: " + schedule_names() + ")");
 }
 
+int64_t program_micro_batches(const std::vector<StageProgram>& programs) {
+  int64_t highest = -1;
+  for (const auto& program : programs) {
+    for (const auto& action : program) highest = std::max(highest, action.micro_batch);
+  }
+  return highest + 1;
+}
+
 std::string schedule_names() {
   return joined(schedule_table(), ", ", [](const ScheduleInfo& info) { return info.name; });
 }

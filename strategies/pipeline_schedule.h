@@ -72,6 +72,9 @@ std::string schedule_names();
 // How many micro-batches of `split_size` images a batch of `batch` makes: the last may be smaller.
 int64_t micro_batch_count(int64_t batch, int64_t split_size);
 
+// How many micro-batches `programs` run: one more than the highest micro-batch they name.
+int64_t program_micro_batches(const std::vector<StageProgram>& programs);
+
 // One program per device for `micro_batches` micro-batches over `devices` devices holding
 // `chunks` stages each (more than one for interleaved-1f1b only). Throws std::invalid_argument
 // for an unknown schedule (naming the allowed ones) or counts the schedule cannot run.

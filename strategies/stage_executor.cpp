@@ -446,14 +446,18 @@ std::map<std::string, double> StageExecutor::host_counters() const {
 torch::Device StageExecutor::input_device() const { return impl_->stages.front().partition.device; }
 torch::Device StageExecutor::target_device() const { return impl_->stages.back().partition.device; }
 
-torch::Tensor StageExecutor::train_step(const Batch& batch, int64_t split_size, const std::string& schedule) {
+torch::Tensor StageExecutor::train_step(const Batch& batch, int64_t split_size,
+                                        const std::vector<StageProgram>& programs) {
   auto& impl = *impl_;
   impl.micro_inputs = batch.inputs.split(split_size);
   impl.micro_targets = batch.targets.split(split_size);
   impl.targets = batch.targets;
   impl.batch_size = static_cast<double>(batch.inputs.size(0));
-  const auto programs = make_schedule(schedule, impl.devices.size(), impl.micro_inputs.size(),
-                                      impl.stages.size() / impl.devices.size());
+  TORCH_CHECK(programs.size() == impl.devices.size(), "the schedule has ", programs.size(), " programs for ",
+              impl.devices.size(), " devices");
+  TORCH_CHECK(static_cast<int64_t>(impl.micro_inputs.size()) == program_micro_batches(programs), "a batch of ",
+              batch.inputs.size(0), " in micro-batches of ", split_size, " makes ", impl.micro_inputs.size(),
+              ", the schedule was built for ", program_micro_batches(programs));
   impl.abandoned = false;
   for (auto& stage : impl.stages) {
     stage.inputs.assign(impl.micro_inputs.size(), torch::Tensor());

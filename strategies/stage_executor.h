@@ -37,9 +37,11 @@ class StageExecutor {
   StageExecutor(const StageExecutor&) = delete;
   StageExecutor& operator=(const StageExecutor&) = delete;
 
-  // One step: zero grads, `schedule` over micro-batches of `split_size` (the last one may be
-  // smaller), SGD. The mean loss over the batch, on the last stage's device, not waited for.
-  torch::Tensor train_step(const Batch& batch, int64_t split_size, const std::string& schedule);
+  // One step: zero grads, `programs` (make_schedule's, one per device, built once at set-up)
+  // over micro-batches of `split_size` (the last one may be smaller), SGD. The mean loss over the
+  // batch, on the last stage's device, not waited for. Throws where the batch splits into a
+  // number of micro-batches other than the programs'.
+  torch::Tensor train_step(const Batch& batch, int64_t split_size, const std::vector<StageProgram>& programs);
 
   // Per stage, the host milliseconds per step spent issuing forwards (host_forward_ms_stageN)
   // and backwards (host_backward_ms_stageN) and waiting for a neighbour (host_wait_ms_stageN),
@@ -72,6 +74,7 @@ class StagedStrategy : public Strategy {
   RunConfig config_;
   Cut cut_;
   std::unique_ptr<StageExecutor> executor_;
+  std::vector<StageProgram> programs_;  // one per device, built at set-up
 };
 
 }  // namespace parbench
