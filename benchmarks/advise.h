@@ -76,7 +76,8 @@ struct ProfileRequest {
 
 // Profiles `spec`'s set-up (spec.config.batch_size: the set-up's whole batch): single's step on
 // the first of `devices` and, given more than one device (they may repeat one GPU), what
-// `request` asks for on them; ddp's all-reduces need distinct GPUs.
+// `request` asks for on them; ddp's all-reduces need distinct GPUs. A chunk count whose cut the
+// model cannot make (more parts than it has stages) is left out of `chunked`.
 AdviseProfile profile_setup(const CaseSpec& spec, const std::vector<torch::Device>& devices, bool graphed,
                             const ProfileRequest& request);
 
