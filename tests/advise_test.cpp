@@ -37,26 +37,41 @@ const CaseSpec& case_of(const std::vector<CaseSpec>& cases, const std::string& s
   return *found;
 }
 
-// zb-h1's B and W as the executor runs them, and interleaved-1f1b's parts placed round-robin.
-TEST(AdviseProfile, SplitsBackwardsAndProfilesChunkedCutsOnCpu) {
+// zb-h1's B and W as the executor runs them.
+TEST(AdviseProfile, SplitsBackwardsAsTheExecutorOnCpu) {
   auto spec = case_of(every_schedule(), "zb-h1");
   spec.config.image_size = 64;  // big enough that a backward stands out of a loaded CPU's noise
   spec.config.batch_size = 8;
+  spec.config.cut = "stem,block1|block2,head";  // a convolution on each part, whatever the timings
   ProfileRequest request;
   request.parts = true;
   request.backward_halves = true;
-  request.chunks = {2, 3};  // tinycnn has four stages: no cut of three chunks on two devices
+  request.chunks = {2};  // a cut of four parts, which the two-part --cut does not make
   const auto profile = profile_setup(spec, case_devices(spec), /*graphed=*/false, request);
   EXPECT_EQ(profile.sizes, (std::vector<int64_t>{1, 2, 4, 8}));
+  EXPECT_EQ(profile.parts.cut, spec.config.cut);
+  EXPECT_TRUE(profile.chunked.empty());
   ASSERT_EQ(profile.parts.input_gradient_ms.size(), 2u);
   ASSERT_EQ(profile.parts.weight_gradient_ms.size(), 2u);
   for (size_t part = 0; part < 2; ++part) {
+    const auto& weights = profile.parts.weight_gradient_ms[part];
     ASSERT_EQ(profile.parts.input_gradient_ms[part].size(), profile.sizes.size());
-    ASSERT_EQ(profile.parts.weight_gradient_ms[part].size(), profile.sizes.size());
-    EXPECT_GT(profile.parts.weight_gradient_ms[part].back(), 0.0) << "part " << part;
+    ASSERT_EQ(weights.size(), profile.sizes.size());
+    // Each W is a difference of two timings: on a loaded CPU the smaller ones may round to 0.
+    EXPECT_GT(*std::max_element(weights.begin(), weights.end()), 0.0) << "part " << part;
   }
   // The first part has no input gradient to send: its B computes nothing and W is its backward.
   EXPECT_EQ(profile.parts.input_gradient_ms[0], std::vector<double>(profile.sizes.size(), 0.0));
+}
+
+// interleaved-1f1b's parts, cut as the executor cuts them and placed round-robin, per chunk
+// count the model can be cut into.
+TEST(AdviseProfile, ProfilesChunkedCutsOnCpu) {
+  const auto spec = case_of(every_schedule(), "interleaved-1f1b");
+  ProfileRequest request;
+  request.chunks = {2, 3};  // tinycnn has four stages: no cut of three chunks on two devices
+  const auto profile = profile_setup(spec, case_devices(spec), /*graphed=*/false, request);
+  EXPECT_TRUE(profile.parts.cut.empty());  // not asked for
   ASSERT_EQ(profile.chunked.count(2), 1u);
   EXPECT_EQ(profile.chunked.count(3), 0u);
   const auto& chunked = profile.chunked.at(2);
