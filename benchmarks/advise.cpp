@@ -95,23 +95,27 @@ double single_step_ms(const CaseSpec& spec, torch::Device device, bool graphed) 
   return median_ms({device}, [&] { replayed.run(batch); });
 }
 
-// Per part and size: its forward, its backward (the loss included on the last part) and, where
-// `copies`, the copy of its output to the next part's device.
+// Per part and size: its forward, its backward (the loss included on the last part), where
+// `copies` the copy of its output to the next part's device, and where `halves` zb-h1's B and W
+// (CutProfile).
 struct PartTimes {
-  std::vector<std::vector<double>> forward_ms, backward_ms, copy_ms;
+  std::vector<std::vector<double>> forward_ms, backward_ms, copy_ms, input_gradient_ms, weight_gradient_ms;
 };
 
 PartTimes time_parts(const StagedModel& model, const std::vector<Partition>& parts, const RunConfig& config,
-                     const std::vector<int64_t>& sizes, bool graphed, bool copies) {
+                     const std::vector<int64_t>& sizes, bool graphed, bool copies, bool halves = false) {
   PartTimes times;
   times.forward_ms.assign(parts.size(), {});
   times.backward_ms.assign(parts.size(), {});
   times.copy_ms.assign(copies ? parts.size() - 1 : 0, {});
+  times.input_gradient_ms.assign(halves ? parts.size() : 0, {});
+  times.weight_gradient_ms.assign(halves ? parts.size() : 0, {});
   for (auto size : sizes) {
     const auto batch = make_random_batch(config, size, parts.front().device, parts.back().device);
     torch::Tensor activation = batch.inputs;
     for (size_t p = 0; p < parts.size(); ++p) {
       const auto& part = parts[p];
+      const bool last = p + 1 == parts.size();
       const auto input = p == 0 ? activation : activation.detach().requires_grad_();
       const auto forward = [&] {
         AutocastScope autocast(part.device.type(), model.autocast_dtype());
@@ -121,7 +125,7 @@ PartTimes time_parts(const StagedModel& model, const std::vector<Partition>& par
       const auto output_gradient = torch::randn_like(next_input);
       const auto forward_and_backward = [&] {
         const auto output = forward();
-        if (p + 1 == parts.size()) {
+        if (last) {
           compute_loss(output, batch.targets, config.loss).backward();
         } else {
           output.backward(output_gradient);
@@ -133,8 +137,31 @@ PartTimes time_parts(const StagedModel& model, const std::vector<Partition>& par
       const double both_ms = work_ms(part.device, graphed, forward_and_backward);
       times.forward_ms[p].push_back(forward_ms);
       times.backward_ms[p].push_back(std::max(0.0, both_ms - forward_ms));
+      if (halves) {
+        // As stage_executor.cpp's backward_input and backward_weight: B roots the backward at the
+        // loss (last part) or the output, and takes the input's gradient alone, keeping the
+        // graph; W takes the weights' gradients through it. The first part's B computes nothing.
+        const std::vector<torch::Tensor> root_gradient = {last ? torch::Tensor() : output_gradient};
+        const auto forward_and_input_gradient = [&] {
+          const auto output = forward();
+          const auto root = last ? compute_loss(output, batch.targets, config.loss) : output;
+          if (p > 0) torch::autograd::grad({root}, {input}, root_gradient, /*retain_graph=*/true);
+          return root;
+        };
+        const auto parameters = part.parameters();
+        const auto forward_and_both_halves = [&] {
+          const auto root = forward_and_input_gradient();
+          torch::autograd::backward({root}, root_gradient, /*retain_graph=*/false, /*create_graph=*/false, parameters);
+          return root.detach();
+        };
+        const double through_input_ms =
+            p == 0 ? forward_ms : work_ms(part.device, graphed, [&] { return forward_and_input_gradient().detach(); });
+        const double through_weights_ms = work_ms(part.device, graphed, forward_and_both_halves);
+        times.input_gradient_ms[p].push_back(std::max(0.0, through_input_ms - forward_ms));
+        times.weight_gradient_ms[p].push_back(std::max(0.0, through_weights_ms - through_input_ms));
+      }
       activation = next_input;
-      if (p + 1 < parts.size()) {
+      if (!last) {
         const auto next = parts[p + 1].device;
         if (copies) times.copy_ms[p].push_back(median_ms({part.device, next}, [&] { activation.to(next); }));
         activation = activation.to(next);  // the next part's input, on its device
@@ -144,18 +171,22 @@ PartTimes time_parts(const StagedModel& model, const std::vector<Partition>& par
   return times;
 }
 
-void profile_parts(const CaseSpec& spec, const std::vector<torch::Device>& devices, bool graphed,
-                   AdviseProfile& profile) {
+// The cut of `spec`'s model over `part_devices` (a part each, in order) as the staged strategies
+// make it, profiled at `sizes`.
+CutProfile profile_cut(const CaseSpec& spec, const std::vector<torch::Device>& part_devices,
+                       const std::vector<int64_t>& sizes, bool graphed, bool halves) {
   const auto& config = spec.config;
   auto model = make_model(config.model, config.num_classes);
   Cut cut;
-  const auto parts = partition_model(*model, devices, config, config.batch_size, &cut);
+  const auto parts = partition_model(*model, part_devices, config, config.batch_size, &cut);
+  CutProfile profile;
   profile.cut = format_cut(cut);
-  profile.sizes = profile_sizes(config.batch_size, devices.size());
-  auto times = time_parts(*model, parts, config, profile.sizes, graphed, /*copies=*/true);
+  auto times = time_parts(*model, parts, config, sizes, graphed, /*copies=*/true, halves);
   profile.forward_ms = std::move(times.forward_ms);
   profile.backward_ms = std::move(times.backward_ms);
   profile.copy_ms = std::move(times.copy_ms);
+  profile.input_gradient_ms = std::move(times.input_gradient_ms);
+  profile.weight_gradient_ms = std::move(times.weight_gradient_ms);
   for (const auto& part : parts) {
     const auto parameters = part.parameters();
     profile.update_ms.push_back(work_ms(part.device, graphed, [&] {
@@ -163,6 +194,17 @@ void profile_parts(const CaseSpec& spec, const std::vector<torch::Device>& devic
       return torch::Tensor();
     }));
   }
+  return profile;
+}
+
+// interleaved-1f1b's parts over `devices` with `chunks` per device: part c on device c mod D, as
+// StagedStrategy::set_up_stages places them.
+std::vector<torch::Device> round_robin(const std::vector<torch::Device>& devices, int chunks) {
+  std::vector<torch::Device> part_devices;
+  for (size_t part = 0; part < devices.size() * static_cast<size_t>(chunks); ++part) {
+    part_devices.push_back(devices[part % devices.size()]);
+  }
+  return part_devices;
 }
 
 // The time of one all-reduce (sum) of `bytes` of `dtype` across `devices`, one buffer on each,
@@ -252,33 +294,84 @@ double interpolate(const std::vector<int64_t>& sizes, const std::vector<double>&
   return values[i - 1] + weight * (values[i] - values[i - 1]);
 }
 
-// model_parallel (one micro-batch of the whole batch) or pipeline, from the profile.
-SimulatedStep predict_staged(const AdviseProfile& profile, int64_t batch, int64_t split, const std::string& schedule) {
+// model_parallel (one micro-batch of the whole batch) or pipeline, from the profile of its cut
+// (`chunks` parts per device).
+SimulatedStep predict_staged(const CutProfile& parts, const std::vector<int64_t>& sizes, int64_t batch, int64_t split,
+                             const std::string& schedule, int chunks) {
   const auto micro_batches = piece_sizes(batch, split);
   StageDurations durations;
   const auto per_micro_batch = [&](const std::vector<double>& values) {
     std::vector<double> row;
-    for (auto size : micro_batches) row.push_back(interpolate(profile.sizes, values, size));
+    for (auto size : micro_batches) row.push_back(interpolate(sizes, values, size));
     return row;
   };
-  for (size_t p = 0; p < profile.forward_ms.size(); ++p) {
-    durations.forward_ms.push_back(per_micro_batch(profile.forward_ms[p]));
-    durations.backward_ms.push_back(per_micro_batch(profile.backward_ms[p]));
+  for (size_t p = 0; p < parts.forward_ms.size(); ++p) {
+    durations.forward_ms.push_back(per_micro_batch(parts.forward_ms[p]));
+    durations.backward_ms.push_back(per_micro_batch(parts.backward_ms[p]));
   }
-  for (const auto& copies : profile.copy_ms) {
+  for (size_t p = 0; p < parts.input_gradient_ms.size(); ++p) {
+    durations.input_gradient_ms.push_back(per_micro_batch(parts.input_gradient_ms[p]));
+    durations.weight_gradient_ms.push_back(per_micro_batch(parts.weight_gradient_ms[p]));
+  }
+  for (const auto& copies : parts.copy_ms) {
     durations.activation_copy_ms.push_back(per_micro_batch(copies));
     durations.gradient_copy_ms.push_back(per_micro_batch(copies));  // the same shape, the other way
   }
-  durations.update_ms = profile.update_ms;
-  return simulate_step(make_schedule(schedule, profile.forward_ms.size(), micro_batches.size()), durations);
+  durations.update_ms = parts.update_ms;
+  const auto devices = parts.forward_ms.size() / static_cast<size_t>(chunks);
+  return simulate_step(make_schedule(schedule, devices, micro_batches.size(), static_cast<size_t>(chunks)), durations);
 }
 
-// A staged strategy's case: a pipeline's micro-batches under its schedule, or (no split: model
-// parallelism) the whole batch as one micro-batch.
-SimulatedStep predict_staged(const AdviseProfile& profile, const RunConfig& config) {
-  const bool pipelined = config.split_size > 0;
-  return predict_staged(profile, config.batch_size, pipelined ? config.split_size : config.batch_size,
-                        pipelined ? config.schedule : "gpipe");
+// A staged case's micro-batches: split_size's (a pipeline), or none (model parallelism: the
+// whole batch at once).
+bool pipelined(const CaseSpec& spec) {
+  return spec.strategy->advise_model == AdviseModel::kStaged && spec.config.split_size > 0;
+}
+
+// Stages per device of a staged case: more than one for interleaved-1f1b's.
+int chunks_of(const CaseSpec& spec) {
+  return pipelined(spec) && schedule_info(spec.config.schedule).uses_chunks ? spec.config.chunks : 1;
+}
+
+// The profiled cut a staged case runs; nullptr where it was not profiled
+// (a cut the model cannot make).
+const CutProfile* cut_of(const AdviseProfile& profile, const CaseSpec& spec) {
+  const int chunks = chunks_of(spec);
+  if (chunks == 1) return &profile.parts;
+  const auto found = profile.chunked.find(chunks);
+  return found == profile.chunked.end() ? nullptr : &found->second;
+}
+
+// A staged case's predicted step from its cut's profile.
+SimulatedStep predict_staged_step(const AdviseProfile& profile, const CutProfile& parts, const CaseSpec& spec) {
+  const auto batch = spec.config.batch_size;
+  if (!pipelined(spec)) return predict_staged(parts, profile.sizes, batch, batch, "gpipe", 1);
+  return predict_staged(parts, profile.sizes, batch, spec.config.split_size, spec.config.schedule, chunks_of(spec));
+}
+
+// Whether `schedule` splits its backwards into B and W (zb-h1), as its programs say.
+bool splits_backwards(const std::string& schedule) {
+  for (const auto& program : make_schedule(schedule, /*devices=*/2, /*micro_batches=*/2)) {
+    for (const auto& action : program) {
+      if (action.op == StageOp::kBackwardInput || action.op == StageOp::kBackwardWeight) return true;
+    }
+  }
+  return false;
+}
+
+// Adds what `spec`'s prediction needs profiled to `request`.
+void add_to_request(const CaseSpec& spec, ProfileRequest& request) {
+  const auto model = spec.strategy->advise_model;
+  const bool chunked = chunks_of(spec) > 1;
+  request.parts |= model == AdviseModel::kReplicated || (model == AdviseModel::kStaged && !chunked);
+  request.backward_halves |= pipelined(spec) && splits_backwards(spec.config.schedule);
+  if (chunked) request.chunks.insert(chunks_of(spec));
+  if (model == AdviseModel::kReplicated && request.replicated == nullptr) request.replicated = &spec;
+  const std::pair<double, int64_t> ddp_case{spec.config.bucket_mib, spec.config.batch_size};
+  if (model == AdviseModel::kRankedAllReduce &&
+      std::find(request.ddp.begin(), request.ddp.end(), ddp_case) == request.ddp.end()) {
+    request.ddp.push_back(ddp_case);
+  }
 }
 
 // A set-up: what every case of it shares (its name up to the strategy's own options), with its
@@ -300,11 +393,11 @@ double predict_data_parallel(const AdviseProfile& profile, int64_t batch, size_t
   };
   double forward = 0, backward = 0;
   for (auto size : shard_sizes(batch, devices)) {
-    forward = std::max(forward, whole_model(profile.forward_ms, size));
-    backward = std::max(backward, whole_model(profile.backward_ms, size));
+    forward = std::max(forward, whole_model(profile.parts.forward_ms, size));
+    backward = std::max(backward, whole_model(profile.parts.backward_ms, size));
   }
   double update = 0;
-  for (auto part_update : profile.update_ms) update += part_update;
+  for (auto part_update : profile.parts.update_ms) update += part_update;
   return profile.broadcast_ms + forward + backward + profile.reduce_ms + update;
 }
 
@@ -357,7 +450,16 @@ AdviseProfile profile_setup(const CaseSpec& spec, const std::vector<torch::Devic
   profile.graphed = graphed;
   profile.single_step_ms = single_step_ms(spec, devices.front(), graphed);
   if (devices.size() < 2) return profile;
-  if (request.parts) profile_parts(spec, devices, graphed, profile);
+  profile.sizes = profile_sizes(spec.config.batch_size, devices.size());
+  if (request.parts) profile.parts = profile_cut(spec, devices, profile.sizes, graphed, request.backward_halves);
+  for (auto chunks : request.chunks) {
+    try {
+      profile.chunked[chunks] = profile_cut(spec, round_robin(devices, chunks), profile.sizes, graphed, false);
+    } catch (const std::invalid_argument&) {
+      // A cut the model cannot make (more parts than stages, a --cut of other parts): its cases
+      // fail on their own at set-up, and the set-up's others are still predicted.
+    }
+  }
   if (!request.ddp.empty()) profile_ddp(spec, devices, graphed, request.ddp, profile);
   if (request.replicated == nullptr) return profile;
   // The replicas' broadcast and reduction, as the strategy measures them at set-up.
@@ -375,9 +477,11 @@ std::optional<SimulatedStep> predict_staged_case(const CaseSpec& spec) {
   if (spec.strategy->advise_model != AdviseModel::kStaged || !modelled(spec)) return std::nullopt;
   const auto devices = case_devices(spec);
   ProfileRequest request;
-  request.parts = true;
+  add_to_request(spec, request);
   const auto profile = profile_setup(spec, devices, spec.cuda_graph && devices.front().is_cuda(), request);
-  return predict_staged(profile, spec.config);
+  const auto* parts = cut_of(profile, spec);
+  if (parts == nullptr) return std::nullopt;
+  return predict_staged_step(profile, *parts, spec);
 }
 
 std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& options) {
@@ -396,8 +500,8 @@ std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& 
   if (left_out > 0) {
     std::fprintf(stderr,
                  "parbench advise: %zu case(s) left out: advise models single, model_parallel, pipeline on one "
-                 "lane and one chunk per device (not zb-h1), data_parallel's broadcast variant, and ddp on GPUs, on the "
-                 "devices this machine has\n",
+                 "lane (every schedule), data_parallel's broadcast variant, and ddp on GPUs, on the devices this "
+                 "machine has\n",
                  left_out);
   }
 
@@ -416,16 +520,7 @@ std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& 
     CaseSpec setup = multi != specs.end() ? *multi : specs.front();
     setup.config.batch_size = setup.global_batch;
     ProfileRequest request;
-    for (const auto& spec : specs) {
-      const auto model = spec.strategy->advise_model;
-      request.parts |= model == AdviseModel::kStaged || model == AdviseModel::kReplicated;
-      if (model == AdviseModel::kReplicated && request.replicated == nullptr) request.replicated = &spec;
-      const std::pair<double, int64_t> ddp_case{spec.config.bucket_mib, spec.config.batch_size};
-      if (model == AdviseModel::kRankedAllReduce &&
-          std::find(request.ddp.begin(), request.ddp.end(), ddp_case) == request.ddp.end()) {
-        request.ddp.push_back(ddp_case);
-      }
-    }
+    for (const auto& spec : specs) add_to_request(spec, request);
     try {
       // Graph cases are predicted from graphed work, where there are GPUs to capture it on.
       profile = profile_setup(setup, devices, specs.front().cuda_graph && device.is_cuda(), request);
@@ -440,6 +535,16 @@ std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& 
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
     profile_seconds += seconds;
 
+    // A staged case whose cut the model cannot make runs unpredicted, and fails on its own.
+    const auto unprofiled = std::stable_partition(specs.begin(), specs.end(), [&](const CaseSpec& spec) {
+      return spec.strategy->advise_model != AdviseModel::kStaged || cut_of(profile, spec) != nullptr;
+    });
+    for (auto spec = unprofiled; spec != specs.end(); ++spec) {
+      std::fprintf(stderr, "parbench advise: %s: its cut of %d chunks per device was not profiled (the model cannot "
+                   "make it); it runs without a prediction\n", spec->name.c_str(), chunks_of(*spec));
+      if (spec->skip_reason.empty()) to_run.push_back(*spec);
+    }
+    specs.erase(unprofiled, specs.end());
     for (auto& spec : specs) {
       switch (spec.strategy->advise_model) {
         case AdviseModel::kWholeModel: spec.predicted_step_ms = profile.single_step_ms; break;
@@ -447,14 +552,18 @@ std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& 
           spec.predicted_step_ms = predict_data_parallel(profile, spec.config.batch_size, devices.size());
           break;
         case AdviseModel::kRankedAllReduce: spec.predicted_step_ms = predict_ddp(profile, spec); break;
-        case AdviseModel::kStaged: spec.predicted_step_ms = predict_staged(profile, spec.config).step_ms; break;
+        case AdviseModel::kStaged:
+          spec.predicted_step_ms = predict_staged_step(profile, *cut_of(profile, spec), spec).step_ms;
+          break;
         case AdviseModel::kNone: break;  // not modelled: left out above
       }
     }
     std::stable_sort(specs.begin(), specs.end(),
                      [](const auto& a, const auto& b) { return *a.predicted_step_ms < *b.predicted_step_ms; });
-    std::printf("parbench advise: %s (cut %s; profiled%s in %.1f s)\n", key.c_str(),
-                profile.cut.empty() ? "-" : profile.cut.c_str(), profile.graphed ? " under CUDA graphs" : "", seconds);
+    std::string cuts = profile.parts.cut.empty() ? "-" : profile.parts.cut;
+    for (const auto& [chunks, parts] : profile.chunked) cuts += "; " + std::to_string(chunks) + " chunks: " + parts.cut;
+    std::printf("parbench advise: %s (cut %s; profiled%s in %.1f s)\n", key.c_str(), cuts.c_str(),
+                profile.graphed ? " under CUDA graphs" : "", seconds);
     if (!device.is_cuda() && multi != specs.end()) {
       std::printf("  CPU stand-ins: the predictions assume the devices run side by side; here they share one CPU\n");
     }
@@ -467,8 +576,9 @@ std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& 
       std::printf("  %4zu  %12.2f  %10.0f  %s%s%s\n", rank + 1, *spec.predicted_step_ms, images_per_second,
                   spec.name.c_str(), rank == 0 ? "  <- recommended" : "",
                   runs ? "" : ("  (not run: " + spec.skip_reason + ")").c_str());
+      const auto* parts = spec.strategy->advise_model == AdviseModel::kStaged ? cut_of(profile, spec) : &profile.parts;
       nlohmann::json prediction = {{"name", spec.name}, {"predicted_step_ms", *spec.predicted_step_ms},
-                                   {"rank", rank + 1}, {"profile", profile.cut.empty() ? "single" : profile.cut}};
+                                   {"rank", rank + 1}, {"profile", parts->cut.empty() ? "single" : parts->cut}};
       if (!runs) prediction["not_run"] = spec.skip_reason;
       predictions.push_back(prediction);
       // The reference step always runs.

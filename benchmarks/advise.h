@@ -6,16 +6,20 @@
 // multi-device cases use: single's step; and, for the cut model_parallel and pipeline use, each
 // part's forward and backward (the loss included on the last part) and the copy of its output
 // to the next device, at micro-batches of 1, 2, 4, ... images, data_parallel's shard and the
-// whole batch, and each part's SGD update; data_parallel's broadcast and reduction; for ddp,
+// whole batch, and each part's SGD update; for zb-h1, each part's backward split as the executor
+// splits it, the input gradient (B) and then the weight gradients (W); for interleaved-1f1b with
+// v chunks per device, the same pieces of its v x devices parts, placed round-robin as the
+// executor places them; data_parallel's broadcast and reduction; for ddp,
 // single's step at the per-rank batch, each stage's backward there and each gradient bucket's
 // all-reduce across the ranks' GPUs. Each is the median of 5 synchronised runs after an untimed one: replays of
 // the piece captured in a CUDA graph for --cuda-graph=on cases on GPUs, else eager runs (which
 // on GPUs include the host's dispatch, as the eager steps they predict do).
-// The prediction: single's profiled step; model_parallel and pipeline from the schedule
-// simulator (strategies/schedule_simulator.h), their micro-batches' times interpolated linearly
-// between the profiled sizes; data_parallel from its broadcast, the replicas' forwards and
-// backwards side by side (the whole model at its shard), its reduction and update; ddp from
-// single's step at the per-rank batch plus the all-reduce time that backward does not hide.
+// The prediction: single's profiled step; model_parallel and pipeline (every schedule, on one
+// lane) from the schedule simulator (strategies/schedule_simulator.h), their micro-batches'
+// times interpolated linearly between the profiled sizes; data_parallel from its broadcast, the
+// replicas' forwards and backwards side by side (the whole model at its shard), its reduction
+// and update; ddp from single's step at the per-rank batch plus the all-reduce time that
+// backward does not hide.
 // docs/METRICS.md ("Predicted step time") has the model.
 #pragma once
 
@@ -24,6 +28,7 @@
 
 #include <map>
 #include <optional>
+#include <set>
 #include <utility>
 
 namespace parbench {
@@ -36,30 +41,43 @@ struct DdpProfile {
   std::vector<double> bucket_allreduce_ms;  // per bucket: its all-reduce across the ranks' GPUs
 };
 
-// What one set-up's profile measured, in milliseconds. Per part of the cut and per profiled
-// micro-batch size: forward, backward (the loss included on the last part), and the copy of the
-// part's output to the next part's device; per part, its SGD update.
+// One cut's pieces, in milliseconds: per part and per profiled micro-batch size (the profile's
+// `sizes`), forward, backward (the loss included on the last part), and the copy of the part's
+// output to the next part's device; per part, its SGD update.
+struct CutProfile {
+  std::string cut;  // format_cut's; empty where the cut was not profiled
+  std::vector<std::vector<double>> forward_ms, backward_ms, copy_ms;
+  // zb-h1's halves of each backward, as the executor runs them: B, the input gradient (with the
+  // loss on the last part; nothing on the first, which has no input gradient), and W, the weight
+  // gradients through the graph B kept. Empty unless asked for.
+  std::vector<std::vector<double>> input_gradient_ms, weight_gradient_ms;
+  std::vector<double> update_ms;
+};
+
+// What one set-up's profile measured, in milliseconds.
 struct AdviseProfile {
   double single_step_ms = 0;
-  std::vector<int64_t> sizes;
-  std::vector<std::vector<double>> forward_ms, backward_ms, copy_ms;
-  std::vector<double> update_ms;
+  std::vector<int64_t> sizes;  // the micro-batch sizes every cut was profiled at
+  CutProfile parts;            // one part per device: model_parallel, pipeline, data_parallel
+  std::map<int, CutProfile> chunked;  // interleaved-1f1b, by chunks per device: chunks x devices parts
   double broadcast_ms = 0, reduce_ms = 0;  // data_parallel's (docs/METRICS.md)
   std::map<std::pair<double, int64_t>, DdpProfile> ddp;  // by (bucket MiB, per-rank batch)
-  std::string cut;       // empty where only single was profiled
   bool graphed = false;  // every piece captured in a CUDA graph and replayed
 };
 
 // What a set-up's cases need profiled beyond single's step.
 struct ProfileRequest {
-  bool parts = false;                   // the cut's parts (staged and replicated strategies)
+  bool parts = false;                    // the one-chunk cut's parts (staged and replicated strategies)
+  bool backward_halves = false;          // and their backwards' halves (zb-h1)
+  std::set<int> chunks;                  // interleaved-1f1b's chunks per device (above 1), a cut for each
   const CaseSpec* replicated = nullptr;  // a replicated strategy's case: its broadcast and reduction
   std::vector<std::pair<double, int64_t>> ddp;  // (bucket MiB, per-rank batch) of each ddp case
 };
 
 // Profiles `spec`'s set-up (spec.config.batch_size: the set-up's whole batch): single's step on
 // the first of `devices` and, given more than one device (they may repeat one GPU), what
-// `request` asks for on them; ddp's all-reduces need distinct GPUs.
+// `request` asks for on them; ddp's all-reduces need distinct GPUs. A chunk count whose cut the
+// model cannot make (more parts than it has stages) is left out of `chunked`.
 AdviseProfile profile_setup(const CaseSpec& spec, const std::vector<torch::Device>& devices, bool graphed,
                             const ProfileRequest& request);
 
@@ -73,10 +91,10 @@ std::optional<SimulatedStep> predict_staged_case(const CaseSpec& spec);
 // set-up single and the `options.advise_validate` best predicted (all of them for
 // kValidateAll), each carrying its prediction. A set-up is a global batch: ddp's strong-scaling
 // cases join the others', its weak-scaling ones make their own. ddp without GPUs for its ranks,
-// data_parallel's clone variant, pipeline cases on two lanes, interleaved and zb-h1 ones are not
-// modelled: they are left out, with a line saying so. A case skipped for want of GPUs (on a
-// machine with fewer than it needs, but some) is predicted all the same, from its parts profiled
-// sharing the visible GPUs, and marked not run.
+// data_parallel's clone variant and pipeline cases on two lanes (the simulator models one compute
+// stream per device) are not modelled: they are left out, with a line saying so. A case skipped
+// for want of GPUs (on a machine with fewer than it needs, but some) is predicted all the same,
+// from its parts profiled sharing the visible GPUs, and marked not run.
 std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& options);
 
 }  // namespace parbench

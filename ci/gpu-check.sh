@@ -373,7 +373,9 @@ PY
 
 # Issue 26 on one GPU: the pipeline at split 20 under every schedule, both stages on GPU 0, timed
 # without and with --trace in one process each (the timed steps must agree), the traced run
-# leaving a trace and the simulator's prediction per case for the report's timelines.
+# leaving a trace and the simulator's prediction per case for the report's timelines. Per
+# schedule it prints the predicted step beside the timed and traced ones and the predicted bubble
+# beside the measured and ideal ones; it fails where a schedule has no .predicted.json.
 step_timelines() {
   local status=0
   local common=(--strategies=single,pipeline --precision=fp32 --schedules=tutorial,gpipe,1f1b,interleaved-1f1b,zb-h1
@@ -389,6 +391,36 @@ plain, traced = medians(sys.argv[1]), medians(sys.argv[2])
 for name in sorted(plain):
     if name in traced:
         print(f"timelines: {traced[name] / plain[name]:.3f} traced/untraced  {plain[name]:.2f} -> {traced[name]:.2f} ms  {name}")
+PY
+  python3 - "$results/timelines_untraced.json" "$results/timelines_traced.json" <<'PY' || status=1
+import json, re, sys
+sys.path.insert(0, "plots")
+import pipeline_timeline as pt
+plain = {b["run_name"]: b["real_time"] for b in json.load(open(sys.argv[1]))["benchmarks"]
+         if b.get("aggregate_name") == "median" and not b.get("error_occurred")}
+traces = {b["run_name"]: re.search(r"trace=([^;]*)", b["label"]).group(1)
+          for b in json.load(open(sys.argv[2]))["benchmarks"]
+          if b["run_type"] == "iteration" and "/pipeline/" in b["run_name"] and "trace=" in b.get("label", "")}
+missing = [name for name in traces if not pt.predicted_path(traces[name]).is_file()]
+for name in missing:
+    print(f"timelines: NO .predicted.json for {name}")
+def per_device(values):
+    return "[" + ", ".join(f"{value:.2f}" for value in values) + "]"
+for name, trace in sorted(traces.items()):
+    if name in missing:
+        continue
+    predicted = pt.predicted_timeline(pt.predicted_path(trace))
+    devices = predicted.timeline.devices
+    measured = pt.measured_timeline(pt.read_trace(trace), devices, trace)
+    ideal = pt.ideal_bubble(predicted.schedule, devices, predicted.micro_batches, predicted.chunks)
+    step = predicted.timeline.step_ms
+    timed = plain.get(name)
+    versus = f"{timed:.2f} ms timed, predicted {(step - timed) / timed:+.1%}" if timed else "not timed"
+    print(f"timelines: {predicted.schedule:<16} step predicted {step:.2f} ms ({versus}; traced {measured.step_ms:.2f} ms "
+          f"from {measured.source}); bubble predicted {per_device(predicted.timeline.bubble)}, "
+          f"measured {per_device(measured.bubble)}, ideal {ideal:.2f}")
+print(f"timelines: {len(traces) - len(missing)} of {len(traces)} traced pipeline cases predicted")
+sys.exit(1 if missing or len(traces) != 5 else 0)  # the five schedules above
 PY
   ls "$results/traces" | head -n 20
   return $status

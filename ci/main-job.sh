@@ -18,11 +18,13 @@ if [[ $status == 2 ]]; then
 fi
 runs=("$results/parbench.json")
 # Without a GPU, the tiny transformer too, every strategy on CPU stand-ins (a short run, about
-# half a minute): the code paths of the language models, not what they achieve on GPUs.
+# half a minute): the code paths of the language models, not what they achieve on GPUs. Traced
+# as well, so the report draws the measured and predicted timelines of the schedules the
+# default run leaves out (interleaved-1f1b, zb-h1).
 gpu_count=$("$python" -c 'import json, sys; print(json.load(open(sys.argv[1]))["context"]["gpu_count"])' "$results/parbench.json")
 if [[ $gpu_count == 0 ]]; then
   ./build/parbench --preset=cpu --models=tinygpt --split-sizes=4 --schedules=1f1b,interleaved-1f1b,zb-h1 \
-    --allreduce=off --repetitions=3 --iterations=5 --benchmark_out="$results/tinygpt.json" \
+    --allreduce=off --repetitions=3 --iterations=5 --trace="$results/traces" --benchmark_out="$results/tinygpt.json" \
     --benchmark_out_format=json || status=$?
   runs+=("$results/tinygpt.json")
 fi

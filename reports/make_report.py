@@ -117,6 +117,16 @@ def _find_trace(case: pr.Case) -> Path | None:
     return None
 
 
+def no_prediction_note(case: pr.Case) -> str:
+    """Why a traced pipeline case has no predicted panel."""
+    lanes = int(case.fields.get("lanes", 1))
+    if lanes > 1:
+        return (f"No predicted panel: this case ran on {lanes} lanes, and the schedule simulator gives each "
+                "device one compute stream (docs/METRICS.md, \"Predicted step time\").")
+    return ("No predicted panel: no <case>.predicted.json beside the trace (parbench writes one for every "
+            "pipeline case on one lane, unless its profile failed).")
+
+
 def draw_timeline_figures(results: pr.Results, timelines: dict[str, CaseTimeline], out_dir: Path) -> list[str]:
     """One figure per pipeline series (schedule, devices, ...) at its best split, where that case
     was traced; returns the figures' names."""
@@ -132,8 +142,7 @@ def draw_timeline_figures(results: pr.Results, timelines: dict[str, CaseTimeline
                 name = TIMELINE_FIGURE_PREFIX + re.sub(r"[^A-Za-z0-9._-]+", "-", slug)
                 note = ""
                 if timeline.predicted is None:
-                    note = ("No predicted panel: parbench's simulator predicts one lane, one chunk and "
-                            "not zb-h1 (docs/METRICS.md, \"Predicted step time\").")
+                    note = no_prediction_note(best)
                 if best.cpu_stand_in:
                     note += (" " if note else "") + "CPU stand-ins: both devices share this machine's CPUs."
                 figure = timeline_plot.draw_timeline(

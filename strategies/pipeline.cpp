@@ -105,11 +105,13 @@ StrategyInfo pipeline_info() {
     return std::nullopt;
   };
   info.advise_model = AdviseModel::kStaged;
-  // The simulator runs one lane per device (strategies/schedule_simulator.h).
   info.advised = [](const CaseConditions& conditions) {
     const auto& config = conditions.config;
-    const auto& schedule = schedule_info(config.schedule);
-    return config.stage_lanes == 1 && (schedule.advised || (schedule.uses_chunks && config.chunks == 1));
+    // The simulator gives each device one compute stream; two lanes overlap a forward with a backward.
+    if (config.stage_lanes != 1) return false;
+    // An interleaved schedule that cannot run (its own skip says so) has nothing to predict.
+    return !schedule_info(config.schedule).uses_chunks || config.chunks == 1 ||
+           micro_batch_count(config.batch_size, config.split_size) % conditions.devices == 0;
   };
   return info;
 }

@@ -116,16 +116,15 @@ int64_t micro_batch_count(int64_t batch, int64_t split_size) { return (batch + s
 const std::vector<ScheduleInfo>& schedule_table() {
   static const std::vector<ScheduleInfo> table = {
       {"tutorial", "forwards as a wavefront, then one loss over every micro-batch and one backward (the tutorial's)",
-       /*uses_chunks=*/false, /*advised=*/true, tutorial},
-      {"gpipe", "all forwards, then one backward per micro-batch, last first", false, true, gpipe},
-      {"1f1b", "warm-up forwards, then one forward and one backward in turn (PipeDream-flush)", false, true,
-       one_f_one_b},
+       /*uses_chunks=*/false, tutorial},
+      {"gpipe", "all forwards, then one backward per micro-batch, last first", false, gpipe},
+      {"1f1b", "warm-up forwards, then one forward and one backward in turn (PipeDream-flush)", false, one_f_one_b},
       {"interleaved-1f1b",
        "Megatron-LM's: each device holds --chunks non-contiguous stages; the micro-batches must be a multiple of the "
        "devices",
-       true, /*advised=*/false, interleaved},
+       true, interleaved},
       {"zb-h1", "zero bubble: each backward split into input and weight gradients, the latter deferred", false,
-       /*advised=*/false, zero_bubble_h1},
+       zero_bubble_h1},
   };
   return table;
 }

@@ -52,13 +52,12 @@ using StageProgram = std::vector<StageAction>;
 //             so later stages defer theirs into what would be the cooldown's bubbles. Every
 //             stage holds at most S micro-batches' activations (1f1b's first stage's).
 // The schedules, as data: options, --help, the case builder, --print-schedule, the executor and
-// advise read this table, and the equivalence tests take every entry, so a new schedule is its
+// advise (which predicts any program of F, B, B/W halves and chunks) read this table, and the equivalence tests take every entry, so a new schedule is its
 // generator and one entry here (docs/EXTENDING.md).
 struct ScheduleInfo {
   std::string name;
   std::string summary;  // for --help
   bool uses_chunks = false;  // takes --chunks stages per device
-  bool advised = false;      // advise's profile and simulator predict it
   std::function<std::vector<StageProgram>(size_t devices, size_t micro_batches, size_t chunks)> programs;
 };
 const std::vector<ScheduleInfo>& schedule_table();

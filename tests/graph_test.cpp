@@ -232,31 +232,49 @@ CaseSpec small_resnet50_setup(const std::string& strategy, int64_t batch) {
 }
 
 // --advise's profile (benchmarks/advise.h) eager and with every piece captured in a graph of its
-// own: every part timed at every size, on two GPUs (both parts on GPU 0 where one is visible).
+// own: every part timed at every size, zb-h1's B and W included, and interleaved-1f1b's four parts
+// of two chunks per device, on two GPUs (both parts on GPU 0 where one is visible).
 TEST(AdviseProfile, TimesEveryPartAtEverySizeEagerAndGraphed) {
   if (visible_gpus() == 0) GTEST_SKIP() << "needs a GPU, 0 visible";
   const auto spec = small_resnet50_setup("pipeline", 8);
   const std::vector<torch::Device> gpus = {torch::Device(torch::kCUDA, 0),
                                            torch::Device(torch::kCUDA, visible_gpus() >= 2 ? 1 : 0)};
   for (bool graphed : {false, true}) {
-    const auto profile = profile_setup(spec, gpus, graphed, {/*parts=*/true});
+    ProfileRequest request;
+    request.parts = true;
+    request.backward_halves = true;
+    request.chunks = {2};
+    const auto profile = profile_setup(spec, gpus, graphed, request);
     EXPECT_EQ(profile.graphed, graphed);
-    EXPECT_EQ(profile.cut, "stem,layer1,layer2|layer3,layer4,head");
+    EXPECT_EQ(profile.parts.cut, "stem,layer1,layer2|layer3,layer4,head");
     EXPECT_EQ(profile.sizes, (std::vector<int64_t>{1, 2, 4, 8}));
     EXPECT_GT(profile.single_step_ms, 0.0);
-    ASSERT_EQ(profile.forward_ms.size(), 2u);
-    ASSERT_EQ(profile.copy_ms.size(), 1u);
-    ASSERT_EQ(profile.update_ms.size(), 2u);
-    for (size_t part = 0; part < 2; ++part) {
-      ASSERT_EQ(profile.forward_ms[part].size(), 4u);
-      ASSERT_EQ(profile.backward_ms[part].size(), 4u);
-      for (size_t i = 0; i < 4; ++i) {
-        EXPECT_GT(profile.forward_ms[part][i], 0.0) << "part " << part << " size " << profile.sizes[i];
-        EXPECT_GE(profile.backward_ms[part][i], 0.0) << "part " << part << " size " << profile.sizes[i];
+    ASSERT_EQ(profile.chunked.count(2), 1u);
+    for (const auto* cut : {&profile.parts, &profile.chunked.at(2)}) {
+      const size_t parts = cut == &profile.parts ? 2 : 4;
+      const bool halves = cut == &profile.parts;
+      ASSERT_EQ(cut->forward_ms.size(), parts) << cut->cut;
+      ASSERT_EQ(cut->copy_ms.size(), parts - 1) << cut->cut;
+      ASSERT_EQ(cut->update_ms.size(), parts) << cut->cut;
+      ASSERT_EQ(cut->input_gradient_ms.size(), halves ? parts : 0) << cut->cut;
+      ASSERT_EQ(cut->weight_gradient_ms.size(), halves ? parts : 0) << cut->cut;
+      for (size_t part = 0; part < parts; ++part) {
+        ASSERT_EQ(cut->forward_ms[part].size(), 4u);
+        ASSERT_EQ(cut->backward_ms[part].size(), 4u);
+        for (size_t i = 0; i < 4; ++i) {
+          const auto what = cut->cut + " part " + std::to_string(part) + " size " + std::to_string(profile.sizes[i]);
+          EXPECT_GT(cut->forward_ms[part][i], 0.0) << what;
+          EXPECT_GE(cut->backward_ms[part][i], 0.0) << what;
+          if (!halves) continue;
+          // The first part has no input gradient: its B computes nothing, its W the whole backward.
+          if (part == 0) EXPECT_EQ(cut->input_gradient_ms[part][i], 0.0) << what;
+          if (part > 0) EXPECT_GT(cut->input_gradient_ms[part][i], 0.0) << what;
+          EXPECT_GT(cut->weight_gradient_ms[part][i], 0.0) << what;
+        }
+        EXPECT_GT(cut->update_ms[part], 0.0);
       }
-      EXPECT_GT(profile.update_ms[part], 0.0);
+      EXPECT_EQ(cut->copy_ms.front().size(), 4u);
     }
-    EXPECT_EQ(profile.copy_ms.front().size(), 4u);
   }
   // No capture is left open: the device still runs eager work.
   EXPECT_EQ(torch::ones({2}, gpus.front()).sum().item<double>(), 2.0);

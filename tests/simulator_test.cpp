@@ -131,6 +131,33 @@ TEST(ScheduleSimulator, ZeroBubbleH1CutsTheBubbleToFPlusBMinusW) {
   }
 }
 
+// The shapes advise feeds the simulator: zb-h1 needs B and W rows for every stage, as many as
+// its forwards'; interleaved-1f1b needs a row per chunk (D x v stages), each on device s mod D.
+TEST(ScheduleSimulator, SplitAndChunkedSchedulesTakeTheirOwnDurationShapes) {
+  constexpr size_t kMicroBatches = 4;
+  auto split = per_stage({1, 1}, {2, 2}, kMicroBatches);
+  const auto zero_bubble = make_schedule("zb-h1", 2, kMicroBatches);
+  EXPECT_THROW(simulate_step(zero_bubble, split), std::invalid_argument);  // no B and W rows
+  split.input_gradient_ms.assign(2, std::vector<double>(kMicroBatches, 1));
+  split.weight_gradient_ms.assign(1, std::vector<double>(kMicroBatches, 1));
+  EXPECT_THROW(simulate_step(zero_bubble, split), std::invalid_argument);  // W for one stage of two
+  split.weight_gradient_ms.assign(2, std::vector<double>(kMicroBatches - 1, 1));
+  EXPECT_THROW(simulate_step(zero_bubble, split), std::invalid_argument);  // W for too few micro-batches
+  split.weight_gradient_ms.assign(2, std::vector<double>(kMicroBatches, 1));
+  // The whole backward's rows are there too (their shape is checked) but unused: B and W time it.
+  split.backward_ms.assign(2, std::vector<double>(kMicroBatches, 100));
+  const auto step = simulate_step(zero_bubble, split);
+  EXPECT_DOUBLE_EQ(step.busy_ms[0], kMicroBatches * 3.0);
+
+  const auto interleaved = make_schedule("interleaved-1f1b", 2, kMicroBatches, 2);
+  EXPECT_THROW(simulate_step(interleaved, per_stage({1, 1}, {2, 2}, kMicroBatches)), std::invalid_argument);
+  // Four chunks of distinct cost: device 0 holds stages 0 and 2, device 1 stages 1 and 3.
+  const auto chunked = simulate_step(interleaved, per_stage({1, 2, 3, 4}, {1, 2, 3, 4}, kMicroBatches));
+  EXPECT_DOUBLE_EQ(chunked.busy_ms[0], kMicroBatches * 2 * (1.0 + 3.0));
+  EXPECT_DOUBLE_EQ(chunked.busy_ms[1], kMicroBatches * 2 * (2.0 + 4.0));
+  for (const auto& placed : chunked.actions) EXPECT_EQ(placed.device, placed.action.stage % 2);
+}
+
 TEST(ScheduleSimulator, RefusesADeadlockAndMismatchedDurations) {
   const std::vector<StageProgram> waits_for_itself = {
       {{StageOp::kBackward, 0, 0}, {StageOp::kForward, 0, 0}},

@@ -18,15 +18,14 @@ REPO = Path(__file__).resolve().parents[2]
 TRACES = Path(__file__).resolve().with_name("fixtures") / "traces"
 MAKE_REPORT = REPO / "reports" / "make_report.py"
 SCHEDULES = ("tutorial", "gpipe", "1f1b", "interleaved-1f1b", "zb-h1")
-PREDICTED_SCHEDULES = ("tutorial", "gpipe", "1f1b")  # the simulator predicts one lane, one chunk, not zb-h1
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 LABEL = re.compile(r"^(?P<op>[FBW])(?P<micro_batch>\d+|\*) stage(?P<stage>\d+)$")
 
 
 
 def fixture(schedule):
-    """The fixture run's trace of `schedule`, its predicted timeline's path (there only where the
-    simulator predicts the schedule) and the run's results file."""
+    """The fixture run's trace of `schedule`, its predicted timeline's path and the run's results
+    file."""
     run = TRACES / "run.json"
     for entry in json.loads(run.read_text())["benchmarks"]:
         if f"schedule:{schedule}/" in entry["run_name"] and "label" in entry:
@@ -69,7 +68,7 @@ def test_real_trace_is_chrome_json_with_every_action_labelled(schedule):
     threads = {device: set().union(*(tids for name, tids in ranges.items()
                                      if int(LABEL.match(name)["stage"]) % 2 == device)) for device in (0, 1)}
     assert len(threads[0]) == 1 and len(threads[1]) == 1 and threads[0] != threads[1]
-    assert predicted.exists() == (schedule in PREDICTED_SCHEDULES)
+    assert predicted.is_file()
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES)
@@ -300,11 +299,8 @@ def test_report_draws_timelines_and_writes_timelines_json(tmp_path):
         assert entry["measured_bubble_fraction"] == pytest.approx(timeline.bubble, abs=1e-6)
         assert entry["ideal_bubble_fraction"] == pytest.approx(
             pt.ideal_bubble(schedule, 2, 2, 2 if schedule == "interleaved-1f1b" else 1), abs=1e-6)
-        if schedule in PREDICTED_SCHEDULES:
-            assert entry["predicted_bubble_fraction"] == pytest.approx(
-                json.loads(predicted_file.read_text())["bubble_fraction"], abs=1e-6)
-        else:
-            assert entry["predicted_bubble_fraction"] is None
+        assert entry["predicted_bubble_fraction"] == pytest.approx(
+            json.loads(predicted_file.read_text())["bubble_fraction"], abs=1e-6)
         assert (tmp_path / entry["figure"]).read_bytes().startswith(PNG_SIGNATURE)
         assert f"]({entry['figure']})" in report
         # The split sweep's row shows the same bubbles.
@@ -312,8 +308,7 @@ def test_report_draws_timelines_and_writes_timelines_json(tmp_path):
                    if line.startswith(f"| {schedule} |"))
         cells = [cell.strip() for cell in row.strip("|").split("|")]
         assert cells[-2] == ", ".join(f"dev{d} {v:.2f}" for d, v in enumerate(timeline.bubble))
-        assert cells[-1] == ("not predicted" if entry["predicted_bubble_fraction"] is None else
-                             ", ".join(f"dev{d} {v:.2f}" for d, v in enumerate(entry["predicted_bubble_fraction"])))
+        assert cells[-1] == ", ".join(f"dev{d} {v:.2f}" for d, v in enumerate(entry["predicted_bubble_fraction"]))
 
 
 def test_report_without_traces_has_no_timelines_and_removes_old_ones(tmp_path):
@@ -336,6 +331,43 @@ def test_report_notes_a_missing_trace_and_goes_on(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "x.trace.json is not there" in result.stderr
     assert "no trace" in (tmp_path / "out" / "REPORT.md").read_text()
+
+
+def test_report_figure_says_why_a_case_has_no_prediction(tmp_path, monkeypatch):
+    """A case on two lanes has no prediction (the simulator gives a device one stream), and its
+    figure says so; a case on one lane whose prediction is missing says that instead."""
+    sys.path.insert(0, str(REPO / "reports"))
+    try:
+        import make_report
+    finally:
+        sys.path.remove(str(REPO / "reports"))
+    trace, _, run = fixture("1f1b")
+    (tmp_path / trace.name).write_bytes(trace.read_bytes())  # without its .predicted.json
+    document = json.loads(run.read_text())
+    document["benchmarks"] = [entry for entry in document["benchmarks"] if "/schedule:1f1b" in entry["run_name"]]
+    lanes_1 = json.loads(json.dumps(document))
+    for entry in document["benchmarks"]:
+        for key in ("name", "run_name"):
+            entry[key] = entry[key].replace("/schedule:1f1b", "/schedule:1f1b/lanes:2")
+    notes = {}
+    draw = timeline_plot.draw_timeline
+
+    def recording(title, measured, predicted, schedule, ideal, note=""):
+        notes[title] = (predicted, note)
+        return draw(title, measured, predicted, schedule, ideal, note)
+
+    monkeypatch.setattr(make_report.timeline_plot, "draw_timeline", recording)
+    for lanes, results in (("2", document), ("1", lanes_1)):
+        run_file = tmp_path / f"run_lanes_{lanes}.json"
+        run_file.write_text(json.dumps(results))
+        notes.clear()
+        assert make_report.main([str(tmp_path / f"report_{lanes}"), str(run_file)]) == 0
+        [(predicted, note)] = notes.values()
+        assert predicted is None
+        if lanes == "2":
+            assert "ran on 2 lanes" in note and "one compute stream" in note, note
+        else:
+            assert "no <case>.predicted.json beside the trace" in note, note
 
 
 # --- a fresh run of the binary --------------------------------------------------------------
@@ -362,9 +394,17 @@ def test_parbench_trace_for_every_schedule(tmp_path):
         trace = Path(re.search(r"trace=([^;]*)", entry["label"]).group(1))
         events = pt.read_trace(trace)
         assert expected_actions(schedule) <= set(labelled_ranges(events))
-        assert pt.predicted_path(trace).exists() == (schedule in PREDICTED_SCHEDULES)
+        predicted = pt.predicted_timeline(pt.predicted_path(trace))
+        assert predicted.schedule == schedule
+        assert {(span.op, span.micro_batch, span.stage) for span in predicted.timeline.spans} == {
+            (label[0], int(label[1]), int(label.split("stage")[1])) for label in expected_actions(schedule)
+            if not label.startswith("B*")}
         timeline = pt.measured_timeline(events, 2, str(trace))
         assert all(0 < value < 1 for value in timeline.bubble)
     report = run_report(tmp_path / "report", [out])
     assert report.returncode == 0, report.stderr
-    assert len(json.loads((tmp_path / "report" / "timelines.json").read_text())["timelines"]) == len(SCHEDULES)
+    entries = json.loads((tmp_path / "report" / "timelines.json").read_text())["timelines"]
+    assert sorted(entry["schedule"] for entry in entries) == sorted(SCHEDULES)
+    for entry in entries:
+        assert len(entry["predicted_bubble_fraction"]) == 2, entry["schedule"]
+        assert entry["predicted_step_ms"] > 0, entry["schedule"]

@@ -1,0 +1,132 @@
+// --advise's profile and predictions (benchmarks/advise.h) on CPU stand-in devices: every
+// pipeline schedule predicted, zb-h1 from its backwards' halves and interleaved-1f1b from its
+// chunked cut. (graph_test.cpp profiles the same pieces on GPUs, eager and graphed.)
+#include "benchmarks/advise.h"
+#include "benchmarks/options.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+namespace parbench {
+namespace {
+
+Options parse(std::vector<std::string> arguments) {
+  arguments.insert(arguments.begin(), "parbench");
+  std::vector<char*> argv;
+  for (auto& argument : arguments) argv.push_back(argument.data());
+  std::vector<char*> benchmark_args;
+  return parse_options(static_cast<int>(argv.size()), argv.data(), /*has_gpu=*/false, &benchmark_args);
+}
+
+// tinycnn's four stages, batch 4 in micro-batches of 2, every schedule on two CPU devices.
+std::vector<CaseSpec> every_schedule(const std::string& lanes = "1") {
+  std::string schedules;
+  for (const auto& info : schedule_table()) schedules += (schedules.empty() ? "" : ",") + info.name;
+  const auto options = parse({"--preset=cpu", "--models=tinycnn", "--batch=4", "--image=16", "--strategies=single,pipeline",
+                              "--split-sizes=2", "--schedules=" + schedules, "--chunks=2", "--stage-lanes=" + lanes,
+                              "--advise=all"});
+  return build_cases(options, /*visible_gpus=*/0);
+}
+
+const CaseSpec& case_of(const std::vector<CaseSpec>& cases, const std::string& schedule) {
+  const auto found = std::find_if(cases.begin(), cases.end(), [&](const CaseSpec& spec) {
+    return spec.strategy->name == "pipeline" && spec.config.schedule == schedule;
+  });
+  if (found == cases.end()) throw std::logic_error("no " + schedule + " case");
+  return *found;
+}
+
+// zb-h1's B and W as the executor runs them.
+TEST(AdviseProfile, SplitsBackwardsAsTheExecutorOnCpu) {
+  auto spec = case_of(every_schedule(), "zb-h1");
+  spec.config.image_size = 64;  // big enough that a backward stands out of a loaded CPU's noise
+  spec.config.batch_size = 8;
+  spec.config.cut = "stem,block1|block2,head";  // a convolution on each part, whatever the timings
+  ProfileRequest request;
+  request.parts = true;
+  request.backward_halves = true;
+  request.chunks = {2};  // a cut of four parts, which the two-part --cut does not make
+  const auto profile = profile_setup(spec, case_devices(spec), /*graphed=*/false, request);
+  EXPECT_EQ(profile.sizes, (std::vector<int64_t>{1, 2, 4, 8}));
+  EXPECT_EQ(profile.parts.cut, spec.config.cut);
+  EXPECT_TRUE(profile.chunked.empty());
+  ASSERT_EQ(profile.parts.input_gradient_ms.size(), 2u);
+  ASSERT_EQ(profile.parts.weight_gradient_ms.size(), 2u);
+  for (size_t part = 0; part < 2; ++part) {
+    const auto& weights = profile.parts.weight_gradient_ms[part];
+    ASSERT_EQ(profile.parts.input_gradient_ms[part].size(), profile.sizes.size());
+    ASSERT_EQ(weights.size(), profile.sizes.size());
+    // Each W is a difference of two timings: on a loaded CPU the smaller ones may round to 0.
+    EXPECT_GT(*std::max_element(weights.begin(), weights.end()), 0.0) << "part " << part;
+  }
+  // The first part has no input gradient to send: its B computes nothing and W is its backward.
+  EXPECT_EQ(profile.parts.input_gradient_ms[0], std::vector<double>(profile.sizes.size(), 0.0));
+}
+
+// interleaved-1f1b's parts, cut as the executor cuts them and placed round-robin, per chunk
+// count the model can be cut into.
+TEST(AdviseProfile, ProfilesChunkedCutsOnCpu) {
+  const auto spec = case_of(every_schedule(), "interleaved-1f1b");
+  ProfileRequest request;
+  request.chunks = {2, 3};  // tinycnn has four stages: no cut of three chunks on two devices
+  const auto profile = profile_setup(spec, case_devices(spec), /*graphed=*/false, request);
+  EXPECT_TRUE(profile.parts.cut.empty());  // not asked for
+  ASSERT_EQ(profile.chunked.count(2), 1u);
+  EXPECT_EQ(profile.chunked.count(3), 0u);
+  const auto& chunked = profile.chunked.at(2);
+  EXPECT_EQ(chunked.cut, "stem|block1|block2|head");
+  ASSERT_EQ(chunked.forward_ms.size(), 4u);
+  ASSERT_EQ(chunked.copy_ms.size(), 3u);
+  ASSERT_EQ(chunked.update_ms.size(), 4u);
+  EXPECT_TRUE(chunked.input_gradient_ms.empty());  // interleaved-1f1b runs whole backwards
+  for (const auto& part : chunked.forward_ms) EXPECT_EQ(part.size(), profile.sizes.size());
+}
+
+// Every schedule's case on one lane is predicted, with every action of its programs placed:
+// zb-h1's B and W apart (the first stage's B taking no time), interleaved-1f1b's four stages.
+// (A backward's time is a difference of two timings, which may round to 0 on a loaded CPU.)
+// Two lanes are not modelled.
+TEST(Advise, PredictsEveryScheduleOnOneLane) {
+  const auto cases = every_schedule();
+  for (const auto& info : schedule_table()) {
+    const auto& spec = case_of(cases, info.name);
+    const auto step = predict_staged_case(spec);
+    ASSERT_TRUE(step.has_value()) << info.name;
+    EXPECT_GT(step->step_ms, 0.0) << info.name;
+    const size_t stages = info.uses_chunks ? 4 : 2, micro_batches = 2;
+    const size_t passes = info.name == "zb-h1" ? 3 : 2;  // F and B, or F, B and W
+    EXPECT_EQ(step->actions.size(), stages * micro_batches * passes) << info.name;
+    EXPECT_EQ(step->bubble_fraction.size(), 2u) << info.name;
+    for (const auto& placed : step->actions) {
+      EXPECT_EQ(placed.device, placed.action.stage % 2) << info.name;
+      if (placed.action.op == StageOp::kForward) {
+        EXPECT_GT(placed.end_ms, placed.start_ms) << info.name;
+      } else if (placed.action.op == StageOp::kBackwardInput && placed.action.stage == 0) {
+        EXPECT_EQ(placed.end_ms, placed.start_ms) << info.name;
+      } else {
+        EXPECT_GE(placed.end_ms, placed.start_ms) << info.name;
+      }
+    }
+  }
+  const auto two_lanes = every_schedule("2");
+  EXPECT_FALSE(predict_staged_case(case_of(two_lanes, "1f1b")).has_value());
+}
+
+// advise() ranks every schedule's case beside single's, each with its prediction.
+TEST(Advise, RanksEveryScheduleBesideSingle) {
+  const auto cases = every_schedule();
+  const auto options = parse({"--advise=all"});
+  testing::internal::CaptureStdout();
+  const auto to_run = advise(cases, options);
+  const auto table = testing::internal::GetCapturedStdout();
+  ASSERT_EQ(to_run.size(), cases.size()) << table;
+  for (const auto& spec : to_run) {
+    ASSERT_TRUE(spec.predicted_step_ms.has_value()) << spec.name;
+    EXPECT_GT(*spec.predicted_step_ms, 0.0) << spec.name;
+  }
+  EXPECT_NE(table.find("2 chunks: stem|block1|block2|head"), std::string::npos) << table;
+}
+
+}  // namespace
+}  // namespace parbench
