@@ -5,7 +5,7 @@
 #                             concurrent_single, graph, pipeline, advise, schedules, fault (2 GPUs),
 #                             oom (1 GPU), host_cost (1 GPU), gpt (1 GPU: the transformer and MFU),
 #                             provenance, timelines, harness_alone, harness_perturb, placement_pairs (1 GPU),
-#                             before_after (1 GPU; PARBENCH_BEFORE_BINARY),
+#                             before_after (1 GPU; PARBENCH_BEFORE_BINARY), advise_schedules (1 GPU),
 #                             ref_* (issue 30's reference run: see reference_args);
 #                             prebuilt instead of build: see step_prebuilt
 # PARBENCH_BENCH_TIMEOUT=SECONDS: each parbench run of a step is killed after that long, so that
@@ -136,6 +136,24 @@ step_advise() {
                 --allreduce=off --precision=fp32 --cuda-graph=on,off --advise=all --benchmark_min_time=0.2)
   if [[ ${ADVISE_IMAGES:-128} == 128 ]]; then bench advise_128 "${common[@]}" || status=1; fi
   if [[ ${ADVISE_IMAGES:-224} == 224 ]]; then bench advise_224 "${common[@]}" --image=224 --batch=128 || status=1; fi
+  return $status
+}
+
+# --advise for every pipeline schedule with both stages on GPU 0, graphed: each prediction beside
+# the step it predicts (zb-h1's B/W halves and interleaved-1f1b's chunked cut, issue 26).
+step_advise_schedules() {
+  bench advise_schedules --strategies=single,model_parallel,pipeline --devices=0,0 --precision=fp32 \
+    --schedules=tutorial,gpipe,1f1b,interleaved-1f1b,zb-h1 --chunks=2 --split-sizes=20,60 --cuda-graph=on \
+    --advise=all --benchmark_min_time=0.2
+  local status=$?
+  python3 - "$results/advise_schedules.json" <<'PY' || status=1
+import json, sys
+for b in json.load(open(sys.argv[1]))["benchmarks"]:
+    if b.get("aggregate_name") == "median" and "predicted_step_ms" in b:
+        error = (b["predicted_step_ms"] - b["step_ms"]) / b["step_ms"]
+        print(f"advise_schedules: predicted {b['predicted_step_ms']:.2f} ms, measured {b['step_ms']:.2f} ms "
+              f"({error:+.1%})  {b['run_name']}")
+PY
   return $status
 }
 
