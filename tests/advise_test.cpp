@@ -1,6 +1,7 @@
-// --advise's profile and predictions (benchmarks/advise.h) on CPU stand-in devices: every
-// pipeline schedule predicted, zb-h1 from its backwards' halves and interleaved-1f1b from its
-// chunked cut. (graph_test.cpp profiles the same pieces on GPUs, eager and graphed.)
+// --advise's profile and predictions (benchmarks/advise.h) on two devices: CPU stand-ins, or
+// both stages on GPU 0 where there is a GPU (case_devices places cases on GPUs whenever one is
+// visible). Every pipeline schedule predicted, zb-h1 from its backwards' halves and
+// interleaved-1f1b from its chunked cut. (graph_test.cpp profiles the same pieces graphed.)
 #include "benchmarks/advise.h"
 #include "benchmarks/options.h"
 
@@ -19,14 +20,17 @@ Options parse(std::vector<std::string> arguments) {
   return parse_options(static_cast<int>(argv.size()), argv.data(), /*has_gpu=*/false, &benchmark_args);
 }
 
-// tinycnn's four stages, batch 4 in micro-batches of 2, every schedule on two CPU devices.
+int visible_gpus() { return torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0; }
+
+// tinycnn's four stages, batch 4 in micro-batches of 2, every schedule on two devices.
 std::vector<CaseSpec> every_schedule(const std::string& lanes = "1") {
   std::string schedules;
   for (const auto& info : schedule_table()) schedules += (schedules.empty() ? "" : ",") + info.name;
-  const auto options = parse({"--preset=cpu", "--models=tinycnn", "--batch=4", "--image=16", "--strategies=single,pipeline",
-                              "--split-sizes=2", "--schedules=" + schedules, "--chunks=2", "--stage-lanes=" + lanes,
-                              "--advise=all"});
-  return build_cases(options, /*visible_gpus=*/0);
+  std::vector<std::string> arguments = {"--preset=cpu", "--models=tinycnn", "--batch=4", "--image=16",
+                                        "--strategies=single,pipeline", "--split-sizes=2", "--schedules=" + schedules,
+                                        "--chunks=2", "--stage-lanes=" + lanes, "--advise=all"};
+  if (visible_gpus() > 0) arguments.push_back("--devices=0,0");
+  return build_cases(parse(arguments), visible_gpus());
 }
 
 const CaseSpec& case_of(const std::vector<CaseSpec>& cases, const std::string& schedule) {
@@ -38,7 +42,7 @@ const CaseSpec& case_of(const std::vector<CaseSpec>& cases, const std::string& s
 }
 
 // zb-h1's B and W as the executor runs them.
-TEST(AdviseProfile, SplitsBackwardsAsTheExecutorOnCpu) {
+TEST(AdviseProfile, SplitsBackwardsAsTheExecutor) {
   auto spec = case_of(every_schedule(), "zb-h1");
   spec.config.image_size = 64;  // big enough that a backward stands out of a loaded CPU's noise
   spec.config.batch_size = 8;
@@ -66,7 +70,7 @@ TEST(AdviseProfile, SplitsBackwardsAsTheExecutorOnCpu) {
 
 // interleaved-1f1b's parts, cut as the executor cuts them and placed round-robin, per chunk
 // count the model can be cut into.
-TEST(AdviseProfile, ProfilesChunkedCutsOnCpu) {
+TEST(AdviseProfile, ProfilesChunkedCuts) {
   const auto spec = case_of(every_schedule(), "interleaved-1f1b");
   ProfileRequest request;
   request.chunks = {2, 3};  // tinycnn has four stages: no cut of three chunks on two devices
