@@ -151,11 +151,12 @@ std::pair<double, double> expect_replays_train_as_eager_steps(const StagedCase& 
   config.learning_rate = 1e-3;
   const std::vector<torch::Device> gpus = {torch::Device(torch::kCUDA, 0),
                                            torch::Device(torch::kCUDA, visible_gpus() >= 2 ? 1 : 0)};
-  torch::manual_seed(3);
-  const auto first = make_random_batch(config, config.batch_size, gpus.front(), gpus.back());
-  const auto second = make_random_batch(config, config.batch_size, gpus.front(), gpus.back());
-
   auto eager = make_strategy(c.strategy, config, gpus);
+  // Where the strategy takes them: data_parallel's loss is on its first device, a pipeline's on its last.
+  torch::manual_seed(3);
+  const auto first = make_random_batch(config, config.batch_size, eager->input_device(), eager->target_device());
+  const auto second = make_random_batch(config, config.batch_size, eager->input_device(), eager->target_device());
+
   for (int step = 0; step < kGraphWarmupSteps; ++step) eager->train_step(first);
   torch::Tensor eager_loss;
   for (int step = 0; step < kReplays; ++step) eager_loss = eager->train_step(second);
