@@ -5,7 +5,7 @@
 #                             concurrent_single, graph, pipeline, advise, schedules, fault (2 GPUs),
 #                             oom (1 GPU), host_cost (1 GPU), gpt (1 GPU: the transformer and MFU),
 #                             provenance, timelines, harness_alone, harness_perturb, placement_pairs (1 GPU),
-#                             before_after (1 GPU; PARBENCH_BEFORE_BINARY), advise_schedules (1 GPU),
+#                             before_after (1 GPU; PARBENCH_BEFORE_BINARY), advise_schedules, trace_pairs (1 GPU),
 #                             ref_* (issue 30's reference run: see reference_args);
 #                             prebuilt instead of build: see step_prebuilt
 # PARBENCH_BENCH_TIMEOUT=SECONDS: each parbench run of a step is killed after that long, so that
@@ -178,6 +178,11 @@ step_harness_perturb() {
 step_before_after() {
   bash ci/before-after.sh "${PARBENCH_BEFORE_BINARY:?step before_after needs PARBENCH_BEFORE_BINARY}" "$parbench" \
     "$results/before_after" 2>&1 | tee "$results/before_after.txt"
+}
+
+# The pipeline plain and traced in adjacent processes (ci/trace-pairs.sh).
+step_trace_pairs() {
+  bash ci/trace-pairs.sh "$(dirname "$parbench")" "$results/trace_pairs" 2>&1 | tee "$results/trace_pairs.txt"
 }
 
 # model_parallel on GPU 0 against single, both in each process (ci/placement-pairs.sh).
