@@ -116,8 +116,15 @@ void add_option(CaseSpec& spec, const StrategyOption& option, const std::string&
                          option.unnamed_value.empty() || value != option.unnamed_value});
 }
 
-// Applies the strategy's skip rule and names the case; false for a case left out (only the CUDA
-// graph stands in its way, and its eager twin runs too).
+// Its global batch, and its name from its fields (graph last).
+void name_case(CaseSpec& spec) {
+  spec.global_batch = spec.strategy->distributed ? spec.config.batch_size * spec.gpus : spec.config.batch_size;
+  spec.fields.push_back({"graph", spec.cuda_graph ? "on" : "off", false, spec.cuda_graph});
+  spec.name = case_name(spec.fields);
+}
+
+// Applies the strategy's skip rule to a case with every option applied, and names it; false for
+// a case left out (only the CUDA graph stands in its way, and its eager twin runs too).
 bool finish_case(CaseSpec& spec, int64_t named_batch, const Options& options, int visible_gpus) {
   const auto& strategy = *spec.strategy;
   if (strategy.obstacle) {
@@ -127,9 +134,7 @@ bool finish_case(CaseSpec& spec, int64_t named_batch, const Options& options, in
       if (spec.skip_reason.empty() || obstacle->capture_only) spec.skip_reason = obstacle->reason;
     }
   }
-  spec.global_batch = strategy.distributed ? spec.config.batch_size * spec.gpus : spec.config.batch_size;
-  spec.fields.push_back({"graph", spec.cuda_graph ? "on" : "off", false, spec.cuda_graph});
-  spec.name = case_name(spec.fields);
+  name_case(spec);
   return true;
 }
 
@@ -161,8 +166,9 @@ void add_strategy_cases(CaseSpec spec, const Options& options, int visible_gpus,
   if (spec.cuda_graph && !strategy.graph_capturable) {
     // Listed once, without its options, and only when no case without a graph was asked for.
     if (options.cuda_graphs.size() > 1) return;
+    // No options applied: its skip rule, which reads them, does not apply.
     spec.skip_reason = strategy.name + " cannot be captured in a CUDA graph (" + capturable_names() + " can)";
-    finish_case(spec, named_batch, options, visible_gpus);
+    name_case(spec);
     cases.push_back(spec);
     return;
   }

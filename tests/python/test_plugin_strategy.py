@@ -55,6 +55,14 @@ def test_its_skip_rule_applies():
     assert "knob:twice needs a batch of at least 2" in listed.stderr
 
 
+def test_a_graph_of_it_is_listed_once_skipped_without_its_options():
+    run = parbench("--strategies=test_only", "--knob=once,twice", "--cuda-graph=on", *SMALL, "--repetitions=1")
+    assert run.returncode == 0, run.stderr
+    assert "test_only cannot be captured in a CUDA graph" in run.stderr
+    listed = parbench("--strategies=test_only", "--knob=once,twice", "--cuda-graph=on", *SMALL, "--benchmark_list_tests")
+    assert listed.stdout.split() == [f"{PREFIX}/graph:on/iterations:2/manual_time"]
+
+
 def test_the_json_carries_its_fields_in_name_order(plugin_run):
     entries = [entry for entry in json.loads(plugin_run.read_text())["benchmarks"]
                if entry["run_name"].startswith("train/test_only/") and entry["run_type"] == "iteration"]
