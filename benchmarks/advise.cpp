@@ -408,8 +408,6 @@ double predict_ddp(const AdviseProfile& profile, const CaseSpec& spec) {
          exposed_allreduce_ms(ddp.bucket_ready_ms, ddp.bucket_allreduce_ms, ddp.backward_ms, spec.config.overlap);
 }
 
-int visible_gpu_count() { return torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0; }
-
 // Whether the strategy declares a model for the case (StrategyInfo::advise_model, advised).
 bool modelled(const CaseSpec& spec) {
   const auto& strategy = *spec.strategy;

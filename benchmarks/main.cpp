@@ -114,7 +114,7 @@ int main(int argc, char** argv) {
   // Ranks of parbench's launcher and the profile companion keep the signals' default actions:
   // the process that started them kills them.
   if (!worker && !profile_companion) stop_on_interrupts();
-  const int visible_gpus = torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0;
+  const int visible_gpus = visible_gpu_count();
   Options options;
   std::vector<char*> benchmark_args;
   std::optional<RankInfo> external;  // set when torchrun, srun or mpirun started this process as one rank

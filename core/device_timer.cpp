@@ -15,6 +15,8 @@ struct DeviceTimer::CudaEvents {
 #endif
 };
 
+int visible_gpu_count() { return torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0; }
+
 bool all_cuda(const std::vector<torch::Device>& devices) {
   return !devices.empty() && std::all_of(devices.begin(), devices.end(), [](const auto& d) { return d.is_cuda(); });
 }

@@ -43,6 +43,9 @@ class DeviceTimer {
   std::unique_ptr<CudaEvents> events_;
 };
 
+// The GPUs this process sees (0 where CUDA is not available).
+int visible_gpu_count();
+
 // Whether `devices` is not empty and every one is a GPU.
 bool all_cuda(const std::vector<torch::Device>& devices);
 

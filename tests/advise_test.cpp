@@ -4,6 +4,8 @@
 // interleaved-1f1b from its chunked cut. (graph_test.cpp profiles the same pieces graphed.)
 #include "benchmarks/advise.h"
 #include "benchmarks/options.h"
+#include "core/device_timer.h"
+#include "tests/option_parsing.h"
 
 #include <gtest/gtest.h>
 
@@ -12,15 +14,8 @@
 namespace parbench {
 namespace {
 
-Options parse(std::vector<std::string> arguments) {
-  arguments.insert(arguments.begin(), "parbench");
-  std::vector<char*> argv;
-  for (auto& argument : arguments) argv.push_back(argument.data());
-  std::vector<char*> benchmark_args;
-  return parse_options(static_cast<int>(argv.size()), argv.data(), /*has_gpu=*/false, &benchmark_args);
-}
+Options parse(const std::vector<std::string>& arguments) { return parsed_options(arguments, /*has_gpu=*/false); }
 
-int visible_gpus() { return torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0; }
 
 // tinycnn's four stages, batch 4 in micro-batches of 2, every schedule on two devices.
 std::vector<CaseSpec> every_schedule(const std::string& lanes = "1") {
@@ -29,8 +24,8 @@ std::vector<CaseSpec> every_schedule(const std::string& lanes = "1") {
   std::vector<std::string> arguments = {"--preset=cpu", "--models=tinycnn", "--batch=4", "--image=16",
                                         "--strategies=single,pipeline", "--split-sizes=2", "--schedules=" + schedules,
                                         "--chunks=2", "--stage-lanes=" + lanes, "--advise=all"};
-  if (visible_gpus() > 0) arguments.push_back("--devices=0,0");
-  return build_cases(parse(arguments), visible_gpus());
+  if (visible_gpu_count() > 0) arguments.push_back("--devices=0,0");
+  return build_cases(parse(arguments), visible_gpu_count());
 }
 
 const CaseSpec& case_of(const std::vector<CaseSpec>& cases, const std::string& schedule) {

@@ -4,6 +4,7 @@
 #include "benchmarks/graphed_step.h"
 #include "benchmarks/launcher.h"
 #include "benchmarks/temporary_directory.h"
+#include "core/device_timer.h"
 #include "models/model_zoo.h"
 #include "strategies/strategy.h"
 #include "strategies/training.h"
@@ -150,7 +151,7 @@ TEST(Ddp, Bf16ChannelsLastWeightsMatchSingleDevice) {
 
 // On GPUs (NCCL): replaying a captured step, all-reduces included, trains as the eager steps do.
 TEST(Ddp, CudaGraphReplaysMatchEagerStepsOnGpus) {
-  const int gpus = torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0;
+  const int gpus = visible_gpu_count();
   if (gpus < 2) GTEST_SKIP() << "needs 2 GPUs, " << gpus << " visible";
   // Six steps either way: warm-up and two timed steps (the busy-time step comes after the
   // weights are saved); with a graph, kGraphWarmupSteps of the warm-up run on the side stream

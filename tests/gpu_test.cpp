@@ -1,5 +1,6 @@
 // Multi-GPU equivalence: the CUDA paths (per-stage streams, cross-device copies, DataParallel's
 // scatter/gather) give single's step. Skipped, with the reason, where fewer than 2 GPUs exist.
+#include "core/device_timer.h"
 #include "models/model_zoo.h"
 #include "strategies/strategy.h"
 #include "strategies/training.h"
@@ -11,7 +12,6 @@ namespace {
 
 constexpr double kTolerance = 1e-5;  // relative, per tensor, with TF32 off
 
-int visible_gpus() { return torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0; }
 
 std::map<std::string, torch::Tensor> step_and_collect(const std::string& strategy_name, const RunConfig& config,
                                                       const std::vector<torch::Device>& devices, const Batch& batch,
@@ -36,7 +36,7 @@ std::map<std::string, torch::Tensor> step_and_collect(const std::string& strateg
 class MultiGpuEquivalence : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(MultiGpuEquivalence, MatchesSingleGpu) {
-  if (visible_gpus() < 2) GTEST_SKIP() << "needs 2 GPUs, " << visible_gpus() << " visible";
+  if (visible_gpu_count() < 2) GTEST_SKIP() << "needs 2 GPUs, " << visible_gpu_count() << " visible";
   at::globalContext().setAllowTF32CuDNN(false);
   at::globalContext().setAllowTF32CuBLAS(false);
   RunConfig config;

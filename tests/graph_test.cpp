@@ -5,9 +5,11 @@
 #include "benchmarks/advise.h"
 #include "benchmarks/graphed_step.h"
 #include "benchmarks/options.h"
+#include "core/device_timer.h"
 #include "models/model_zoo.h"
 #include "strategies/strategy.h"
 #include "strategies/training.h"
+#include "tests/option_parsing.h"
 #include "tests/tensor_compare.h"
 
 #include <gtest/gtest.h>
@@ -46,7 +48,6 @@ std::unique_ptr<Strategy> make_single(const RunConfig& config, torch::Device dev
   return make_strategy("single", config, {device});
 }
 
-int visible_gpus() { return torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0; }
 
 // The same kernels run eagerly and replayed; what differs is the order of their atomic additions.
 void deterministic_fp32_kernels() {
@@ -150,7 +151,7 @@ std::pair<double, double> expect_replays_train_as_eager_steps(const StagedCase& 
   config.schedule = c.schedule.empty() ? "gpipe" : c.schedule;
   config.learning_rate = 1e-3;
   const std::vector<torch::Device> gpus = {torch::Device(torch::kCUDA, 0),
-                                           torch::Device(torch::kCUDA, visible_gpus() >= 2 ? 1 : 0)};
+                                           torch::Device(torch::kCUDA, visible_gpu_count() >= 2 ? 1 : 0)};
   auto eager = make_strategy(c.strategy, config, gpus);
   // Where the strategy takes them: data_parallel's loss is on its first device, a pipeline's on its last.
   torch::manual_seed(3);
@@ -178,7 +179,7 @@ std::pair<double, double> expect_replays_train_as_eager_steps(const StagedCase& 
 }
 
 TEST_P(GraphedStaged, ReplaysTrainAsEagerStepsDo) {
-  if (visible_gpus() == 0) GTEST_SKIP() << "needs a GPU, 0 visible";
+  if (visible_gpu_count() == 0) GTEST_SKIP() << "needs a GPU, 0 visible";
   deterministic_fp32_kernels();
   const auto& c = GetParam();
   RunConfig config;
@@ -209,7 +210,7 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 TEST_P(GraphedGptStages, ReplaysTrainAsEagerStepsDo) {
-  if (visible_gpus() == 0) GTEST_SKIP() << "needs a GPU, 0 visible";
+  if (visible_gpu_count() == 0) GTEST_SKIP() << "needs a GPU, 0 visible";
   deterministic_fp32_kernels();
   const auto& c = GetParam();
   RunConfig config;
@@ -236,10 +237,10 @@ CaseSpec small_resnet50_setup(const std::string& strategy, int64_t batch) {
 // own: every part timed at every size, zb-h1's B and W included, and interleaved-1f1b's four parts
 // of two chunks per device, on two GPUs (both parts on GPU 0 where one is visible).
 TEST(AdviseProfile, TimesEveryPartAtEverySizeEagerAndGraphed) {
-  if (visible_gpus() == 0) GTEST_SKIP() << "needs a GPU, 0 visible";
+  if (visible_gpu_count() == 0) GTEST_SKIP() << "needs a GPU, 0 visible";
   const auto spec = small_resnet50_setup("pipeline", 8);
   const std::vector<torch::Device> gpus = {torch::Device(torch::kCUDA, 0),
-                                           torch::Device(torch::kCUDA, visible_gpus() >= 2 ? 1 : 0)};
+                                           torch::Device(torch::kCUDA, visible_gpu_count() >= 2 ? 1 : 0)};
   for (bool graphed : {false, true}) {
     ProfileRequest request;
     request.parts = true;
@@ -284,7 +285,7 @@ TEST(AdviseProfile, TimesEveryPartAtEverySizeEagerAndGraphed) {
 // ddp's pieces: ResNet-50's 25 MiB buckets come ready in backward's order, the last (the stem's)
 // at backward's end, and each has an all-reduce time across the two GPUs.
 TEST(AdviseProfile, TimesDdpsBucketsOnTwoGpus) {
-  if (visible_gpus() < 2) GTEST_SKIP() << "needs 2 GPUs, " << visible_gpus() << " visible";
+  if (visible_gpu_count() < 2) GTEST_SKIP() << "needs 2 GPUs, " << visible_gpu_count() << " visible";
   const auto spec = small_resnet50_setup("ddp", 16);
   const std::vector<torch::Device> gpus = {torch::Device(torch::kCUDA, 0), torch::Device(torch::kCUDA, 1)};
   for (bool graphed : {false, true}) {
@@ -311,16 +312,12 @@ TEST(AdviseProfile, TimesDdpsBucketsOnTwoGpus) {
 // --advise on a machine with fewer GPUs than a case needs: the case is predicted from its parts
 // sharing the visible GPUs, and left out of the cases to run.
 TEST(Advise, PredictsCasesNeedingMoreGpusThanVisibleWithoutRunningThem) {
-  if (visible_gpus() == 0) GTEST_SKIP() << "needs a GPU, 0 visible";
-  const auto gpus = "--gpus=" + std::to_string(visible_gpus() + 1);
-  std::vector<std::string> arguments = {"parbench", "--strategies=single,pipeline,ddp", "--models=tinycnn",
-                                        "--batch=8", "--image=32", "--split-sizes=4", "--schedules=gpipe",
-                                        "--advise=all", gpus};
-  std::vector<char*> argv;
-  for (auto& argument : arguments) argv.push_back(argument.data());
-  std::vector<char*> benchmark_args;
-  const auto options = parse_options(static_cast<int>(argv.size()), argv.data(), /*has_gpu=*/true, &benchmark_args);
-  const auto cases = build_cases(options, visible_gpus());
+  if (visible_gpu_count() == 0) GTEST_SKIP() << "needs a GPU, 0 visible";
+  const auto gpus = "--gpus=" + std::to_string(visible_gpu_count() + 1);
+  const auto options = parsed_options({"--strategies=single,pipeline,ddp", "--models=tinycnn", "--batch=8", "--image=32",
+                                       "--split-sizes=4", "--schedules=gpipe", "--advise=all", gpus},
+                                      /*has_gpu=*/true);
+  const auto cases = build_cases(options, visible_gpu_count());
   testing::internal::CaptureStdout();
   const auto to_run = advise(cases, options);
   const auto table = testing::internal::GetCapturedStdout();
@@ -356,7 +353,7 @@ class WaitsOutsideTheCapture final : public Strategy {
 // CUDAGraph leaves its pool's capture open when cudaStreamEndCapture fails, and the allocator
 // then defers every such free until no capture is underway, which was never.
 TEST(GraphedStep, AFailedCaptureLeavesTheAllocatorFreeingMemory) {
-  if (visible_gpus() == 0) GTEST_SKIP() << "needs a GPU, 0 visible";
+  if (visible_gpu_count() == 0) GTEST_SKIP() << "needs a GPU, 0 visible";
   const torch::Device gpu(torch::kCUDA, 0);
   WaitsOutsideTheCapture strategy(gpu);
   const Batch batch{torch::ones({1024}, gpu), torch::ones({1}, gpu)};

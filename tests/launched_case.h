@@ -5,6 +5,7 @@
 #include "benchmarks/cases.h"
 #include "benchmarks/launcher.h"
 #include "benchmarks/options.h"
+#include "tests/option_parsing.h"
 
 #include <gtest/gtest.h>
 
@@ -15,12 +16,8 @@ namespace parbench {
 
 // `arguments` must select exactly one train case that runs on `ranks` devices.
 inline LaunchedCase only_train_case(std::vector<std::string> arguments, int ranks) {
-  arguments.insert(arguments.begin(), "parbench");
   arguments.push_back("--gpus=" + std::to_string(ranks));
-  std::vector<char*> argv;
-  for (auto& argument : arguments) argv.push_back(argument.data());
-  std::vector<char*> benchmark_args;
-  const auto options = parse_options(static_cast<int>(argv.size()), argv.data(), torch::cuda::is_available(), &benchmark_args);
+  const auto options = parsed_options(arguments, torch::cuda::is_available());
   std::vector<CaseSpec> cases;
   for (auto& spec : build_cases(options, /*visible_gpus=*/ranks)) {
     if (spec.skip_reason.empty()) cases.push_back(spec);
