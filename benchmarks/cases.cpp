@@ -47,20 +47,6 @@ std::string capturable_names() {
 // Whether a strategy's cases run on several devices (ddp: ranks), and so name their count.
 bool uses_several_devices(const StrategyInfo& strategy) { return strategy.min_devices > 1 || strategy.distributed; }
 
-Precision precision_named(const std::string& text) {
-  for (auto precision : {Precision::kFloat32, Precision::kBFloat16}) {
-    if (to_string(precision) == text) return precision;
-  }
-  throw std::invalid_argument("no precision '" + text + "'");
-}
-
-DataMode data_mode_named(const std::string& text) {
-  for (auto mode : {DataMode::kDevice, DataMode::kPinned, DataMode::kHost}) {
-    if (to_string(mode) == text) return mode;
-  }
-  throw std::invalid_argument("no data mode '" + text + "'");
-}
-
 // A case's set-up before its strategy's options: config, devices, and what the placement rules
 // out.
 CaseSpec set_up_case(const StrategyInfo& strategy, const std::string& model, int64_t batch, int64_t sample,
@@ -205,7 +191,7 @@ CaseSpec case_from_fields(const nlohmann::json& fields, const Options& options, 
     const auto model = text("model");
     const auto named_batch = std::stoll(text("batch"));
     auto spec = set_up_case(strategy, model, named_batch, std::stoll(text(is_language_model(model) ? "seq" : "image")),
-                            precision_named(text("precision")), data_mode_named(text("data")), text("graph") == "on",
+                            precision_from(text("precision")), data_mode_from(text("data")), text("graph") == "on",
                             options, visible_gpus);
     for (const auto& option : strategy.options) {
       if (fields.contains(option.field)) add_option(spec, option, text(option.field));

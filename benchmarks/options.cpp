@@ -10,7 +10,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -102,12 +101,6 @@ std::vector<std::pair<std::string, std::string>> preset_flags(const std::string&
   return {};
 }
 
-std::string format_number(double value) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%g", value);
-  return text;
-}
-
 // A strategy option's values as the case name writes them. Throws UsageError.
 std::vector<std::string> strategy_option_values(const StrategyOption& option, const std::string& text) {
   using Kind = StrategyOption::Kind;
@@ -161,6 +154,10 @@ std::string to_string(DataMode mode) {
     default: return "device";
   }
 }
+
+Precision precision_from(const std::string& text) { return pick("precision", text, kPrecisions); }
+
+DataMode data_mode_from(const std::string& text) { return pick("data", text, kDataModes); }
 
 std::pair<std::vector<std::string>, bool> option_values(const Options& options, const StrategyOption& option) {
   const auto given = options.strategy_options.find(option.field);

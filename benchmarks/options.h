@@ -16,6 +16,9 @@ enum class DataMode { kDevice, kPinned, kHost };
 
 std::string to_string(Precision precision);
 std::string to_string(DataMode mode);
+// The inverses, for text to_string wrote. Throw UsageError naming the allowed values.
+Precision precision_from(const std::string& text);
+DataMode data_mode_from(const std::string& text);
 
 // A bad command line: main prints "parbench: <what>" and exits 2.
 struct UsageError : std::invalid_argument {

@@ -1,6 +1,7 @@
 // Text helpers below every other layer (models, strategies, benchmarks use them).
 #pragma once
 
+#include <cstdio>
 #include <string>
 #include <utility>
 
@@ -23,6 +24,13 @@ std::string joined(const Items& items, const std::string& separator, Write&& wri
 template <typename Items>
 std::string joined(const Items& items, const std::string& separator = ", ") {
   return joined(items, separator, [](const auto& item) { return std::string(item); });
+}
+
+// `value` as printf's %g writes it: 25, 2.5, 0.0001.
+inline std::string format_number(double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", value);
+  return text;
 }
 
 }  // namespace parbench

@@ -8,13 +8,13 @@
 // Batch-norm: buffers are broadcast once, at set-up; afterwards each rank's running
 // statistics follow its own shard (PyTorch's DDP re-broadcasts rank 0's buffers before every
 // forward by default). Training-mode outputs do not depend on them.
+#include "core/text.h"
 #include "strategies/distributed/gradient_buckets.h"
 #include "strategies/distributed/world.h"
 #include "strategies/flat_tensors.h"
 #include "strategies/strategy.h"
 #include "strategies/training.h"
 
-#include <cstdio>
 
 namespace parbench {
 namespace {
@@ -65,10 +65,8 @@ class DistributedDataParallel final : public Strategy {
   }
 
   std::map<std::string, std::string> describe() const override {
-    char bucket_mib[32];
-    std::snprintf(bucket_mib, sizeof bucket_mib, "%g", config_.bucket_mib);
     std::map<std::string, std::string> facts = {{"backend", world_->backend_name()},
-                                                {"bucket_mib", bucket_mib},
+                                                {"bucket_mib", format_number(config_.bucket_mib)},
                                                 {"buckets", std::to_string(buckets_->bucket_count())},
                                                 {"overlap", config_.overlap ? "on" : "off"}};
     if (const auto scaling = config_.options.find("scaling"); scaling != config_.options.end()) {
@@ -88,7 +86,8 @@ StrategyInfo ddp_info() {
   StrategyInfo info{"ddp", "one process per device; gradients averaged by bucketed all-reduce during backward",
                     /*order=*/4, /*min_devices=*/1, /*distributed=*/true,
                     [] { return std::make_unique<DistributedDataParallel>(); },
-                    /*graph_capturable=*/true, /*device_role=*/"ranks"};
+                    /*graph_capturable=*/true, /*device_role=*/"ranks", /*options, below*/ {},
+                    /*obstacle, below*/ nullptr, AdviseModel::kRankedAllReduce, /*advised=*/nullptr};
   using Kind = StrategyOption::Kind;
   info.options = {
       {"bucket_mib", "bucket-mib", "ddp gradient bucket size in MiB; default 25", Kind::kNumber, {}, 1, {"25"}, "", "",
@@ -109,7 +108,6 @@ StrategyInfo ddp_info() {
     }
     return std::nullopt;
   };
-  info.advise_model = AdviseModel::kRankedAllReduce;
   return info;
 }
 
