@@ -313,7 +313,8 @@ StrategyInfo data_parallel_info() {
                     "one process; broadcast parameters to replicas, scatter, parallel forwards, gather, reduce gradients",
                     /*order=*/3, /*min_devices=*/2, /*distributed=*/false,
                     [] { return std::make_unique<DataParallel>(); }, /*graph_capturable=*/true,
-                    /*device_role=*/"replicas"};
+                    /*device_role=*/"replicas", /*options, below*/ {}, /*obstacle, below*/ nullptr,
+                    AdviseModel::kReplicated, /*advised, below*/ nullptr};
   info.options = {{"replicate", "dp-replicate",
                    "data_parallel: broadcast (replicas built once, parameters broadcast every\nstep, as PyTorch's "
                    "DataParallel) | clone (LibTorch's data_parallel:\nreplicas cloned every step; GPUs only, no CUDA "
@@ -333,7 +334,6 @@ StrategyInfo data_parallel_info() {
     }
     return std::nullopt;
   };
-  info.advise_model = AdviseModel::kReplicated;
   info.advised = [](const CaseConditions& conditions) { return conditions.config.dp_replicate == "broadcast"; };
   return info;
 }

@@ -28,7 +28,8 @@ class ModelParallel final : public StagedStrategy {
 PARBENCH_REGISTER_STRATEGY({"model_parallel", "stages split across devices, whole batch one device at a time",
                             /*order=*/1, /*min_devices=*/2, /*distributed=*/false,
                             [] { return std::make_unique<ModelParallel>(); }, /*graph_capturable=*/true,
-                            /*device_role=*/"stages", /*options=*/{}, /*obstacle=*/nullptr, AdviseModel::kStaged});
+                            /*device_role=*/"stages", /*options=*/{}, /*obstacle=*/nullptr, AdviseModel::kStaged,
+                            /*advised=*/nullptr});
 
 }  // namespace
 }  // namespace parbench

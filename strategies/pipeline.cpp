@@ -72,7 +72,8 @@ StrategyInfo pipeline_info() {
   StrategyInfo info{"pipeline", "stages split across devices, micro-batches of split_size in flight",
                     /*order=*/2, /*min_devices=*/2, /*distributed=*/false,
                     [] { return std::make_unique<Pipeline>(); }, /*graph_capturable=*/true,
-                    /*device_role=*/"stages"};
+                    /*device_role=*/"stages", /*options, below*/ {}, /*obstacle, below*/ nullptr,
+                    AdviseModel::kStaged, /*advised, below*/ nullptr};
   std::vector<std::string> schedules;
   for (const auto& schedule : schedule_table()) schedules.push_back(schedule.name);
   using Kind = StrategyOption::Kind;
@@ -104,7 +105,6 @@ StrategyInfo pipeline_info() {
     }
     return std::nullopt;
   };
-  info.advise_model = AdviseModel::kStaged;
   info.advised = [](const CaseConditions& conditions) {
     const auto& config = conditions.config;
     // The simulator gives each device one compute stream; two lanes overlap a forward with a backward.

@@ -45,7 +45,7 @@ class SingleDevice final : public Strategy {
 PARBENCH_REGISTER_STRATEGY({"single", "the whole model on one device", /*order=*/0, /*min_devices=*/1,
                             /*distributed=*/false, [] { return std::make_unique<SingleDevice>(); },
                             /*graph_capturable=*/true, /*device_role=*/"devices", /*options=*/{},
-                            /*obstacle=*/nullptr, AdviseModel::kWholeModel});
+                            /*obstacle=*/nullptr, AdviseModel::kWholeModel, /*advised=*/nullptr});
 
 }  // namespace
 }  // namespace parbench
