@@ -42,7 +42,8 @@ std::string with_fields(std::string entries, const std::map<std::string, std::st
     if (name_end == std::string::npos || line_end == std::string::npos) break;
     const auto case_fields = fields.find(entries.substr(name_start, name_end - name_start));
     if (case_fields == fields.end()) continue;
-    const auto indent = entries.substr(entries.rfind('\n', at) + 1, at - entries.rfind('\n', at) - 1);
+    const auto line_start = entries.rfind('\n', at) + 1;
+    const auto indent = entries.substr(line_start, at - line_start);
     entries.insert(line_end + 1, indent + "\"fields\": " + case_fields->second + ",\n");
   }
   return entries;
