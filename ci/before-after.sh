@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The same single step timed by two parbench binaries, in alternating processes: BEFORE (a
-# build of an earlier commit) and AFTER (this one). fp32, 128x128, batch 120, eager and CUDA
-# graph, ROUNDS pairs (default 4), 5 repetitions of 20 steps each. Prints each pair's ratio and
+# build of an earlier commit) and AFTER (this one). fp32, 128x128, batch BATCH (default 120),
+# eager and CUDA graph, ROUNDS pairs (default 4), 5 repetitions of 20 steps each. Prints each pair's ratio and
 # the median ratio per mode against the 2% bound (issue 27: a refactor must not move the step).
 #   ci/before-after.sh BEFORE_BINARY AFTER_BINARY OUT_DIR
 set -uo pipefail
@@ -10,20 +10,21 @@ before=${1:?usage: ci/before-after.sh BEFORE_BINARY AFTER_BINARY OUT_DIR}
 after=${2:?usage: ci/before-after.sh BEFORE_BINARY AFTER_BINARY OUT_DIR}
 out=${3:?usage: ci/before-after.sh BEFORE_BINARY AFTER_BINARY OUT_DIR}
 rounds=${ROUNDS:-4}
+batch=${BATCH:-120}
 mkdir -p "$out"
 for round in $(seq "$rounds"); do
   for build in before after; do
     binary=$before
     [[ $build == after ]] && binary=$after
-    "$binary" --strategies=single --batch=120 --image=128 --precision=fp32 --cuda-graph=off,on --iterations=20 \
+    "$binary" --strategies=single --batch="$batch" --image=128 --precision=fp32 --cuda-graph=off,on --iterations=20 \
       --repetitions=5 --benchmark_out="$out/$build.r$round.json" >/dev/null 2>&1 || exit 1
   done
 done
-python3 - "$out" "$rounds" <<'PY'
+python3 - "$out" "$rounds" "$batch" <<'PY'
 import json, statistics, sys
 from pathlib import Path
 
-directory, rounds = Path(sys.argv[1]), int(sys.argv[2])
+directory, rounds, batch = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 
 
 def medians(path):
@@ -44,7 +45,7 @@ for mode in ("eager", "graph"):
     median = statistics.median(ratios)
     met = abs(median - 1) <= 0.02
     status |= not met
-    print(f"single {mode}, fp32 b120 128x128: after/before median {median:.4f} over {rounds} pairs "
+    print(f"single {mode}, fp32 b{batch} 128x128: after/before median {median:.4f} over {rounds} pairs "
           f"(range {min(ratios):.4f}-{max(ratios):.4f}); within 2%: {'met' if met else 'MISSED'}")
 sys.exit(status)
 PY
