@@ -13,6 +13,8 @@
 
 #include <array>
 #include <cctype>
+#include <cstdio>
+#include <cstdlib>
 #include <fstream>
 
 namespace parbench {
@@ -124,6 +126,37 @@ nlohmann::json read_error_file(const std::string& path) {
   EXPECT_NEAR(std::stod(timestamp), static_cast<double>(std::time(nullptr)), 300);
   EXPECT_EQ(message.at("extraInfo").at("py_callstack"), message.at("message")) << "what torchrun's summary shows";
   return error;
+}
+
+// What git says of the source folder now, or "" where git cannot be asked.
+std::string git_output(const std::string& arguments) {
+  std::string output;
+  std::array<char, 256> buffer{};
+  FILE* pipe = popen(("git -C '" PARBENCH_SOURCE_DIR "' " + arguments + " 2>/dev/null").c_str(), "r");
+  if (pipe == nullptr) return "";
+  while (fgets(buffer.data(), buffer.size(), pipe)) output += buffer.data();
+  if (pclose(pipe) != 0) return "";
+  return output;
+}
+
+// The commit is read when the binary is built, not when it runs: a copy carried to another
+// machine (no checkout there, or another one) still names its own source.
+TEST(Provenance, ACopyOfTheBinaryRunAwayFromTheCheckoutNamesTheCommitItWasBuiltFrom) {
+  auto head = git_output("rev-parse --verify -q HEAD");
+  if (head.empty()) GTEST_SKIP() << "the source folder is not a git checkout here";
+  head.pop_back();  // the newline
+  const bool dirty = !git_output("status --porcelain --untracked-files=no").empty();
+  TemporaryDirectory dir("parbench-provenance-copy");
+  const auto copy = dir.file("parbench"), out = dir.file("run.json");
+  std::string command = "cp '" PARBENCH_BINARY "' '" + copy + "' && cd '" + dir.path() +
+                        "' && GIT_DIR=/nonexistent GIT_CEILING_DIRECTORIES=/ CUDA_VISIBLE_DEVICES= OMP_NUM_THREADS=1 '" +
+                        copy + "' --strategies=single";
+  for (const auto& argument : kQuickRun) command += " " + argument;
+  command += " --benchmark_out='" + out + "' >/dev/null 2>&1";
+  ASSERT_EQ(std::system(command.c_str()), 0) << command;
+  const auto context = read_json(out).at("context");
+  EXPECT_EQ(context.at("git_sha"), head);
+  EXPECT_EQ(context.at("git_dirty"), dirty ? "true" : "false");
 }
 
 TEST(ElasticErrorFile, ARankThatFailsNamesTheCauseAndAnEarlierCauseIsKept) {
