@@ -6,7 +6,7 @@
 #                             oom (1 GPU), host_cost (1 GPU), gpt (1 GPU: the transformer and MFU),
 #                             provenance, timelines, harness_alone, harness_perturb, placement_pairs (1 GPU),
 #                             before_after (1 GPU; PARBENCH_BEFORE_BINARY), advise_schedules, trace_pairs (1 GPU),
-#                             ref_* (issue 30's reference run: see reference_args);
+#                             ref_* (issue 35's 2-GPU reference run: see reference_args);
 #                             prebuilt instead of build: see step_prebuilt
 # PARBENCH_BENCH_TIMEOUT=SECONDS: each parbench run of a step is killed after that long, so that
 # one hang cannot take a whole device call.
@@ -17,8 +17,9 @@
 # (.deps/benchmark_1.7.1.orig.tar.gz) in .deps/.
 # Everything (logs, JSON, figures, REPORT.md) goes to $OUT/results.tgz, traces to $OUT/traces.tgz;
 # the JSON files also to $OUT directly. A failing step is reported and the later steps still run.
-# The machine's copy carries the .git of the last landed commit, not of the working tree sent:
-# run it as PARBENCH_GIT_SHA=<commit> ci/gpu-check.sh ... so the JSON names the source's commit.
+# The machine's copy carries the .git of the last landed commit, not of the working tree sent: a
+# build there (step build) names the source's commit only when run as PARBENCH_GIT_SHA=<commit>
+# ci/gpu-check.sh ...; a prebuilt binary names the commit it was built from by itself.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 # NVLink multicast stays off: on shared hosts it can take the GPUs out of service.
@@ -60,9 +61,8 @@ step_build() {
 # built by ci/build.sh on a machine without GPUs against the same torch wheel (2.11.0+cu130) and
 # carried (carry: ["build/parbench", "build/tests/parbench_tests"]; or a copy of the two in
 # PARBENCH_PREBUILT_DIR, as build/ has them, so that build/ may change meanwhile). They find this machine's
-# LibTorch through LD_LIBRARY_PATH; Google Benchmark and GoogleTest are linked in statically. Configure
-# that build with PARBENCH_GIT_SHA=$(git rev-parse HEAD) in the environment: otherwise their JSON names
-# the commit this machine's copy carries (the last landed one), not the source they were built from.
+# LibTorch through LD_LIBRARY_PATH; Google Benchmark and GoogleTest are linked in statically. Their
+# JSON names the commit they were built from (and whether it was dirty), read when they were built.
 step_prebuilt() {
   local torch_lib
   torch_lib=$(python3 -c "import os, torch; print(os.path.join(os.path.dirname(torch.__file__), 'lib'))") || return 1
@@ -449,12 +449,15 @@ PY
   return $status
 }
 
-# Issue 30's 2-GPU reference run, at one commit, in parts that each fit one 10-minute call:
-#   call 1: ref_resnet_128 ref_data_parallel     call 2: ref_resnet_224 ref_ddp
-#   call 3: ref_advise ref_tutorial              call 4: ref_gpt ref_traces fault oom
-# RUN.md records which part (and so which call) each JSON came from. REFERENCE_DRY_RUN=1 runs
-# every part on one GPU, both stages or replicas on GPU 0 (--devices=0,0), one repetition of two
-# steps and one split per sweep: it checks that every command line is accepted and every case
+# The 2-GPU reference run (issue 35), at one commit, in two calls of at most 10 minutes:
+#   call 1: ref_resnet_128 ref_data_parallel ref_allreduce ref_tutorial ref_pytorch_resnet
+#   call 2: ref_resnet_224 ref_gpt ref_traces ref_pytorch_gpt fault oom
+# Each set-up's cases run in one process (one per precision), so every ratio compares cases of one
+# run; --advise=all puts each case's prediction beside its measurement. Sweeps are trimmed to fit
+# (splits 10,20,30,60 at 128x128, 16,32,64 at 224x224) and the busy profile is off (the traces
+# show where the time goes). RUN.md records which call each JSON came from. REFERENCE_DRY_RUN=1
+# runs every part on one GPU, both stages or replicas on GPU 0 (--devices=0,0), one repetition of
+# two steps and one split per sweep: it checks that every command line is accepted and every case
 # starts, and times nothing. NCCL ranks cannot share a GPU: runs with ddp (`reference_args ddp`)
 # get no --devices, so their ddp cases and the all-reduce are listed as skipped (needs 2 GPUs).
 reference_args() {
@@ -462,59 +465,45 @@ reference_args() {
     [[ ${1:-} == ddp ]] || echo -n "--devices=0,0 "
     echo --repetitions=1 --iterations=2 --warmup=1 --busy-profile=off
   else
-    echo --repetitions=5 --benchmark_min_time=0.2
+    echo --repetitions=5 --benchmark_min_time=0.1 --busy-profile=off
   fi
 }
 reference_splits() {  # a sweep's split sizes, the first alone in a dry run
   if [[ ${REFERENCE_DRY_RUN:-0} == 1 ]]; then echo "${1%%,*}"; else echo "$1"; fi
 }
 readonly REFERENCE_SCHEDULES=tutorial,gpipe,1f1b,interleaved-1f1b,zb-h1
+readonly REFERENCE_STRATEGIES=single,model_parallel,pipeline,data_parallel,ddp
 
-# ResNet-50 at a set-up (image, batch, splits): single, model_parallel and the pipeline's split
-# sweep under every schedule, fp32 and bf16, eager and graphed, in one process per precision so
-# each ratio compares cases of one run.
+# ResNet-50 at a set-up (image, batch, splits): every strategy, the pipeline's split sweep under
+# every schedule, ddp weak and strong, eager and graphed, each predicted by --advise, in one
+# process per precision.
 reference_resnet() {
   local image=$1 batch=$2 splits status=0 precision
   splits=$(reference_splits "$3")
   for precision in fp32 bf16; do
     # shellcheck disable=SC2046
-    bench "ref_resnet_${image}_${precision}" --strategies=single,model_parallel,pipeline --image="$image" \
-      --batch="$batch" --precision="$precision" --cuda-graph=off,on --schedules=$REFERENCE_SCHEDULES --chunks=2 \
-      --split-sizes="$splits" $(reference_args) || status=1
+    PARBENCH_BENCH_TIMEOUT=${PARBENCH_BENCH_TIMEOUT:-280} bench "ref_resnet_${image}_${precision}" \
+      --strategies=$REFERENCE_STRATEGIES --scaling=weak,strong --allreduce=off --image="$image" --batch="$batch" \
+      --precision="$precision" --cuda-graph=off,on --schedules=$REFERENCE_SCHEDULES --chunks=2 \
+      --split-sizes="$splits" --advise=all $(reference_args ddp) || status=1
   done
   return $status
 }
-step_ref_resnet_128() { reference_resnet 128 120 20,10,12,15,24,30,40,60; }
-step_ref_resnet_224() { reference_resnet 224 128 32,8,16,64; }
+step_ref_resnet_128() { reference_resnet 128 120 20,10,30,60; }
+step_ref_resnet_224() { reference_resnet 224 128 32,16,64; }
 
+# data_parallel at global batch 120 and 240 beside single at both.
 step_ref_data_parallel() {
   # shellcheck disable=SC2046
   bench ref_data_parallel --strategies=single,data_parallel --image=128 --batch=120,240 --precision=fp32,bf16 \
-    --dp-replicate=broadcast,clone --cuda-graph=off,on $(reference_args)
+    --cuda-graph=off,on $(reference_args)
 }
 
-step_ref_ddp() {
-  local status=0
+# The all-reduce of ResNet-50's gradients over NCCL, 2 ranks, across sizes (comm/allreduce).
+step_ref_allreduce() {
   # shellcheck disable=SC2046
-  bench ref_ddp --strategies=single,ddp --image=128 --batch=120 --precision=fp32,bf16 --cuda-graph=off,on --scaling=weak,strong \
-    --overlap=on,off --bucket-mib=25 --allreduce=on $(reference_args ddp) || status=1
-  # shellcheck disable=SC2046
-  bench ref_ddp_224 --strategies=single,ddp --image=224 --batch=128 --precision=fp32 --cuda-graph=off,on \
-    --scaling=weak --allreduce=off $(reference_args ddp) || status=1
-  return $status
-}
-
-step_ref_advise() {
-  local status=0 image
-  for image in 128 224; do
-    local batch=120
-    [[ $image == 224 ]] && batch=128
-    # shellcheck disable=SC2046
-    bench "ref_advise_$image" --strategies=single,model_parallel,pipeline,data_parallel,ddp --scaling=strong \
-      --allreduce=off --precision=fp32 --cuda-graph=on,off --image=$image --batch=$batch --advise=all \
-      $(reference_args ddp) || status=1
-  done
-  return $status
+  bench ref_allreduce --strategies=ddp --image=128 --batch=120 --precision=fp32 --allreduce=on \
+    --benchmark_filter=allreduce $(reference_args ddp)
 }
 
 step_ref_tutorial() {
@@ -523,20 +512,17 @@ step_ref_tutorial() {
   bench ref_tutorial --preset=tutorial "${devices[@]}"
 }
 
-# The transformer: gpt2-medium, bf16, seq 1024: single and every pipeline schedule at 4 and 8
-# micro-batches, then single and ddp, eager and graphed.
+# The transformer: gpt2-medium, bf16, seq 1024, batch 16: every strategy, every pipeline schedule
+# at 4 and 8 micro-batches, ddp weak, eager and graphed (MFU and peak memory are counters).
 step_ref_gpt() {
-  local status=0 gpt=(--models=gpt2-medium --seq=1024 --batch=16 --precision=bf16 --cuda-graph=off,on)
   # shellcheck disable=SC2046
-  bench ref_gpt_pipeline "${gpt[@]}" --strategies=single,pipeline --schedules=$REFERENCE_SCHEDULES --chunks=2 \
-    --split-sizes=$(reference_splits 4,2) $(reference_args) || status=1
-  # shellcheck disable=SC2046
-  bench ref_gpt_ddp "${gpt[@]}" --strategies=single,ddp --allreduce=off $(reference_args ddp) || status=1
-  return $status
+  PARBENCH_BENCH_TIMEOUT=${PARBENCH_BENCH_TIMEOUT:-240} bench ref_gpt --models=gpt2-medium --seq=1024 --batch=16 \
+    --precision=bf16 --cuda-graph=off,on --strategies=$REFERENCE_STRATEGIES --schedules=$REFERENCE_SCHEDULES \
+    --chunks=2 --split-sizes=$(reference_splits 4,2) --allreduce=off $(reference_args ddp)
 }
 
-# Traces of the pipeline at split 20 under every schedule (ResNet-50) and of gpt2-medium's, for
-# the report's timelines.
+# Traces of the pipeline under every schedule (ResNet-50 at split 20, eager) and of gpt2-medium's
+# 1f1b and zb-h1, for the report's timelines.
 step_ref_traces() {
   local status=0 devices=()
   [[ ${REFERENCE_DRY_RUN:-0} == 1 ]] && devices=(--devices=0,0)
@@ -547,6 +533,10 @@ step_ref_traces() {
     "${devices[@]}" || status=1
   return $status
 }
+
+# PyTorch's own implementations of the same cases (benchmarks/pytorch/), in the same call.
+step_ref_pytorch_resnet() { bash benchmarks/pytorch/run_all.sh "$results" resnet; }
+step_ref_pytorch_gpt() { bash benchmarks/pytorch/run_all.sh "$results" gpt; }
 
 failed=()
 for step in "$@"; do
