@@ -13,7 +13,7 @@ import time
 import torch
 
 import baseline_common as bc
-from baseline_models import make_model
+from baseline_models import RESNET_SOURCE, make_model
 
 VARIANTS = ["eager", "graph", "compile"]
 
@@ -57,7 +57,7 @@ def run_case(args, batch: int, precision: str, variant: str) -> dict:
 
     if variant == "graph" and device.type != "cuda":
         return failed("skipped: CUDA graphs need a GPU")
-    details = {"model_source": "baseline_models"}
+    details = {"resnet_source": RESNET_SOURCE} if not bc.is_language_model(args.model) else {}
     try:
         bc.reset_peak_memory([device])
         torch.manual_seed(0)

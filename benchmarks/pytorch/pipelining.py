@@ -1,0 +1,179 @@
+"""torch.distributed.pipelining under torchrun: one process per GPU, the model cut where parbench
+cuts it (ResNet-50 on 2 GPUs: the tutorial's stem..layer2 | layer3..head; interleaved 1F1B with 2
+chunks per rank: 4 stages, stage s on rank s mod N), the batch split into micro-batches of
+--split-sizes images or sequences (batch 120 at split 20: 6 micro-batches), run by ScheduleGPipe,
+Schedule1F1B or ScheduleInterleaved1F1B with the loss (parbench's: MSE on one-hot labels, next-token
+cross-entropy for a GPT) taken on the last stage, then SGD lr 1e-3 on every rank's stages.
+Timing as ddp.py: per step the slowest rank's time, a repetition the mean of its steps, the
+median repetition.
+
+  torchrun --standalone --nproc-per-node=2 benchmarks/pytorch/pipelining.py --out pipe.json --split-sizes 20
+  torchrun --standalone --nproc-per-node=2 benchmarks/pytorch/pipelining.py --out gpt.json \\
+      --model gpt2-medium --split-sizes 4 --cut 'embed,h.0,...,h.11|h.12,...,h.23,head'
+"""
+from __future__ import annotations
+
+import sys
+
+import torch
+import torch.distributed as dist
+from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
+
+import baseline_common as bc
+from baseline_models import RESNET_SOURCE, cut_modules, default_cut, make_model, parse_cut, stage_names
+from ddp import combine, gather_times, init_distributed, line_up
+
+SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B, "interleaved-1f1b": ScheduleInterleaved1F1B}
+BASELINE = "torch.distributed.pipelining"
+
+
+def parse(argv):
+    parser = bc.common_parser(__doc__.split("\n")[0], model_default="resnet50")
+    parser.add_argument("--schedules", type=bc.choice_list(list(SCHEDULES)), default=list(SCHEDULES),
+                        help="gpipe,1f1b,interleaved-1f1b; default all")
+    parser.add_argument("--split-sizes", type=bc.int_list, default=None,
+                        help="micro-batch sizes; default 20 (language models 4)")
+    parser.add_argument("--chunks", type=bc.positive_int, default=2, help="interleaved-1f1b: stages per rank")
+    parser.add_argument("--cut", default=None, help="stages per rank in parbench's --cut syntax; default the "
+                        "tutorial's cut for ResNet, the blocks halved for a GPT")
+    parser.add_argument("--interleaved-cut", default=None,
+                        help="the same for interleaved-1f1b's ranks x chunks parts; default "
+                             "stem,layer1|layer2|layer3|layer4,head for ResNet, the blocks in equal parts for a GPT")
+    parser.add_argument("--dist-timeout", type=bc.positive_int, default=120,
+                        help="seconds a rank waits in a collective before failing; default 120")
+    args = parser.parse_args(argv)
+    bc.finish_args(args)
+    if args.split_sizes is None:
+        args.split_sizes = [4] if bc.is_language_model(args.model) else [20]
+    return args
+
+
+def cut_for(args, parts: int, interleaved: bool) -> list[list[str]]:
+    spec = (args.interleaved_cut if interleaved else args.cut) or default_cut(args.model, parts)
+    try:
+        return parse_cut(spec, stage_names(args.model), parts)
+    except ValueError as error:
+        raise bc.UsageError(str(error)) from None
+
+
+def describe(args, world, batch, precision, split, schedule):
+    fields = {"model": args.model, "batch": batch, **bc.sample_field(args), "precision": precision,
+              "data": "device", "gpus": world, "split": split, "schedule": schedule}
+    name = f"pytorch/pipelining/{args.model}/batch:{batch}/precision:{precision}/gpus:{world}/split:{split}/schedule:{schedule}"
+    if schedule == "interleaved-1f1b":
+        fields["chunks"] = args.chunks
+        name += f"/chunks:{args.chunks}"
+    fields.update(lanes=1, graph="off")
+    return name, fields
+
+
+def run_case(args, rank, world, device, batch, precision, split, schedule):
+    name, fields = describe(args, world, batch, precision, split, schedule)
+
+    def skipped(reason):
+        return bc.result(name, BASELINE, "pipeline", schedule, fields, "event", None, batch, args,
+                         error=f"skipped: {reason}")
+
+    if batch % split:
+        return skipped(f"split {split} does not divide batch {batch}: pipelining's micro-batches would differ "
+                       "from parbench's")
+    micro_batches = batch // split
+    interleaved = schedule == "interleaved-1f1b"
+    chunks = args.chunks if interleaved else 1
+    parts = world * chunks
+    cut = cut_for(args, parts, interleaved)
+    bc.reset_peak_memory([device])
+    torch.manual_seed(0)  # every rank builds the same model and keeps its own parts
+    with device:
+        model = make_model(args.model)
+    model.train()
+    bc.prepare_for_precision(model, precision)
+    modules = cut_modules(args.model, model, cut)
+    mine = list(range(rank, parts, world))  # stage s on rank s mod world, as parbench places chunks
+    stages = []
+    for index in mine:
+        wrapped = bc.Autocast(modules[index], bc.autocast_dtype(precision), device.type)
+        stages.append(PipelineStage(wrapped, index, parts, device))
+    parameters = [p for index in mine for p in modules[index].parameters()]
+    del model, modules
+    bc.free_cuda_memory()
+    try:
+        if interleaved:
+            pipeline = ScheduleInterleaved1F1B(stages, n_microbatches=micro_batches, loss_fn=bc.compute_loss)
+        else:
+            pipeline = SCHEDULES[schedule](stages[0], n_microbatches=micro_batches, loss_fn=bc.compute_loss)
+    except ValueError as error:  # e.g. 1F1B with fewer micro-batches than stages: every rank says so alike
+        return skipped(bc.first_line(error))
+    optimizer = bc.make_sgd(parameters)
+    torch.manual_seed(1000)
+    inputs, targets = bc.make_batch(args, batch, precision, device, device)
+    first, last = 0 in mine, parts - 1 in mine
+
+    def step():
+        optimizer.zero_grad(set_to_none=True)
+        step_args = (inputs,) if first else ()
+        if last:
+            pipeline.step(*step_args, target=targets, losses=[])
+        else:
+            pipeline.step(*step_args)
+        optimizer.step()
+
+    for _ in range(args.warmup):
+        step()
+    bc.synchronize([device])
+    timer = bc.StepTimer([device], "event")
+    start = line_up(device)
+    times = []
+    for _ in range(args.repetitions):
+        steps = []
+        for _ in range(args.steps):
+            dist.barrier()
+            steps.append(timer.time(step, start))
+        times.append(steps)
+    gathered = gather_times(times, bc.peak_memory_gib([device]))
+    repetitions, rank_spread, rank_medians = combine(gathered)
+    peaks = {str(r): next(iter(g["peak"].values())) for r, g in enumerate(gathered) if g["peak"]}
+    del pipeline, stages, optimizer, parameters
+    bc.free_cuda_memory()
+    return bc.result(name, BASELINE, "pipeline", schedule, fields, "event", repetitions, batch, args,
+                     devices=[device], flops=bc.forward_flops_per_sample(args), gpus_used=world, peak_mem=peaks,
+                     details={"backend": dist.get_backend(), "micro_batches": micro_batches,
+                              "cut": "|".join(",".join(part) for part in cut), "step_ms_rank_spread": rank_spread,
+                              "rank_median_step_ms": rank_medians, "resnet_source": RESNET_SOURCE})
+
+
+def main(argv) -> int:
+    args = parse(argv)
+    rank, world, device = init_distributed(args)
+    for interleaved in (False, True):  # bad cuts fail here, on every rank alike, before any case runs
+        if not interleaved or "interleaved-1f1b" in args.schedules:
+            cut_for(args, world * (args.chunks if interleaved else 1), interleaved)
+    ctx = bc.context(args.device, "event", world)
+    results, status = [], 0
+    try:
+        for batch in args.batch:
+            for precision in args.precision:
+                for split in args.split_sizes:
+                    for schedule in args.schedules:
+                        try:
+                            results.append(run_case(args, rank, world, device, batch, precision, split, schedule))
+                        except Exception as error:
+                            # A rank that fails leaves the others in a collective: record it, end the run.
+                            name, fields = describe(args, world, batch, precision, split, schedule)
+                            results.append(bc.result(name, BASELINE, "pipeline", schedule, fields, "event", None,
+                                                     batch, args, error=f"rank {rank}: {bc.first_line(error)}"))
+                            status = 1
+                        if rank == 0:
+                            bc.report(results[-1])
+                            bc.write_document(args.out, ctx, results)
+                        if status:
+                            print(f"pipelining.py: rank {rank}: {results[-1]['error']}", file=sys.stderr)
+                            return status
+    finally:
+        if status == 0:
+            dist.destroy_process_group()
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(bc.main_wrapper(main))
