@@ -112,10 +112,12 @@ def run_case(args, rank, world, device, batch, precision, split, schedule):
     def step():
         optimizer.zero_grad(set_to_none=True)
         step_args = (inputs,) if first else ()
+        # return_outputs=False: the last stage need not concatenate the micro-batches' outputs
+        # (a GPT's logits), which parbench does not do either.
         if last:
-            pipeline.step(*step_args, target=targets, losses=[])
+            pipeline.step(*step_args, target=targets, losses=[], return_outputs=False)
         else:
-            pipeline.step(*step_args)
+            pipeline.step(*step_args, return_outputs=False)
         optimizer.step()
 
     for _ in range(args.warmup):
