@@ -1,6 +1,6 @@
 """Writes OUT_DIR/REPORT.md and the figures of plots/plot.py for one parbench run.
 
-  python3 reports/make_report.py OUT_DIR RUN1.json [RUN2.json ...]
+  python3 reports/make_report.py OUT_DIR RUN1.json [RUN2.json ...] [BASELINE.json ...]
 
 Per set-up (model, batch, image, precision, data mode) it computes, over each case's
 per-repetition entries:
@@ -16,6 +16,9 @@ per-repetition entries:
                 the schedule simulator's (plots/pipeline_timeline.py), drawn for each schedule's
                 best split, and every case's measured bubble per device in the split sweep and
                 in OUT_DIR/timelines.json (docs/JSON.md, "timelines.json")
+  PyTorch       PyTorch baselines (benchmarks/pytorch/, docs/JSON.md "PyTorch baselines") given
+                beside parbench's JSON: each matched to the parbench case of the same fields, with
+                both median step times and their ratio; baselines with no match are listed too
 and states the findings (highest throughput, lowest step time, best split, every strategy ranked
 by images/s) in sentences built from those numbers. Multi-device cases that ran on CPU devices
 (no GPU visible) are called CPU stand-ins, at the top and in each finding: they show the code
@@ -40,6 +43,7 @@ from matplotlib import rc_context
 import pipeline_timeline as pt
 import plot
 import timeline_plot
+from parbench_results import baselines as pb
 from parbench_results import cases as pr
 
 FIGURE_CAPTIONS = {
@@ -225,7 +229,8 @@ def timelines_section(results: pr.Results, timelines: dict[str, CaseTimeline]) -
 
 
 def build_report(results: pr.Results, rendered: plot.Rendered, generated: datetime.datetime,
-                 timelines: dict[str, CaseTimeline] | None = None) -> str:
+                 timelines: dict[str, CaseTimeline] | None = None,
+                 baselines: list[pb.Baseline] | None = None) -> str:
     files = ", ".join(f"`{run.path}`" for run in results.runs)
     groups = results.by_setup()
     lines = ["# parbench report", "",
@@ -278,6 +283,8 @@ def build_report(results: pr.Results, rendered: plot.Rendered, generated: dateti
         for (setup, global_batch), cases in predicted.items():
             heading = setup.describe() + ("" if global_batch == setup.batch else f", global batch {global_batch}")
             lines += [f"### {heading}", "", *prediction_table(cases), "", prediction_summary(cases), ""]
+    if baselines:
+        lines += pytorch_section(results, baselines)
     lines += ["## Figures", ""]
     for name in rendered.written:
         lines += [f"![{FIGURE_CAPTIONS[name]}]({name}.png)", "",
@@ -293,6 +300,44 @@ def build_report(results: pr.Results, rendered: plot.Rendered, generated: dateti
         lines += [f"The input also holds {len(others)} {families} case(s); this report does not "
                   "summarise them.", ""]
     return "\n".join(lines)
+
+
+def pytorch_section(results: pr.Results, baselines: list[pb.Baseline]) -> list[str]:
+    """The PyTorch comparison: every baseline matched to its parbench case, then those with none."""
+    files = ", ".join(f"`{path}`" for path in dict.fromkeys(b.file for b in baselines))
+    lines = ["## PyTorch", "",
+             f"PyTorch's own implementations (benchmarks/pytorch/, from {files}) beside the parbench case "
+             "with the same fields: same model, batch, loss, optimizer and timing rule. Step times are "
+             "medians over repetitions; parbench / PyTorch below 1 means parbench's step is the shorter. "
+             "MFU against the datasheet peak (docs/METRICS.md).", ""]
+    matched = pb.match(baselines, results)
+    rows = []
+    for baseline, case in matched:
+        if case is None:
+            continue
+        parbench_ms = case.stats("step_ms").median
+        parbench_mfu = case.stats("mfu")
+        rows.append([_name(case), baseline.describe(), f"{parbench_ms:,.2f}", f"{baseline.step_ms_median:,.2f}",
+                     f"{parbench_ms / baseline.step_ms_median:.3f}",
+                     f"{parbench_mfu.median:.1%}" if parbench_mfu else "",
+                     f"{baseline.mfu:.1%}" if baseline.mfu is not None else "",
+                     f"{baseline.peak_mem_gib:.2f}" if baseline.peak_mem_gib is not None else ""])
+    if rows:
+        lines += _table(["parbench case", "PyTorch", "parbench ms", "PyTorch ms", "parbench / PyTorch",
+                         "parbench MFU", "PyTorch MFU", "PyTorch peak GiB"], rows)
+    else:
+        lines.append("No baseline matched a parbench case that ran.")
+    unmatched = [baseline for baseline, case in matched if case is None]
+    if unmatched:
+        lines += ["", "Baselines without a matching parbench case that ran:", ""]
+        rows = []
+        for baseline in unmatched:
+            shown = (f"{baseline.step_ms_median:,.2f} ms" if baseline.ran else f"did not run: {baseline.error}")
+            fields = ", ".join(f"{key} {value}" for key, value in baseline.fields.items())
+            rows.append([f"`{baseline.name}`", baseline.describe(), f"{baseline.strategy}: {baseline.model}, {fields}",
+                         shown])
+        lines += _table(["baseline", "PyTorch", "fields", "step time"], rows)
+    return lines + [""]
 
 
 def cpu_stand_in_note(stand_ins: list[pr.Case], results: pr.Results) -> str:
@@ -636,10 +681,16 @@ def _table(headers: list[str], rows: list[list[str]]) -> list[str]:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("out_dir", type=Path, help="folder for REPORT.md and the figures (created if missing)")
-    parser.add_argument("results", nargs="+", help="parbench JSON files (--benchmark_out)")
+    parser.add_argument("results", nargs="+", help="parbench JSON files (--benchmark_out), and PyTorch "
+                        "baseline files (benchmarks/pytorch/) to compare with")
     args = parser.parse_args(argv)
+    baseline_files = [path for path in args.results if pb.is_baseline_document(path)]
+    parbench_files = [path for path in args.results if path not in baseline_files]
     try:
-        results = pr.load(args.results)
+        if not parbench_files:
+            raise pr.ResultsError("no parbench JSON given, only PyTorch baselines: they are compared with parbench's cases")
+        results = pr.load(parbench_files)
+        baselines = [baseline for path in dict.fromkeys(baseline_files) for baseline in pb.read_baselines(path)]
     except pr.ResultsError as error:
         print(f"make_report.py: error: {error}", file=sys.stderr)
         return 2
@@ -651,7 +702,7 @@ def main(argv: list[str]) -> int:
         if timelines:
             (staging / TIMELINES_FILE).write_text(
                 json.dumps(timelines_document(results, timelines, now), indent=1) + "\n", encoding="utf-8")
-        (staging / "REPORT.md").write_text(build_report(results, rendered, now, timelines) + "\n", encoding="utf-8")
+        (staging / "REPORT.md").write_text(build_report(results, rendered, now, timelines, baselines) + "\n", encoding="utf-8")
     notes = (results.notes + timeline_notes + rendered.note_lines()
              + plot.remove_stale_figures(args.out_dir, rendered.written)
              + remove_stale_timelines(args.out_dir, timeline_figures, bool(timelines)))
