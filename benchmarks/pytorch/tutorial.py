@@ -108,6 +108,7 @@ def build(args, variant, split, dev0, dev1):
 def run_case(args, batch, precision, variant, split, dev0, dev1) -> dict:
     data = "host" if args.method == "tutorial" else "device"
     timer = "host" if args.method == "tutorial" else "event"
+    variant_name = "tutorial timing" if args.method == "tutorial" else "event"
     fields = {"model": args.model, "batch": batch, "image": args.image, "precision": precision, "data": data}
     name = f"pytorch/tutorial/{variant}/{args.model}/batch:{batch}/precision:{precision}/data:{data}"
     if variant != "single":
@@ -119,7 +120,7 @@ def run_case(args, batch, precision, variant, split, dev0, dev1) -> dict:
     baseline = {"single": "tutorial resnet50", "model_parallel": "tutorial ModelParallelResNet50",
                 "pipeline": "tutorial PipelineParallelResNet50"}[variant]
     if variant != "single" and dev1 is None:
-        return bc.result(name, baseline, variant, args.method, fields, timer, None, batch, args,
+        return bc.result(name, baseline, variant, variant_name, fields, timer, None, batch, args,
                          error="skipped: needs 2 GPUs, 1 visible")
     devices = [dev0] if variant == "single" else [dev0, dev1]
     try:
@@ -165,13 +166,13 @@ def run_case(args, batch, precision, variant, split, dev0, dev1) -> dict:
             per_repetition = bc.repetition_means(
                 bc.time_repetitions(step, devices, args.warmup, args.repetitions, args.steps, "event"))
         peak = bc.peak_memory_gib(devices)
-        return bc.result(name, baseline, variant, args.method, fields, timer, per_repetition, batch, args,
+        return bc.result(name, baseline, variant, variant_name, fields, timer, per_repetition, batch, args,
                          devices=devices, flops=bc.forward_flops_per_sample(args),
                          gpus_used=len({str(d) for d in devices}), peak_mem=peak,
                          details={"resnet_source": RESNET_SOURCE, "cut": "stem,layer1,layer2|layer3,layer4,head"
                                   if variant != "single" else ""})
     except Exception as error:
-        return bc.result(name, baseline, variant, args.method, fields, timer, None, batch, args,
+        return bc.result(name, baseline, variant, variant_name, fields, timer, None, batch, args,
                          error=bc.first_line(error))
     finally:
         bc.free_cuda_memory()

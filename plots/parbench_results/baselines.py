@@ -21,6 +21,8 @@ SCHEMA_KEY = "pytorch_baseline_schema"
 # What a field missing from a parbench name or a baseline's fields means.
 IMPLIED_FIELDS = {"lanes": "1", "graph": "off"}
 IMPLIED_BY_STRATEGY = {"data_parallel": {"replicate": "clone"}}
+# Variants the baseline's name already says (torch.cuda.graph, torch.compile) or the default.
+PLAIN_VARIANTS = {"eager", "event", "graph", "compile"}
 
 
 @dataclass
@@ -49,8 +51,9 @@ class Baseline:
         return self.error is None and self.step_ms_median is not None
 
     def describe(self) -> str:
-        """'torch.distributed.pipelining (1f1b)', 'torch.cuda.graph'."""
-        return self.baseline if self.variant in ("eager", "event", self.baseline) else f"{self.baseline} ({self.variant})"
+        """'torch.distributed.pipelining (1f1b)', 'torch.cuda.graph': the variant where the baseline's
+        name does not already say it."""
+        return self.baseline if self.variant in PLAIN_VARIANTS else f"{self.baseline} ({self.variant})"
 
 
 def is_baseline_document(path: str) -> bool:

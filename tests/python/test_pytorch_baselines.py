@@ -1,0 +1,333 @@
+"""Tests the PyTorch baselines (benchmarks/pytorch/) at tiny shapes on the CPU, their JSON
+(docs/JSON.md, "PyTorch baselines"), and reports/make_report.py's PyTorch table against the
+fixture fixtures/pytorch_baselines.json beside parbench's fixtures. What needs GPUs
+(nn.DataParallel, CUDA graphs) is tested as far as the CPU goes: the arguments, the skip it
+records and the JSON it writes."""
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from parbench_results import baselines as pb
+from scripts import REPO
+
+torch = pytest.importorskip("torch")
+
+BASELINES = REPO / "benchmarks" / "pytorch"
+sys.path.insert(0, str(BASELINES))
+import baseline_common as bc  # noqa: E402
+import baseline_models as bm  # noqa: E402
+import ddp  # noqa: E402
+import pipelining  # noqa: E402,F401 (imported for test_bad_input_is_refused)
+import single  # noqa: E402,F401
+import tutorial  # noqa: E402,F401
+
+FIXTURES = Path(__file__).resolve().with_name("fixtures")
+BASELINE_FIXTURE = FIXTURES / "pytorch_baselines.json"
+PARBENCH_RUN = [FIXTURES / "gpu_run.json", FIXTURES / "gpu_run_ddp.json"]
+MAKE_REPORT = REPO / "reports" / "make_report.py"
+# One thread per process: the ranks share the machine's cores.
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PARBENCH_GIT_SHA": "test"}
+TINY_RESNET = ["--device", "cpu", "--model", "resnet-tiny", "--image", "32", "--batch", "2",
+               "--warmup", "1", "--steps", "1", "--repetitions", "2"]
+TINY_GPT = ["--device", "cpu", "--model", "tinygpt", "--seq", "8", "--batch", "4",
+            "--warmup", "1", "--steps", "1", "--repetitions", "2"]
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
+
+
+def run_script(script, *args, torchrun=False):
+    command = [*(TORCHRUN if torchrun else [sys.executable]), str(BASELINES / script), *map(str, args)]
+    return subprocess.run(command, capture_output=True, text=True, env=ENV, timeout=240, check=False)
+
+
+def read(path):
+    document = json.loads(Path(path).read_text())
+    assert document["pytorch_baseline_schema"] == bc.SCHEMA_VERSION
+    assert document["context"]["devices"] == "cpu" and document["context"]["git_sha"] == "test"
+    # The report's reader takes every file a baseline writes.
+    assert len(pb.read_baselines(str(path))) == len(document["results"])
+    return document["results"]
+
+
+def ran(result):
+    assert result["error"] is None, result["error"]
+    assert len(result["step_ms"]) == result["repetitions"]
+    assert result["step_ms_median"] == pytest.approx(statistics.median(result["step_ms"]))
+    assert result["step_ms_spread"]["min"] <= result["step_ms_median"] <= result["step_ms_spread"]["max"]
+    global_batch = result["details"].get("per_rank_batch", result["fields"]["batch"]) * \
+        (result["fields"]["gpus"] if result["strategy"] == "ddp" else 1)
+    assert result["items_per_second"] == pytest.approx(global_batch * 1e3 / result["step_ms_median"])
+
+
+# --- the scripts, on the CPU ------------------------------------------------------------------
+
+def test_tutorial_runs_its_three_models_on_the_cpu(tmp_path):
+    out = tmp_path / "tutorial.json"
+    # Micro-batches of 2: batch-norm in training needs more than one value per channel.
+    done = run_script("tutorial.py", *TINY_RESNET, "--batch", "4", "--split-sizes", "2", "--out", out)
+    assert done.returncode == 0, done.stderr
+    results = read(out)
+    assert [r["strategy"] for r in results] == ["single", "model_parallel", "pipeline"]
+    for result in results:
+        ran(result)
+        assert result["tflops"] > 0  # the FLOPs counted on the meta device
+    assert results[2]["fields"] == {"strategy": "pipeline", "model": "resnet-tiny", "batch": 4, "image": 32,
+                                    "precision": "fp32", "data": "device", "gpus": 2, "split": 2,
+                                    "schedule": "tutorial", "lanes": 1, "graph": "off"}
+
+
+def test_tutorial_method_times_as_the_tutorial(tmp_path):
+    out = tmp_path / "tutorial.json"
+    done = run_script("tutorial.py", *TINY_RESNET, "--method", "tutorial", "--variants", "single", "--out", out)
+    assert done.returncode == 0, done.stderr
+    [result] = read(out)
+    ran(result)
+    assert (result["timer"], result["fields"]["data"]) == ("host", "host")
+    assert (result["warmup"], result["steps_per_repetition"], result["repetitions"]) == (0, 3, 10)
+
+
+def test_single_gpt_eager_and_a_graph_skipped_on_the_cpu(tmp_path):
+    out = tmp_path / "single.json"
+    done = run_script("single.py", *TINY_GPT, "--precision", "fp32,bf16", "--variants", "eager,graph", "--out", out)
+    assert done.returncode == 0, done.stderr
+    results = read(out)
+    assert [(r["fields"]["precision"], r["variant"]) for r in results] == [
+        ("fp32", "eager"), ("fp32", "graph"), ("bf16", "eager"), ("bf16", "graph")]
+    for result in results[0::2]:
+        ran(result)
+        assert result["tokens_per_second"] == pytest.approx(result["items_per_second"] * 8)
+    for result in results[1::2]:
+        assert result["error"] == "skipped: CUDA graphs need a GPU" and result["step_ms_median"] is None
+        assert result["fields"]["graph"] == "on"
+
+
+def test_data_parallel_records_its_skip_without_gpus(tmp_path):
+    out = tmp_path / "dp.json"
+    done = run_script("data_parallel.py", *TINY_RESNET, "--batch", "4,8", "--out", out)
+    assert done.returncode == 0, done.stderr
+    results = read(out)
+    assert [r["fields"]["batch"] for r in results] == [4, 8]
+    for result in results:
+        assert result["error"].startswith("skipped: nn.DataParallel needs GPUs")
+        assert result["fields"]["replicate"] == "broadcast" and result["baseline"] == "torch.nn.DataParallel"
+
+
+def test_ddp_under_torchrun_with_gloo(tmp_path):
+    out = tmp_path / "ddp.json"
+    done = run_script("ddp.py", *TINY_RESNET, "--out", out, torchrun=True)
+    assert done.returncode == 0, done.stderr
+    [result] = read(out)
+    ran(result)
+    assert result["details"]["backend"] == "gloo" and len(result["details"]["rank_median_step_ms"]) == 2
+    assert {k: result["fields"][k] for k in ("gpus", "bucket_mib", "overlap", "scaling")} == {
+        "gpus": 2, "bucket_mib": 25, "overlap": "on", "scaling": "weak"}
+
+
+def test_pipelining_every_schedule_under_torchrun_with_gloo(tmp_path):
+    out = tmp_path / "pipe.json"
+    # 4 sequences in micro-batches of 2: 1f1b needs as many micro-batches as stages, and
+    # interleaved-1f1b's 4 stages run 2 per rank.
+    done = run_script("pipelining.py", *TINY_GPT, "--split-sizes", "2,3", "--precision", "bf16", "--out", out,
+                      torchrun=True)
+    assert done.returncode == 0, done.stderr
+    results = read(out)
+    assert [r["variant"] for r in results] == ["gpipe", "1f1b", "interleaved-1f1b"] * 2
+    for result in results[:3]:
+        ran(result)
+        assert result["details"]["micro_batches"] == 2
+    assert results[0]["details"]["cut"] == "embed,h.0|h.1,head"
+    assert results[2]["details"]["cut"] == "embed|h.0|h.1|head" and results[2]["fields"]["chunks"] == 2
+    for result in results[3:]:  # split 3 does not divide 4: pipelining's micro-batches would differ
+        assert result["error"].startswith("skipped: split 3 does not divide batch 4")
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="nn.DataParallel and CUDA graphs need 2 GPUs")
+def test_gpu_baselines_run(tmp_path):
+    done = run_script("data_parallel.py", "--model", "resnet-tiny", "--image", "32", "--batch", "8",
+                      "--warmup", "1", "--steps", "1", "--repetitions", "1", "--out", tmp_path / "dp.json")
+    assert done.returncode == 0, done.stderr
+    done = run_script("single.py", "--model", "tinygpt", "--seq", "8", "--batch", "4", "--variants", "graph",
+                      "--warmup", "1", "--steps", "1", "--repetitions", "1", "--out", tmp_path / "graph.json")
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize("module, args, message", [
+    ("single", ["--model", "resnet51"], "--model=resnet51: unknown"),
+    ("single", ["--model", "tinygpt", "--seq", "2048"], "longer than tinygpt's context"),
+    ("tutorial", ["--model", "gpt2-medium"], "the tutorial trains ResNets only"),
+    ("pipelining", ["--model", "resnet50", "--cut", "stem,layer1|layer2"], None),
+])
+def test_bad_input_is_refused(module, args, message):
+    parse = __import__(module).parse
+    if message is None:  # parses; the cut is checked against the stages, as every rank does first
+        args = parse(["--device", "cpu", "--out", "x.json", *args])
+        with pytest.raises(bc.UsageError, match="stage 'layer3' is in no part"):
+            __import__(module).cut_for(args, 2, interleaved=False)
+        return
+    with pytest.raises(bc.UsageError, match=re.escape(message)):
+        parse(["--device", "cpu", "--out", "x.json", *args])
+
+
+@pytest.mark.parametrize("script, args, message", [
+    ("single.py", ["--batch", "0"], "--batch: '0' needs positive integers"),
+    ("ddp.py", [], "ddp.py: error: run under torchrun"),
+])
+def test_bad_input_is_one_line_and_status_2(tmp_path, script, args, message):
+    done = run_script(script, "--device", "cpu", *args, "--out", tmp_path / "x.json")
+    assert done.returncode == 2
+    assert message in done.stderr.strip().splitlines()[-1]
+    assert not (tmp_path / "x.json").exists()
+
+
+def test_run_all_dry_run_lists_every_baseline_and_refuses_an_unknown_set(tmp_path):
+    script = BASELINES / "run_all.sh"
+    done = subprocess.run(["bash", str(script), "--dry-run", str(tmp_path), "resnet", "tutorial-method", "gpt",
+                           "gpt-compile"], capture_output=True, text=True, env=ENV, check=False)
+    assert done.returncode == 0, done.stderr
+    names = [line.split(":")[0] for line in done.stdout.splitlines()]
+    assert names == ["tutorial", "single_resnet_graph", "data_parallel", "ddp", "pipelining_resnet",
+                     "tutorial_method", "single_gpt", "pipelining_gpt", "single_gpt_compile"]
+    assert all(f"--out {tmp_path}/{name}.json" in line for name, line in zip(names, done.stdout.splitlines()))
+    bad = subprocess.run(["bash", str(script), str(tmp_path), "bogus"], capture_output=True, text=True, check=False)
+    assert bad.returncode == 2 and "unknown set 'bogus'" in bad.stderr
+
+
+# --- the shared pieces --------------------------------------------------------------------------
+
+def test_flops_and_datasheet_peaks_are_parbenchs():
+    # docs/METRICS.md: gpt2-medium at T = 1024 trains at 2.42 GFLOP per token; ResNet-50 at
+    # 224x224 is 8.18 GFLOP per image forward.
+    assert 3 * bc.gpt_forward_flops_per_sample("gpt2-medium", 1024) / 1024 == pytest.approx(2.425e9, rel=1e-3)
+    flops = bc.resnet_forward_flops_per_sample(lambda: bm.make_resnet("resnet50"), 224)
+    assert flops == pytest.approx(8.18e9, rel=1e-3)
+    assert bc.datasheet_peak("NVIDIA H100 80GB HBM3", "bf16")[0] == 989.4
+    assert bc.datasheet_peak("NVIDIA H100 PCIe", "tf32")[0] == 378.0
+    assert bc.datasheet_peak("NVIDIA H200 NVL", "fp32")[0] == 60.0
+    assert bc.datasheet_peak("NVIDIA L4", "bf16") is None
+
+
+def test_cuts_are_parbenchs():
+    names = bm.stage_names("resnet50")
+    assert bm.parse_cut(bm.default_cut("resnet50", 2), names, 2) == [["stem", "layer1", "layer2"],
+                                                                     ["layer3", "layer4", "head"]]
+    assert bm.default_cut("resnet50", 4) == "stem,layer1|layer2|layer3|layer4,head"
+    medium = bm.default_cut("gpt2-medium", 2).split("|")
+    assert medium[0].startswith("embed,h.0,") and medium[0].endswith(",h.11") and medium[1].endswith(",h.23,head")
+    for bad in ("stem,layer1|layer3,layer2,layer4,head", "stem,layer1,layer2,layer3,layer4,head", "stem|x"):
+        with pytest.raises(ValueError):
+            bm.parse_cut(bad, names, 2)
+
+
+def test_a_distributed_step_is_the_slowest_ranks():
+    gathered = [{"times": [[1.0, 4.0], [2.0, 2.0]]}, {"times": [[3.0, 1.0], [2.0, 6.0]]}]
+    repetitions, spread, rank_medians = ddp.combine(gathered)
+    assert repetitions == [3.5, 4.0]  # per step the slower rank, a repetition their mean
+    assert rank_medians == [2.0, 2.5]
+    assert spread == pytest.approx(statistics.median([(2.5 - 2.0) / 2.25, (4.0 - 2.0) / 3.0]))
+
+
+def test_gpt_matches_parbenchs_parameters():
+    with torch.device("meta"):
+        model = bm.GPT("gpt2-medium")
+    config = bc.GPT_CONFIGS["gpt2-medium"]
+    d, layers, vocabulary = config["width"], config["layers"], config["vocabulary"]
+    non_embedding = layers * (12 * d * d + 13 * d) + 2 * d + vocabulary * d
+    total = sum(p.numel() for p in model.parameters())
+    assert total == non_embedding + vocabulary * d + config["context"] * d  # untied head
+
+
+# --- the report ---------------------------------------------------------------------------------
+
+def parbench_median(run_name_prefix):
+    values = []
+    for path in PARBENCH_RUN:
+        for entry in json.loads(path.read_text())["benchmarks"]:
+            if (entry["run_type"] == "iteration" and not entry.get("error_occurred")
+                    and entry["run_name"].startswith(run_name_prefix)):
+                values.append(entry["step_ms"])
+    return statistics.median(values)
+
+
+def table_rows(text, heading):
+    section = text.split(heading, 1)[1].split("\n## ", 1)[0]
+    return [line for line in section.splitlines() if line.startswith("| ") and "---" not in line]
+
+
+def test_report_compares_each_baseline_with_its_parbench_case(tmp_path):
+    done = subprocess.run([sys.executable, str(MAKE_REPORT), str(tmp_path), *map(str, PARBENCH_RUN),
+                           str(BASELINE_FIXTURE)], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    text = (tmp_path / "REPORT.md").read_text()
+    assert "## PyTorch" in text
+    rows = [row for row in table_rows(text, "## PyTorch") if not row.startswith("| parbench case")
+            and not row.startswith("| baseline")]
+    fixture = {r["name"]: r for r in json.loads(BASELINE_FIXTURE.read_text())["results"]}
+    prefix = "train/{}/resnet50/batch:120/image:128/precision:fp32/data:device"
+    expected = {
+        "tutorial resnet50": (prefix.format("single") + "/manual_time", "pytorch/tutorial/single"),
+        "tutorial ModelParallelResNet50": (prefix.format("model_parallel") + "/gpus:2/", "pytorch/tutorial/model_parallel"),
+        "torch.distributed.pipelining (gpipe)": (prefix.format("pipeline") + "/gpus:2/split:20/schedule:gpipe/",
+                                                 "pytorch/pipelining/resnet50/batch:120/precision:fp32/gpus:2/split:20/schedule:gpipe"),
+        "torch.distributed.pipelining (1f1b)": (prefix.format("pipeline") + "/gpus:2/split:20/schedule:1f1b/",
+                                                "pytorch/pipelining/resnet50/batch:120/precision:fp32/gpus:2/split:20/schedule:1f1b"),
+        "torch.nn.parallel.DistributedDataParallel": (prefix.format("ddp") + "/gpus:2/bucket_mib:25/overlap:on/",
+                                                      "pytorch/ddp/"),
+    }
+    matched = {}
+    for row in rows[: len(expected)]:
+        cells = [cell.strip() for cell in row.strip("|").split("|")]
+        matched[cells[1]] = cells
+    assert set(matched) == set(expected)
+    for label, (run_prefix, baseline_prefix) in expected.items():
+        ours = parbench_median(run_prefix)
+        [theirs] = [r["step_ms_median"] for name, r in fixture.items() if name.startswith(baseline_prefix)]
+        cells = matched[label]
+        assert float(cells[2].replace(",", "")) == pytest.approx(ours, abs=0.005)
+        assert float(cells[3].replace(",", "")) == pytest.approx(theirs, abs=0.005)
+        assert float(cells[4]) == pytest.approx(ours / theirs, abs=0.0005)
+    # Listed without a match: no tutorial schedule in the run, the failed interleaved case, the
+    # old file's data_parallel being LibTorch's clone, and no gpt2-medium case.
+    unmatched = text.split("Baselines without a matching parbench case that ran:", 1)[1].split("\n## ", 1)[0]
+    for name in ("pytorch/tutorial/pipeline/", "schedule:interleaved-1f1b/chunks:2", "pytorch/data_parallel/",
+                 "pytorch/single/gpt2-medium/"):
+        assert name in unmatched
+    assert "did not run: rank 1: OutOfMemoryError" in unmatched
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda d: d.update(pytorch_baseline_schema="2.0.0"), "has major version 2"),
+    (lambda d: d.pop("results"), "needs a 'context' object and a 'results' list"),
+    (lambda d: d["results"][0].pop("fields"), "results[0]"),
+    (lambda d: d["results"][0].update(step_ms_median=None), "neither an 'error' nor a 'step_ms_median'"),
+])
+def test_report_refuses_a_bad_baseline_file(tmp_path, mutate, message):
+    document = json.loads(BASELINE_FIXTURE.read_text())
+    mutate(document)
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(document))
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, str(MAKE_REPORT), str(out), *map(str, PARBENCH_RUN), str(bad)],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 2
+    assert len(done.stderr.strip().splitlines()) == 1 and message in done.stderr
+    assert not out.exists()
+
+
+def test_report_needs_a_parbench_file(tmp_path):
+    done = subprocess.run([sys.executable, str(MAKE_REPORT), str(tmp_path / "out"), str(BASELINE_FIXTURE)],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 2 and "no parbench JSON given" in done.stderr
+
+
+def test_matching_implies_the_fields_older_names_leave_out():
+    assert pb.fields_agree("pipeline", {"split": "20", "schedule": "gpipe"},
+                           {"split": "20", "schedule": "gpipe", "lanes": "1", "graph": "off"})
+    assert not pb.fields_agree("pipeline", {"split": "20"}, {"split": "20", "lanes": "2"})
+    assert not pb.fields_agree("data_parallel", {"gpus": "2"}, {"gpus": "2", "replicate": "broadcast"})
+    assert not pb.fields_agree("single", {"graph": "on"}, {})
+    assert re.fullmatch(r"\d+\.\d+\.\d+", bc.SCHEMA_VERSION)
