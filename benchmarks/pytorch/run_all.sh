@@ -19,6 +19,7 @@
 #
 # Environment (all optional): PYTHON (default python3), NPROC (ranks; default 2), TIMEOUT (seconds
 # per baseline, default 150), COMPILE_TIMEOUT (default 240), RESNET_PRECISIONS (default fp32),
+# RESNET_IMAGE (default 128), RESNET_BATCH (default 120; data_parallel runs it and twice it),
 # GPT_SPLITS (default 4), RESNET_SPLITS (default 20), GPT_CUT and GPT_INTERLEAVED_CUT (parbench's
 # label `cut` of the matching cases; default the blocks in equal parts), PARBENCH_GIT_SHA.
 # Exit status: 0 all ran, 1 some failed (listed on stderr and in OUT_DIR/status.tsv), 2 bad input.
@@ -59,6 +60,8 @@ nproc=${NPROC:-2}
 timeout_s=${TIMEOUT:-150}
 compile_timeout_s=${COMPILE_TIMEOUT:-240}
 resnet_precisions=${RESNET_PRECISIONS:-fp32}
+resnet_image=${RESNET_IMAGE:-128}
+resnet_batch=${RESNET_BATCH:-120}
 gpt_splits=${GPT_SPLITS:-4}
 resnet_splits=${RESNET_SPLITS:-20}
 if [[ -z ${PARBENCH_GIT_SHA:-} ]]; then
@@ -76,10 +79,10 @@ if [[ $cpu == 1 ]]; then
   gpt_splits=2
   dp_batches=4,8
 else
-  resnet=(--model resnet50 --image 128 --batch 120 --precision "$resnet_precisions")
+  resnet=(--model resnet50 --image "$resnet_image" --batch "$resnet_batch" --precision "$resnet_precisions")
   # gpt2-medium steps take ~0.1 s: fewer of them.
   gpt=(--model gpt2-medium --seq 1024 --batch 16 --precision bf16 --warmup 3 --steps 5 --repetitions 3)
-  dp_batches=120,240
+  dp_batches=$resnet_batch,$((resnet_batch * 2))
 fi
 gpt_cuts=()
 [[ -n ${GPT_CUT:-} ]] && gpt_cuts+=(--cut "$GPT_CUT")
