@@ -13,7 +13,9 @@ median repetition.
 """
 from __future__ import annotations
 
+import json
 import sys
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -39,6 +41,10 @@ def parse(argv):
     parser.add_argument("--interleaved-cut", default=None,
                         help="the same for interleaved-1f1b's ranks x chunks parts; default "
                              "stem,layer1|layer2|layer3|layer4,head for ResNet, the blocks in equal parts for a GPT")
+    parser.add_argument("--cuts-from", type=Path, default=None, metavar="PARBENCH_JSON",
+                        help="take each cut from the label of parbench's matching pipeline case in this "
+                             "file (same model, precision and GPUs; interleaved-1f1b's with the same chunks), "
+                             "where --cut and --interleaved-cut are not given")
     parser.add_argument("--dist-timeout", type=bc.positive_int, default=120,
                         help="seconds a rank waits in a collective before failing; default 120")
     args = parser.parse_args(argv)
@@ -48,12 +54,50 @@ def parse(argv):
     return args
 
 
-def cut_for(args, parts: int, interleaved: bool) -> list[list[str]]:
-    spec = (args.interleaved_cut if interleaved else args.cut) or default_cut(args.model, parts)
+def entry_fields(entry: dict) -> dict:
+    """A parbench entry's fields (schema 1.4.0), or in older files its name's parts
+    (train/<strategy>/<model>/key:value/...)."""
+    if isinstance(entry.get("fields"), dict):
+        return entry["fields"]
+    parts = str(entry.get("run_name", "")).split("/")
+    fields = {"strategy": parts[1], "model": parts[2]} if len(parts) > 2 else {}
+    fields.update(part.split(":", 1) for part in parts[3:] if ":" in part)
+    return fields
+
+
+def parbench_cut(path: Path, model: str, precision: str, gpus: int, interleaved: bool, chunks: int):
+    """The label's cut of the first pipeline case in parbench's JSON at `path` of this model,
+    precision and GPU count that ran (interleaved-1f1b's with `chunks`, else any other schedule),
+    or None."""
     try:
-        return parse_cut(spec, stage_names(args.model), parts)
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise bc.UsageError(f"--cuts-from={path}: cannot read: {error}") from None
+    for entry in document.get("benchmarks", []) if isinstance(document, dict) else []:
+        fields = {key: str(value) for key, value in entry_fields(entry).items()}
+        if (entry.get("error_occurred") or entry.get("run_type") != "iteration" or fields.get("strategy") != "pipeline"
+                or fields.get("model") != model or fields.get("precision") != precision
+                or fields.get("gpus") != str(gpus) or (fields.get("schedule") == "interleaved-1f1b") != interleaved
+                or (interleaved and fields.get("chunks") != str(chunks))):
+            continue
+        facts = dict(part.split("=", 1) for part in str(entry.get("label", "")).split(";") if "=" in part)
+        if facts.get("cut"):
+            return facts["cut"]
+    return None
+
+
+def cut_for(args, parts: int, interleaved: bool, precision: str | None = None) -> tuple[list[list[str]], str]:
+    """The cut into `parts` and where it came from: the flag, parbench's JSON, or the default."""
+    spec, source = (args.interleaved_cut if interleaved else args.cut), "flag"
+    if not spec and args.cuts_from and precision:
+        spec, source = parbench_cut(args.cuts_from, args.model, precision, parts // (args.chunks if interleaved else 1),
+                                    interleaved, args.chunks), "parbench"
+    if not spec:
+        spec, source = default_cut(args.model, parts), "default"
+    try:
+        return parse_cut(spec, stage_names(args.model), parts), source
     except ValueError as error:
-        raise bc.UsageError(str(error)) from None
+        raise bc.UsageError(f"{error} (from {source})") from None
 
 
 def describe(args, world, batch, precision, split, schedule):
@@ -81,7 +125,7 @@ def run_case(args, rank, world, device, batch, precision, split, schedule):
     interleaved = schedule == "interleaved-1f1b"
     chunks = args.chunks if interleaved else 1
     parts = world * chunks
-    cut = cut_for(args, parts, interleaved)
+    cut, cut_source = cut_for(args, parts, interleaved, precision)
     bc.reset_peak_memory([device])
     torch.manual_seed(0)  # every rank builds the same model and keeps its own parts
     with device:
@@ -140,7 +184,8 @@ def run_case(args, rank, world, device, batch, precision, split, schedule):
     return bc.result(name, BASELINE, "pipeline", schedule, fields, "event", repetitions, batch, args,
                      devices=[device], flops=bc.forward_flops_per_sample(args), gpus_used=world, peak_mem=peaks,
                      details={"backend": dist.get_backend(), "micro_batches": micro_batches,
-                              "cut": "|".join(",".join(part) for part in cut), "step_ms_rank_spread": rank_spread,
+                              "cut": "|".join(",".join(part) for part in cut), "cut_source": cut_source,
+                              "step_ms_rank_spread": rank_spread,
                               "rank_median_step_ms": rank_medians, "resnet_source": RESNET_SOURCE})
 
 
@@ -149,7 +194,8 @@ def main(argv) -> int:
     rank, world, device = init_distributed(args)
     for interleaved in (False, True):  # bad cuts fail here, on every rank alike, before any case runs
         if not interleaved or "interleaved-1f1b" in args.schedules:
-            cut_for(args, world * (args.chunks if interleaved else 1), interleaved)
+            for precision in args.precision:
+                cut_for(args, world * (args.chunks if interleaved else 1), interleaved, precision)
     ctx = bc.context(args.device, "event", world)
     results, status = [], 0
     try:

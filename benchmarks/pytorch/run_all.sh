@@ -21,7 +21,9 @@
 # per baseline, default 150), COMPILE_TIMEOUT (default 240), RESNET_PRECISIONS (default fp32),
 # RESNET_IMAGE (default 128), RESNET_BATCH (default 120; data_parallel runs it and twice it),
 # GPT_SPLITS (default 4), RESNET_SPLITS (default 20), GPT_CUT and GPT_INTERLEAVED_CUT (parbench's
-# label `cut` of the matching cases; default the blocks in equal parts), PARBENCH_GIT_SHA.
+# label `cut` of the matching cases), PARBENCH_JSON (parbench's JSON of the same call: pipelining
+# then takes each cut from its matching case's label where GPT_CUT and GPT_INTERLEAVED_CUT are not
+# given; default: the blocks in equal parts), PARBENCH_GIT_SHA.
 # Exit status: 0 all ran, 1 some failed (listed on stderr and in OUT_DIR/status.tsv), 2 bad input.
 set -uo pipefail
 
@@ -87,6 +89,14 @@ fi
 gpt_cuts=()
 [[ -n ${GPT_CUT:-} ]] && gpt_cuts+=(--cut "$GPT_CUT")
 [[ -n ${GPT_INTERLEAVED_CUT:-} ]] && gpt_cuts+=(--interleaved-cut "$GPT_INTERLEAVED_CUT")
+cuts_from=()
+if [[ -n ${PARBENCH_JSON:-} ]]; then
+  if [[ -f $PARBENCH_JSON ]]; then
+    cuts_from=(--cuts-from "$PARBENCH_JSON")
+  else
+    echo "run_all.sh: note: PARBENCH_JSON=$PARBENCH_JSON is not a file; pipelining uses its default cuts" >&2
+  fi
+fi
 torchrun=("$python" -m torch.distributed.run --standalone --nproc-per-node="$nproc")
 
 [[ $dry_run == 1 ]] || mkdir -p "$out_dir/logs" || exit 2
@@ -132,7 +142,7 @@ for set in "${sets[@]}"; do
         --gpus "$nproc"
       run ddp "$timeout_s" "${torchrun[@]}" "$here/ddp.py" "${resnet[@]}"
       run pipelining_resnet "$timeout_s" "${torchrun[@]}" "$here/pipelining.py" "${resnet[@]}" \
-        --split-sizes "$resnet_splits"
+        --split-sizes "$resnet_splits" "${cuts_from[@]}"
       ;;
     tutorial-method)
       run tutorial_method "$timeout_s" "$python" "$here/tutorial.py" "${resnet[@]}" --method tutorial \
@@ -141,7 +151,7 @@ for set in "${sets[@]}"; do
     gpt)
       run single_gpt "$timeout_s" "$python" "$here/single.py" "${gpt[@]}" --variants eager,graph
       run pipelining_gpt "$timeout_s" "${torchrun[@]}" "$here/pipelining.py" "${gpt[@]}" \
-        --split-sizes "$gpt_splits" "${gpt_cuts[@]}"
+        --split-sizes "$gpt_splits" "${gpt_cuts[@]}" "${cuts_from[@]}"
       ;;
     gpt-compile)
       run single_gpt_compile "$compile_timeout_s" "$python" "$here/single.py" "${gpt[@]}" --variants compile

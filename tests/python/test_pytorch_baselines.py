@@ -23,7 +23,7 @@ sys.path.insert(0, str(BASELINES))
 import baseline_common as bc  # noqa: E402
 import baseline_models as bm  # noqa: E402
 import ddp  # noqa: E402
-import pipelining  # noqa: E402,F401 (imported for test_bad_input_is_refused)
+import pipelining  # noqa: E402
 import single  # noqa: E402,F401
 import tutorial  # noqa: E402,F401
 
@@ -167,7 +167,7 @@ def test_bad_input_is_refused(module, args, message):
     if message is None:  # parses; the cut is checked against the stages, as every rank does first
         args = parse(["--device", "cpu", "--out", "x.json", *args])
         with pytest.raises(bc.UsageError, match="stage 'layer3' is in no part"):
-            __import__(module).cut_for(args, 2, interleaved=False)
+            __import__(module).cut_for(args, 2, interleaved=False, precision="fp32")
         return
     with pytest.raises(bc.UsageError, match=re.escape(message)):
         parse(["--device", "cpu", "--out", "x.json", *args])
@@ -221,6 +221,21 @@ def test_cuts_are_parbenchs():
     for bad in ("stem,layer1|layer3,layer2,layer4,head", "stem,layer1,layer2,layer3,layer4,head", "stem|x"):
         with pytest.raises(ValueError):
             bm.parse_cut(bad, names, 2)
+
+
+def test_pipelining_takes_parbenchs_cut_from_its_json():
+    # A file with fields (schema 1.4.0), and one whose names alone say the case.
+    cut = pipelining.parbench_cut(FIXTURES / "schema_1_4_plugin.json", "tinycnn", "fp32", 2, False, 2)
+    assert cut == "stem,layer1|layer2,head"
+    run = REPO / "reports" / "h100-2026-11-25-gpt" / "gpt_schedules.json"
+    assert pipelining.parbench_cut(run, "gpt2-small", "bf16", 2, True, 2) == \
+        "embed,h.0,h.1,h.2|h.3,h.4,h.5|h.6,h.7,h.8|h.9,h.10,h.11,head"
+    assert pipelining.parbench_cut(run, "gpt2-medium", "bf16", 2, False, 2) is None
+    args = pipelining.parse(["--device", "cpu", "--out", "x.json", "--model", "gpt2-small", "--cuts-from", str(run)])
+    cut, source = pipelining.cut_for(args, 2, interleaved=False, precision="bf16")
+    assert source == "parbench" and cut[1][-1] == "head"
+    cut, source = pipelining.cut_for(args, 2, interleaved=False, precision="fp32")
+    assert source in ("parbench", "default")
 
 
 def test_a_distributed_step_is_the_slowest_ranks():
