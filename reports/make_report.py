@@ -317,13 +317,15 @@ def pytorch_section(results: pr.Results, baselines: list[pb.Baseline]) -> list[s
             continue
         parbench_ms = case.stats("step_ms").median
         parbench_mfu = case.stats("mfu")
-        rows.append([_name(case), baseline.describe(), f"{parbench_ms:,.2f}", f"{baseline.step_ms_median:,.2f}",
+        timer = " (host timer)" if baseline.timer == "host" else ""
+        rows.append([case.setup.describe() + timer, _name(case), baseline.describe(), f"{parbench_ms:,.2f}",
+                     f"{baseline.step_ms_median:,.2f}",
                      f"{parbench_ms / baseline.step_ms_median:.3f}",
                      f"{parbench_mfu.median:.1%}" if parbench_mfu else "",
                      f"{baseline.mfu:.1%}" if baseline.mfu is not None else "",
                      f"{baseline.peak_mem_gib:.2f}" if baseline.peak_mem_gib is not None else ""])
     if rows:
-        lines += _table(["parbench case", "PyTorch", "parbench ms", "PyTorch ms", "parbench / PyTorch",
+        lines += _table(["set-up", "parbench case", "PyTorch", "parbench ms", "PyTorch ms", "parbench / PyTorch",
                          "parbench MFU", "PyTorch MFU", "PyTorch peak GiB"], rows)
     else:
         lines.append("No baseline matched a parbench case that ran.")

@@ -347,10 +347,12 @@ def context(device: str, timer: str, world_size: int = 1) -> dict:
     gpu_names = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] \
         if torch.cuda.is_available() else []
     nccl = "none"
-    if torch.cuda.is_available() and hasattr(torch.cuda, "nccl"):
+    if torch.cuda.is_available():
         try:
-            nccl = ".".join(map(str, torch.cuda.nccl.version()))
-        except Exception:
+            import torch.cuda.nccl
+            version = torch.cuda.nccl.version()
+            nccl = ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
+        except Exception:  # a build without NCCL
             nccl = "unknown"
     return {
         "generator": f"benchmarks/pytorch/{Path(sys.argv[0]).name}",

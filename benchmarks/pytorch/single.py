@@ -46,7 +46,7 @@ def capture_step(step, device, autocast_module):
 
 
 def run_case(args, batch: int, precision: str, variant: str) -> dict:
-    device = torch.device(args.device)
+    device = torch.device("cuda:0") if args.device == "cuda" else torch.device("cpu")
     fields = {"model": args.model, "batch": batch, **bc.sample_field(args), "precision": precision,
               "data": "device", "graph": "on" if variant == "graph" else "off"}
     baseline = {"eager": "eager", "graph": "torch.cuda.graph", "compile": "torch.compile"}[variant]

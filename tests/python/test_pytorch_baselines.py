@@ -279,7 +279,7 @@ def test_report_compares_each_baseline_with_its_parbench_case(tmp_path):
     assert done.returncode == 0, done.stderr
     text = (tmp_path / "REPORT.md").read_text()
     assert "## PyTorch" in text
-    rows = [row for row in table_rows(text, "## PyTorch") if not row.startswith("| parbench case")
+    rows = [row for row in table_rows(text, "## PyTorch") if not row.startswith("| set-up")
             and not row.startswith("| baseline")]
     fixture = {r["name"]: r for r in json.loads(BASELINE_FIXTURE.read_text())["results"]}
     prefix = "train/{}/resnet50/batch:120/image:128/precision:fp32/data:device"
@@ -296,7 +296,8 @@ def test_report_compares_each_baseline_with_its_parbench_case(tmp_path):
     matched = {}
     for row in rows[: len(expected)]:
         cells = [cell.strip() for cell in row.strip("|").split("|")]
-        matched[cells[1]] = cells
+        assert cells[0] == "resnet50, batch 120, image 128\u00d7128, fp32, data on device"
+        matched[cells[2]] = cells[1:]
     assert set(matched) == set(expected)
     for label, (run_prefix, baseline_prefix) in expected.items():
         ours = parbench_median(run_prefix)
