@@ -450,8 +450,8 @@ PY
 }
 
 # The 2-GPU reference run (issue 35), at one commit, in two calls of at most 10 minutes:
-#   call 1: ref_resnet_128 ref_data_parallel ref_allreduce ref_tutorial ref_pytorch_resnet
-#   call 2: ref_resnet_224 ref_gpt ref_traces ref_pytorch_gpt fault oom
+#   call 1: ref_resnet_128 ref_data_parallel ref_allreduce ref_tutorial ref_pytorch_resnet ref_pytorch_tutorial
+#   call 2: ref_resnet_224 ref_gpt ref_traces ref_pytorch_gpt fault oom ref_pytorch_gpt_compile
 # Each set-up's cases run in one process (one per precision), so every ratio compares cases of one
 # run; --advise=all puts each case's prediction beside its measurement. Sweeps are trimmed to fit
 # (splits 10,20,30,60 at 128x128, 16,32,64 at 224x224) and the busy profile is off (the traces
@@ -534,10 +534,28 @@ step_ref_traces() {
   return $status
 }
 
-# PyTorch's own implementations of the same cases (benchmarks/pytorch/), in the same call.
-step_ref_pytorch_resnet() { bash benchmarks/pytorch/run_all.sh "$results" resnet; }
-step_ref_pytorch_gpt() { bash benchmarks/pytorch/run_all.sh "$results" gpt; }
+# PyTorch's own implementations of the same cases (benchmarks/pytorch/), in the same call, into
+# $results/pytorch_<set>/ and $OUT as pytorch_<set>_<file>.json. The pipelining baselines take
+# their cuts from parbench's JSON of the same call (PARBENCH_JSON).
+pytorch_baselines() {
+  local set=$1 parbench_json=$2 folder="$results/pytorch_$1" status file
+  echo "== pytorch $set: benchmarks/pytorch/run_all.sh"
+  PARBENCH_JSON=$parbench_json bash benchmarks/pytorch/run_all.sh "$folder" "$set" 2>&1 | tail -n 15
+  status=${PIPESTATUS[0]}
+  for file in "$folder"/*.json; do [[ -f $file ]] && cp "$file" "$out/pytorch_${set}_$(basename "$file")"; done
+  return "$status"
+}
+step_ref_pytorch_resnet() { pytorch_baselines resnet "$results/ref_resnet_128_fp32.json"; }
+step_ref_pytorch_tutorial() { pytorch_baselines tutorial-method "$results/ref_tutorial.json"; }
+step_ref_pytorch_gpt() { pytorch_baselines gpt "$results/ref_gpt.json"; }
+# torch.compile of gpt2-medium, capped by what is left of a 10-minute call (REFERENCE_CALL_S, default 570 s).
+step_ref_pytorch_gpt_compile() {
+  local left=$(( ${REFERENCE_CALL_S:-570} - ($(date +%s) - CALL_STARTED) ))
+  if (( left < 60 )); then echo "ref_pytorch_gpt_compile: ${left}s left of the call, not started"; return 1; fi
+  COMPILE_TIMEOUT=$left pytorch_baselines gpt-compile "$results/ref_gpt.json"
+}
 
+CALL_STARTED=$(date +%s)  # for steps that fit themselves into what is left of the call
 failed=()
 for step in "$@"; do
   echo "### $step"
