@@ -16,7 +16,7 @@
 # it everywhere. `bash ci/setup.sh`, run once on a machine with network, leaves that source
 # (.deps/benchmark_1.7.1.orig.tar.gz) in .deps/.
 # Everything (logs, JSON, figures, REPORT.md) goes to $OUT/results.tgz, traces to $OUT/traces.tgz;
-# the JSON files also to $OUT directly. A failing step is reported and the later steps still run.
+# each parbench run's JSON also to $OUT directly. A failing step is reported and the later steps still run.
 # The machine's copy carries the .git of the last landed commit, not of the working tree sent: a
 # build there (step build) names the source's commit only when run as PARBENCH_GIT_SHA=<commit>
 # ci/gpu-check.sh ...; a prebuilt binary names the commit it was built from by itself.
@@ -30,7 +30,9 @@ out=${OUT:-gpu-results}
 results=$(mktemp -d /tmp/parbench-results.XXXX)
 mkdir -p "$out"
 # Traces (--trace) go into a tarball of their own: a device call brings back files of 16 MiB at most.
-trap 'tar czf "$out/results.tgz" --exclude=./traces -C "$results" . ; [[ -d $results/traces ]] && tar czf "$out/traces.tgz" -C "$results" traces ; cp "$results"/*.json "$out"/ 2>/dev/null' EXIT
+# Each bench's JSON is copied to $OUT as it ends (bench); everything else comes in the tarballs: a
+# device call brings back 8 files at most.
+trap 'tar czf "$out/results.tgz" --exclude=./traces -C "$results" . ; [[ -d $results/traces ]] && tar czf "$out/traces.tgz" -C "$results" traces' EXIT
 
 deps=/tmp/parbench-deps
 lib=$deps/usr/lib/x86_64-linux-gnu
@@ -535,15 +537,13 @@ step_ref_traces() {
 }
 
 # PyTorch's own implementations of the same cases (benchmarks/pytorch/), in the same call, into
-# $results/pytorch_<set>/ and $OUT as pytorch_<set>_<file>.json. The pipelining baselines take
-# their cuts from parbench's JSON of the same call (PARBENCH_JSON).
+# $results/pytorch_<set>/ (in results.tgz). The pipelining baselines take their cuts from
+# parbench's JSON of the same call (PARBENCH_JSON).
 pytorch_baselines() {
-  local set=$1 parbench_json=$2 folder="$results/pytorch_$1" status file
+  local set=$1 parbench_json=$2
   echo "== pytorch $set: benchmarks/pytorch/run_all.sh"
-  PARBENCH_JSON=$parbench_json bash benchmarks/pytorch/run_all.sh "$folder" "$set" 2>&1 | tail -n 15
-  status=${PIPESTATUS[0]}
-  for file in "$folder"/*.json; do [[ -f $file ]] && cp "$file" "$out/pytorch_${set}_$(basename "$file")"; done
-  return "$status"
+  PARBENCH_JSON=$parbench_json bash benchmarks/pytorch/run_all.sh "$results/pytorch_$set" "$set" 2>&1 | tail -n 15
+  return "${PIPESTATUS[0]}"
 }
 step_ref_pytorch_resnet() { pytorch_baselines resnet "$results/ref_resnet_128_fp32.json"; }
 step_ref_pytorch_tutorial() { pytorch_baselines tutorial-method "$results/ref_tutorial.json"; }
