@@ -454,6 +454,8 @@ PY
 # The 2-GPU reference run (issue 35), at one commit, in two calls of at most 10 minutes:
 #   call 1: ref_resnet_128 ref_data_parallel ref_allreduce ref_tutorial ref_pytorch_resnet ref_pytorch_tutorial
 #   call 2: ref_resnet_224 ref_gpt ref_traces ref_pytorch_gpt fault oom ref_pytorch_gpt_compile
+# A set-up's run is stopped after REFERENCE_SETUP_TIMEOUT seconds (default 220; its JSON then holds
+# the cases completed); PARBENCH_BENCH_TIMEOUT bounds the others.
 # Each set-up's cases run in one process (one per precision), so every ratio compares cases of one
 # run; --advise=all puts each case's prediction beside its measurement. Sweeps are trimmed to fit
 # (splits 10,20,30,60 at 128x128, 16,32,64 at 224x224) and the busy profile is off (the traces
@@ -484,7 +486,7 @@ reference_resnet() {
   splits=$(reference_splits "$3")
   for precision in fp32 bf16; do
     # shellcheck disable=SC2046
-    PARBENCH_BENCH_TIMEOUT=${PARBENCH_BENCH_TIMEOUT:-280} bench "ref_resnet_${image}_${precision}" \
+    PARBENCH_BENCH_TIMEOUT=${REFERENCE_SETUP_TIMEOUT:-220} bench "ref_resnet_${image}_${precision}" \
       --strategies=$REFERENCE_STRATEGIES --scaling=weak,strong --allreduce=off --image="$image" --batch="$batch" \
       --precision="$precision" --cuda-graph=off,on --schedules=$REFERENCE_SCHEDULES --chunks=2 \
       --split-sizes="$splits" --advise=all $(reference_args ddp) || status=1
@@ -518,7 +520,7 @@ step_ref_tutorial() {
 # at 4 and 8 micro-batches, ddp weak, eager and graphed (MFU and peak memory are counters).
 step_ref_gpt() {
   # shellcheck disable=SC2046
-  PARBENCH_BENCH_TIMEOUT=${PARBENCH_BENCH_TIMEOUT:-240} bench ref_gpt --models=gpt2-medium --seq=1024 --batch=16 \
+  PARBENCH_BENCH_TIMEOUT=${REFERENCE_SETUP_TIMEOUT:-220} bench ref_gpt --models=gpt2-medium --seq=1024 --batch=16 \
     --precision=bf16 --cuda-graph=off,on --strategies=$REFERENCE_STRATEGIES --schedules=$REFERENCE_SCHEDULES \
     --chunks=2 --split-sizes=$(reference_splits 4,2) --allreduce=off $(reference_args ddp)
 }
