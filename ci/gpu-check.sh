@@ -452,8 +452,10 @@ PY
 }
 
 # The 2-GPU reference run (issue 35), at one commit, in two calls of at most 10 minutes:
-#   call 1: ref_resnet_128 ref_data_parallel ref_allreduce ref_tutorial ref_pytorch_resnet ref_pytorch_tutorial
-#   call 2: ref_resnet_224 ref_gpt ref_traces ref_pytorch_gpt fault oom ref_pytorch_gpt_compile
+#   call 1: ref_resnet_128 ref_data_parallel ref_allreduce ref_tutorial
+#   call 2: ref_pairs ref_pytorch_resnet ref_gpt ref_pytorch_gpt ref_traces fault oom ref_pytorch_gpt_compile
+#   call 3: ref_resnet_224
+# (ref_pairs: the parbench cases the PyTorch ResNet baselines match, beside them in one call.)
 # A set-up's run is stopped after REFERENCE_SETUP_TIMEOUT seconds (default 220; its JSON then holds
 # the cases completed); PARBENCH_BENCH_TIMEOUT bounds the others.
 # Each set-up's cases run in one process (one per precision), so every ratio compares cases of one
@@ -547,7 +549,20 @@ pytorch_baselines() {
   PARBENCH_JSON=$parbench_json bash benchmarks/pytorch/run_all.sh "$results/pytorch_$set" "$set" 2>&1 | tail -n 15
   return "${PIPESTATUS[0]}"
 }
-step_ref_pytorch_resnet() { pytorch_baselines resnet "$results/ref_resnet_128_fp32.json"; }
+step_ref_pytorch_resnet() { pytorch_baselines resnet "$results/ref_pairs_resnet.json"; }
+# parbench's cases that the PyTorch ResNet baselines match, for a call that runs the baselines
+# without the whole set-up: 128x128, batch 120, fp32.
+step_ref_pairs() {
+  local status=0
+  # shellcheck disable=SC2046
+  bench ref_pairs_resnet --strategies=single,model_parallel,pipeline,ddp --image=128 --batch=120 --precision=fp32 \
+    --cuda-graph=off,on --schedules=tutorial,gpipe,1f1b,interleaved-1f1b --chunks=2 --split-sizes=20 --scaling=weak \
+    --allreduce=off $(reference_args ddp) || status=1
+  # shellcheck disable=SC2046
+  bench ref_pairs_dp --strategies=single,data_parallel --image=128 --batch=120,240 --precision=fp32 $(reference_args) ||
+    status=1
+  return $status
+}
 step_ref_pytorch_tutorial() { pytorch_baselines tutorial-method "$results/ref_tutorial.json"; }
 step_ref_pytorch_gpt() { pytorch_baselines gpt "$results/ref_gpt.json"; }
 # torch.compile of gpt2-medium, capped by what is left of a 10-minute call (REFERENCE_CALL_S, default 570 s).

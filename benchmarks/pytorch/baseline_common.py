@@ -349,8 +349,8 @@ def context(device: str, timer: str, world_size: int = 1) -> dict:
     nccl = "none"
     if torch.cuda.is_available():
         try:
-            import torch.cuda.nccl
-            version = torch.cuda.nccl.version()
+            from torch.cuda import nccl as cuda_nccl  # not `import torch.cuda.nccl`: that makes `torch` local here
+            version = cuda_nccl.version()
             nccl = ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
         except Exception:  # a build without NCCL
             nccl = "unknown"
