@@ -454,7 +454,7 @@ PY
 # The 2-GPU reference run (issue 35), at one commit, in two calls of at most 10 minutes:
 #   call 1: ref_resnet_128 ref_data_parallel ref_allreduce ref_tutorial
 #   call 2: ref_pairs ref_pytorch_resnet ref_gpt ref_pytorch_gpt ref_traces fault oom ref_pytorch_gpt_compile
-#   call 3: ref_resnet_224
+#   call 3: ref_resnet_224 ref_rerun ref_pytorch_gpt_compile
 # (ref_pairs: the parbench cases the PyTorch ResNet baselines match, beside them in one call.)
 # A set-up's run is stopped after REFERENCE_SETUP_TIMEOUT seconds (default 220; its JSON then holds
 # the cases completed); PARBENCH_BENCH_TIMEOUT bounds the others.
@@ -561,6 +561,20 @@ step_ref_pairs() {
   # shellcheck disable=SC2046
   bench ref_pairs_dp --strategies=single,data_parallel --image=128 --batch=120,240 --precision=fp32 $(reference_args) ||
     status=1
+  return $status
+}
+# Call 3: the baselines that failed in call 2 ("Invalid device argument" before CUDA's lazy init),
+# beside parbench's matching cases, and ddp for gpt2-medium (ref_gpt reached its limit before it).
+step_ref_rerun() {
+  local status=0
+  # shellcheck disable=SC2046
+  bench ref_rerun_resnet --strategies=single,data_parallel --image=128 --batch=120,240 --precision=fp32 \
+    --cuda-graph=off,on $(reference_args) || status=1
+  ONLY=single_resnet_graph,data_parallel pytorch_baselines resnet "$results/ref_rerun_resnet.json" || status=1
+  # shellcheck disable=SC2046
+  bench ref_gpt_ddp --models=gpt2-medium --seq=1024 --batch=16 --precision=bf16 --cuda-graph=off,on \
+    --strategies=single,ddp --allreduce=off $(reference_args ddp) || status=1
+  ONLY=single_gpt pytorch_baselines gpt "$results/ref_gpt_ddp.json" || status=1
   return $status
 }
 step_ref_pytorch_tutorial() { pytorch_baselines tutorial-method "$results/ref_tutorial.json"; }

@@ -323,6 +323,8 @@ def time_repetitions(step, devices, warmup: int, repetitions: int, steps: int, k
 
 
 def reset_peak_memory(devices) -> None:
+    if cuda_devices(devices):
+        torch.cuda.init()  # the caching allocator answers "Invalid device argument" before CUDA's lazy init
     for device in cuda_devices(devices):
         torch.cuda.reset_peak_memory_stats(device)
 

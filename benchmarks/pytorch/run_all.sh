@@ -23,7 +23,8 @@
 # GPT_SPLITS (default 4), RESNET_SPLITS (default 20), GPT_CUT and GPT_INTERLEAVED_CUT (parbench's
 # label `cut` of the matching cases), PARBENCH_JSON (parbench's JSON of the same call: pipelining
 # then takes each cut from its matching case's label where GPT_CUT and GPT_INTERLEAVED_CUT are not
-# given; default: the blocks in equal parts), PARBENCH_GIT_SHA.
+# given; default: the blocks in equal parts), PARBENCH_GIT_SHA, ONLY (comma-separated baseline names,
+# e.g. ONLY=single_resnet_graph,data_parallel: only those of the sets run).
 # Exit status: 0 all ran, 1 some failed (listed on stderr and in OUT_DIR/status.tsv), 2 bad input.
 set -uo pipefail
 
@@ -109,6 +110,8 @@ ran=0
 run() {
   local name=$1 limit=$2
   shift 2
+  # ONLY=name,name: just those baselines of the sets (a rerun of some, beside their parbench cases).
+  [[ -n ${ONLY:-} && ,$ONLY, != *,$name,* ]] && return
   if [[ $dry_run == 1 ]]; then
     printf '%s:' "$name"; printf ' %q' timeout "$limit" "$@" --out "$out_dir/$name.json"; printf '\n'
     return
