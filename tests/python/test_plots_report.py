@@ -748,3 +748,24 @@ def test_transformer_set_ups_name_the_sequence_and_rows_give_mfu(tmp_path):
     assert single["MFU"] == "25.0% of 495 TFLOP/s tf32 (datasheet); 30.0% of 412 (GEMM probe)"
     assert "attention=efficient_attention" in single["details"]
     assert "tokens/s" in single["details"]
+
+
+def test_speedup_and_scaling_efficiency_from_fixed_medians():
+    cases = pr.load([str(FIXTURES / "gpu_run.json")]).train_cases()
+    single = next(c for c in cases if c.strategy == "single" and c.ran)
+    multi = next(c for c in cases if c.strategy == "data_parallel" and c.ran)
+    assert multi.gpus == 2
+    for index, entry in enumerate(single.repetitions):
+        entry["items_per_second"], entry["step_ms"] = 1000.0 + index, 100.0 - index
+    for index, entry in enumerate(multi.repetitions):
+        entry["items_per_second"], entry["step_ms"] = 1500.0 + index, 80.0 - index
+    single_ips = statistics.median(1000.0 + i for i in range(len(single.repetitions)))
+    multi_ips = statistics.median(1500.0 + i for i in range(len(multi.repetitions)))
+    # images/s over 2 x single's: 1,500 against 2,000 is 75%.
+    assert pr.scaling_efficiency(multi, single) == pytest.approx(multi_ips / (2 * single_ips))
+    single_step = statistics.median(100.0 - i for i in range(len(single.repetitions)))
+    multi_step = statistics.median(80.0 - i for i in range(len(multi.repetitions)))
+    assert pr.speedup(multi, single) == pytest.approx(single_step / multi_step)
+    # On 4 devices the same images/s is half as efficient.
+    multi.fields["gpus"] = 4
+    assert pr.scaling_efficiency(multi, single) == pytest.approx(multi_ips / (4 * single_ips))
