@@ -769,3 +769,49 @@ def test_speedup_and_scaling_efficiency_from_fixed_medians():
     # On 4 devices the same images/s is half as efficient.
     multi.fields["gpus"] = 4
     assert pr.scaling_efficiency(multi, single) == pytest.approx(multi_ips / (4 * single_ips))
+
+
+def test_an_interrupted_run_is_said_to_be_interrupted(tmp_path):
+    data = json.loads(CPU_RUN[0].read_text())
+    data["context"]["interrupted"] = "SIGINT"
+    interrupted = tmp_path / "interrupted.json"
+    interrupted.write_text(json.dumps(data))
+    result = run(MAKE_REPORT, tmp_path / "out", [interrupted])
+    assert result.returncode == 0, result.stderr
+    not_run = section((tmp_path / "out" / "REPORT.md").read_text(encoding="utf-8"), "Cases that did not run")
+    assert "**The run was interrupted** by SIGINT: `interrupted.json` holds only the cases completed" in not_run
+    assert "Every case ran." not in not_run
+
+
+def test_every_case_ran_is_said_only_of_a_whole_run(tmp_path):
+    data = json.loads(CPU_RUN[0].read_text())
+    data["benchmarks"] = [entry for entry in data["benchmarks"] if not entry.get("error_occurred")]
+    whole = tmp_path / "whole.json"
+    whole.write_text(json.dumps(data))
+    result = run(MAKE_REPORT, tmp_path / "out", [whole])
+    assert result.returncode == 0, result.stderr
+    not_run = section((tmp_path / "out" / "REPORT.md").read_text(encoding="utf-8"), "Cases that did not run")
+    assert "Every case ran." in not_run and "interrupted" not in not_run
+
+
+@pytest.mark.parametrize("make_input", ["nested", "odd-entry", "out-dir-under-a-file"])
+def test_make_report_errors_are_one_line(tmp_path, make_input):
+    out_dir, files = tmp_path / "out", [CPU_RUN[0]]
+    if make_input == "nested":
+        path = tmp_path / "nested.json"
+        path.write_text("[" * 100000 + "]" * 100000)
+        files = [path]
+    elif make_input == "odd-entry":
+        data = json.loads(CPU_RUN[0].read_text())
+        data["benchmarks"][0]["run_name"] = {"not": "a name"}
+        path = tmp_path / "odd.json"
+        path.write_text(json.dumps(data))
+        files = [path]
+    else:
+        (tmp_path / "file").write_text("a file")
+        out_dir = tmp_path / "file" / "out"
+    result = run(MAKE_REPORT, out_dir, files)
+    assert result.returncode in (1, 2), result.stdout
+    message = result.stderr.strip()
+    assert message.startswith("make_report.py: error: ") and "\n" not in message, result.stderr
+    assert "Traceback" not in result.stderr
