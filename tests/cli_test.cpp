@@ -1,9 +1,11 @@
 // The parbench binary end to end: a short CPU run's JSON, and bad input.
 #include "benchmarks/temporary_directory.h"
+#include "models/model_zoo.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -132,6 +134,39 @@ TEST(Cli, ShortRunWritesJsonWithCountersAndContext) {
   const auto summary = gpu_count == 1 ? "parbench: 1 ran, 1 skipped (needs 2 GPUs, 1 visible), 0 failed\n"
                                       : "parbench: 2 ran, 0 skipped, 0 failed\n";
   EXPECT_EQ(run.error.substr(run.error.rfind('\n', run.error.size() - 2) + 1), summary) << run.error;
+}
+
+// ddp on 2 CPU ranks, end to end: its `batch` is every rank's (2 x --batch in weak scaling,
+// --batch in strong), images/s counts that batch per step, and TFLOP/s is three forwards of it.
+TEST(Cli, DdpReportsTheGlobalBatchItsImagesPerSecondAndTflops) {
+  parbench::TemporaryDirectory dir("parbench-cli-test");
+  const auto out = dir.file("run.json");
+  const auto run = run_parbench(std::string(kSmallRun) + " --strategies=single,ddp --scaling=weak,strong --allreduce=off --steps=2" +
+                                " --benchmark_out=" + out + " --benchmark_out_format=json");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const auto json = nlohmann::json::parse(std::ifstream(out));
+  if (json["context"]["gpu_count"] != "0") GTEST_SKIP() << "the CPU ranks' test: GPUs are visible";
+  const double forward_flops = parbench::make_model("tinycnn", /*num_classes=*/1000)->forward_flops_per_sample(16);
+  std::map<std::string, int> repetitions;
+  for (const auto& entry : json["benchmarks"]) {
+    if (entry["run_type"] != "iteration") continue;
+    ASSERT_FALSE(entry.value("error_occurred", false)) << entry.dump();
+    const auto name = entry["run_name"].get<std::string>();
+    const bool ddp = name.rfind("train/ddp/", 0) == 0;
+    const bool strong = name.find("/scaling:strong") != std::string::npos;
+    const double batch = ddp && !strong ? 2 * 4 : 4;
+    EXPECT_EQ(entry["batch"].get<double>(), batch) << name;
+    EXPECT_EQ(entry["gpus"].get<double>(), ddp ? 2 : 1) << name;
+    if (ddp) EXPECT_EQ(entry["world_size"].get<double>(), 2) << name;
+    // real_time is one iteration of --steps=2 steps, in ms.
+    EXPECT_NEAR(entry["real_time"].get<double>(), 2 * entry["step_ms"].get<double>(), 1e-6 * entry["real_time"].get<double>());
+    const double ips = entry["items_per_second"].get<double>();
+    EXPECT_NEAR(ips, batch / (entry["step_ms"].get<double>() / 1e3), 1e-6 * ips) << name;
+    EXPECT_NEAR(entry["tflops"].get<double>(), 3 * forward_flops * ips / 1e12, 1e-6 * entry["tflops"].get<double>())
+        << name;
+    ++repetitions[ddp ? (strong ? "strong" : "weak") : "single"];
+  }
+  EXPECT_EQ(repetitions, (std::map<std::string, int>{{"single", 3}, {"strong", 3}, {"weak", 3}}));
 }
 
 // A skipped case is not printed as an error once per repetition: it appears once, in a summary
