@@ -5,6 +5,7 @@
 // closing summary line, and that no rank process outlives the run. The times measured are
 // printed ("fault: ...") for docs/DISTRIBUTED.md.
 #include "benchmarks/temporary_directory.h"
+#include "strategies/distributed/world.h"
 #include "tests/parbench_process.h"
 
 #include <gtest/gtest.h>
@@ -205,6 +206,33 @@ TEST(Fault, UnderAnExternalLauncherARankWhosePeerIsKilledExits1) {
   const auto message = case_outcomes(read_json(out)).at(kDdpCase + "/overlap:on/scaling:weak").first;
   EXPECT_NE(message.find("rank 0: "), std::string::npos) << message;
   EXPECT_NE(last_line(run.err).find("0 ran, 0 skipped, 1 failed: " + kDdpCase), std::string::npos) << run.err;
+  expect_no_process_left();
+}
+
+// Ranks of an external launcher started with different command lines would run different cases
+// into mismatched collectives: the case fails at the rendezvous, naming the difference.
+TEST(Fault, UnderAnExternalLauncherRanksStartedWithDifferentArgumentsAreNamedAsTheCause) {
+  TemporaryDirectory dir("parbench-fault-test");
+  const auto out = dir.file("run.json");
+  const int port = free_port();
+  auto other = ddp_arguments(dir.file("rank1.json"), "on");
+  std::replace(other.begin(), other.end(), std::string("--batch=2"), std::string("--batch=3"));
+  ParbenchProcess rank0(ddp_arguments(out, "on"), test_environment(torchrun_environment(0, 2, port)));
+  ParbenchProcess rank1(other, test_environment(torchrun_environment(1, 2, port)));
+  const auto run = rank0.wait(kDeadline);
+  const auto run1 = rank1.wait(kDeadline);
+  report("external launcher (torchrun variables), rank 1 with --batch=3", run.seconds, run);
+
+  EXPECT_EQ(run.exit_code, 1) << run.err;
+  EXPECT_NE(run1.exit_code, 0) << run1.err;
+  EXPECT_LT(run.seconds, kTimeout + kSlack) << "not a timeout";
+  const auto message = case_outcomes(read_json(out)).at(kDdpCase + "/overlap:on/scaling:weak").first;
+  EXPECT_NE(message.find("rank 1 was started with other arguments: --batch=3 where rank 0 has --batch=2 "
+                         "(every rank needs the same command line)"),
+            std::string::npos)
+      << message;
+  EXPECT_EQ(arguments_difference("--a=1 --benchmark_out=x.json", "--a=1 --benchmark_out=y.json", 0), "");
+  EXPECT_EQ(arguments_difference("--a=1", "--a=1 --b=2", 0), "no argument where rank 0 has --b=2");
   expect_no_process_left();
 }
 

@@ -17,7 +17,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
+#include <sstream>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -225,17 +227,48 @@ World::World(const RankInfo& info, torch::Device device, std::chrono::millisecon
   report_idle();
 }
 
+std::string arguments_difference(const std::string& theirs, const std::string& mine, int my_rank) {
+  const auto words = [](const std::string& text) {
+    std::vector<std::string> list;
+    std::istringstream stream(text);
+    for (std::string word; stream >> word;) {
+      if (word.rfind("--benchmark_out", 0) != 0) list.push_back(word);
+    }
+    return list;
+  };
+  const auto a = words(theirs), b = words(mine);
+  const auto me = "rank " + std::to_string(my_rank);
+  for (size_t i = 0; i < std::max(a.size(), b.size()); ++i) {
+    if (i < a.size() && i < b.size() && a[i] == b[i]) continue;
+    if (i >= a.size()) return "no argument where " + me + " has " + b[i];
+    if (i >= b.size()) return a[i] + " where " + me + " has none";
+    return a[i] + " where " + me + " has " + b[i];
+  }
+  return "";
+}
+
 void World::join(const std::string& where) {
   if (store_->add("join/count/" + std::to_string(rank()), 1) > 1) {
     throw std::runtime_error("two processes joined as rank " + std::to_string(rank()) +
                              ": every rank needs its own RANK");
   }
-  // The host first: a rank's join key says its host key is there.
+  // The host and the arguments first: a rank's join key says its other keys are there.
   store_->set("host/" + std::to_string(rank()), this_host());
+  store_->set("arguments/" + std::to_string(rank()), info_.arguments);
   store_->set("join/" + std::to_string(rank()), std::to_string(size()));
   hosts_.assign(static_cast<size_t>(size()), "");
   wait_for_ranks(*store_, "join/", size(), timeout_, "join the rendezvous at " + where, [this](int other) {
     hosts_[static_cast<size_t>(other)] = store_->get_to_str("host/" + std::to_string(other));
+    // Ranks started with different command lines would run different cases and meet in
+    // mismatched collectives: the cause is named here instead.
+    const auto their_arguments = store_->get_to_str("arguments/" + std::to_string(other));
+    if (!info_.arguments.empty() && !their_arguments.empty()) {
+      const auto difference = arguments_difference(their_arguments, info_.arguments, rank());
+      if (!difference.empty()) {
+        throw std::runtime_error("rank " + std::to_string(other) + " was started with other arguments: " + difference +
+                                 " (every rank needs the same command line)");
+      }
+    }
     const auto theirs = store_->get_to_str("join/" + std::to_string(other));
     if (theirs != std::to_string(size())) {
       throw std::runtime_error("rank " + std::to_string(other) + " was started with a world size of " + theirs +
