@@ -136,6 +136,31 @@ TEST(Fault, ARankStoppedFailsTheCaseWithinTheTimeoutAndTheRunExits1) {
   expect_no_process_left();
 }
 
+// The launcher hosts the ranks' rendezvous store: stopped (Ctrl-Z stops it and not the ranks,
+// which have a process group of their own) for longer than the ranks wait, it is named as the
+// cause, not a rank that was waiting for it.
+TEST(Fault, AStoppedStoreHostIsBlamedNotTheRanks) {
+  TemporaryDirectory dir("parbench-fault-test");
+  const auto out = dir.file("run.json");
+  ParbenchProcess parbench(ddp_arguments(out, "on"), test_environment());
+  ASSERT_TRUE(parbench.wait_for_rank(1, kDeadline)) << parbench.err();
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  ASSERT_EQ(kill(parbench.pid(), SIGSTOP), 0);
+  // Past the ranks' timeout and their watchdog's grace (3 + 5 s), and on.
+  std::this_thread::sleep_for(std::chrono::seconds(static_cast<int>(kTimeout) + 5 + 7));
+  ASSERT_EQ(kill(parbench.pid(), SIGCONT), 0);
+  const auto run = parbench.wait(kDeadline);
+  report("built-in launcher, the launcher (the store's host) stopped (SIGSTOP)", run.seconds, run);
+
+  EXPECT_EQ(run.exit_code, 1) << run.err;
+  const auto message = case_outcomes(read_json(out)).at(kDdpCase + "/overlap:on/scaling:weak").first;
+  EXPECT_NE(message.find("the rendezvous store at 127.0.0.1:"), std::string::npos) << message;
+  EXPECT_NE(message.find("(hosted by the launcher)"), std::string::npos) << message;
+  EXPECT_EQ(message.find("did not reach"), std::string::npos) << message;
+  EXPECT_EQ(message.find("behind: rank"), std::string::npos) << message;
+  expect_no_process_left();
+}
+
 // ---- An external launcher's ranks ----------------------------------------------------------------
 
 struct LauncherVariables {

@@ -215,6 +215,8 @@ World::World(const RankInfo& info, torch::Device device, std::chrono::millisecon
                              " (MASTER_ADDR:MASTER_PORT) within " + format_seconds(timeout) + ": " + first_line(error));
   }
   store_ = c10::make_intrusive<c10d::PrefixStore>("parbench", tcp_store_);
+  set_store_host(info.master_addr + ":" + std::to_string(info.master_port) + " (hosted by " +
+                 (info.launcher_hosts_store ? std::string("the launcher)") : std::string("rank 0)")));
   report_progress("joining");
   watchdog_ = std::thread([this] { watch(); });
   try {
@@ -337,8 +339,19 @@ void World::watch() {
   }
 }
 
+// A store that takes longer than this to answer a read is stalled itself (describe_stall).
+constexpr std::chrono::milliseconds kStoreAnswersWithin{2000};
+
 std::string World::describe_stall(const std::string& where, uint64_t count, std::chrono::milliseconds stalled_for) {
   std::string message = "no progress for " + format_seconds(stalled_for) + " at " + where;
+  const auto asked = std::chrono::steady_clock::now();
+  // A store that answers late (its host was stopped, and continued) or not at all is the cause.
+  const auto slow_store = [&] {
+    const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - asked);
+    return took > kStoreAnswersWithin ? "; the rendezvous store at " + store_host() + " took " + format_seconds(took) +
+                                            " to answer (was its process stopped?)"
+                                      : std::string();
+  };
   try {
     // A connection of its own: the main thread may be inside a call on the shared one.
     c10d::PrefixStore store("parbench", tcp_store_->clone());
@@ -360,10 +373,12 @@ std::string World::describe_stall(const std::string& where, uint64_t count, std:
       behind.push_back(other);
     }
     message += positions + (size() > kRanksListed ? ", ...)" : ")");
+    const auto store_was_slow = slow_store();
+    if (!store_was_slow.empty()) return message + store_was_slow;
     if (least < count) message += "; behind: " + format_ranks(behind);
     return message;
   } catch (const std::exception& error) {
-    return message + "; the other ranks' progress is unknown: " + first_line(error);
+    return message + "; " + store_did_not_answer("read the ranks' progress", first_line(error));
   }
 }
 
