@@ -15,6 +15,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <regex>
 #include <set>
 
@@ -340,9 +341,11 @@ TEST(Cli, TransformerCasesCountTokensAndAdvisePredictsThem) {
 // --trace: one Chrome trace per case, of a step profiled outside the timed ones, with the
 // schedule's actions as labelled ranges on the stage threads.
 TEST(Cli, TraceWritesAChromeTracePerCaseWithTheScheduleLabelled) {
-  parbench::TemporaryDirectory dir("parbench-cli-trace");
-  const auto out = dir.file("run.json");
-  const auto traces = dir.file("traces");
+  std::optional<parbench::TemporaryDirectory> dir;
+  dir.emplace("parbench-cli-trace");
+  const auto folder = dir->path();
+  const auto out = dir->file("run.json");
+  const auto traces = dir->file("traces");
   const auto run = run_parbench(std::string(kSmallRun) +
                                 " --strategies=single,pipeline --split-sizes=2 --schedules=1f1b --trace=" + traces +
                                 " --benchmark_out=" + out + " --benchmark_out_format=json");
@@ -377,6 +380,9 @@ TEST(Cli, TraceWritesAChromeTracePerCaseWithTheScheduleLabelled) {
       EXPECT_NE(*threads_of["F0 stage0"].begin(), *threads_of["F0 stage1"].begin());
     }
   }
+  // The folder holds traces/, a folder of its own: it goes whole, leaving nothing behind.
+  dir.reset();
+  EXPECT_FALSE(exists(folder)) << folder << " was left behind";
 }
 
 // --print-schedule: 1f1b over 2 devices and 3 micro-batches in unit time, worked by hand: device 1
