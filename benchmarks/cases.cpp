@@ -27,6 +27,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <set>
+#include <thread>
 
 namespace parbench {
 namespace {
@@ -437,15 +438,22 @@ std::string format_label(const std::map<std::string, std::string>& facts) {
   return label;
 }
 
-void set_device_counters(benchmark::State& state, const std::vector<double>& peak_bytes,
-                         const std::vector<double>& busy_seconds, double step_seconds) {
+benchmark::UserCounters device_counters(const std::vector<double>& peak_bytes, const std::vector<double>& busy_seconds,
+                                        double step_seconds) {
   constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-  for (size_t i = 0; i < peak_bytes.size(); ++i) state.counters["peak_mem_gib_dev" + std::to_string(i)] = peak_bytes[i] / kGiB;
+  benchmark::UserCounters counters;
+  for (size_t i = 0; i < peak_bytes.size(); ++i) counters["peak_mem_gib_dev" + std::to_string(i)] = peak_bytes[i] / kGiB;
   for (size_t i = 0; i < busy_seconds.size(); ++i) {
     const double busy = std::min(1.0, busy_seconds[i] / step_seconds);
-    state.counters["busy_frac_dev" + std::to_string(i)] = busy;
-    state.counters["bubble_frac_dev" + std::to_string(i)] = 1.0 - busy;
+    counters["busy_frac_dev" + std::to_string(i)] = busy;
+    counters["bubble_frac_dev" + std::to_string(i)] = 1.0 - busy;
   }
+  return counters;
+}
+
+void set_device_counters(benchmark::State& state, const std::vector<double>& peak_bytes,
+                         const std::vector<double>& busy_seconds, double step_seconds) {
+  for (const auto& [name, value] : device_counters(peak_bytes, busy_seconds, step_seconds)) state.counters[name] = value;
 }
 
 std::string sample_part(const RunConfig& config) {
@@ -462,30 +470,62 @@ int distinct_gpus(const CaseSpec& spec) {
   return static_cast<int>(std::set<int>(spec.gpu_ids.begin(), spec.gpu_ids.end()).size());
 }
 
-void set_training_counters(benchmark::State& state, const CaseSpec& spec, double seconds, int64_t steps,
-                           double params, double forward_flops_per_sample) {
+TrainingCounters training_counters(const CaseSpec& spec, double seconds, int64_t steps, double params,
+                                   double forward_flops_per_sample) {
+  TrainingCounters result;
+  auto& counters = result.counters;
   const double samples = static_cast<double>(steps) * spec.global_batch;
-  state.SetItemsProcessed(static_cast<int64_t>(samples));
-  state.counters["step_ms"] = seconds / steps * 1e3;
+  result.samples = samples;
+  counters["step_ms"] = seconds / steps * 1e3;
   // Training is counted as 3 forwards (docs/METRICS.md).
-  state.counters["tflops"] = 3.0 * forward_flops_per_sample * samples / seconds / 1e12;
-  state.counters["params"] = params;
-  state.counters["batch"] = static_cast<double>(spec.global_batch);
+  counters["tflops"] = 3.0 * forward_flops_per_sample * samples / seconds / 1e12;
+  counters["params"] = params;
+  counters["batch"] = static_cast<double>(spec.global_batch);
   if (is_language_model(spec.config.model)) {
-    state.counters["seq"] = static_cast<double>(spec.config.seq_len);
-    state.counters["tokens_per_second"] = samples * static_cast<double>(spec.config.seq_len) / seconds;
+    counters["seq"] = static_cast<double>(spec.config.seq_len);
+    counters["tokens_per_second"] = samples * static_cast<double>(spec.config.seq_len) / seconds;
   } else {
-    state.counters["image"] = static_cast<double>(spec.config.image_size);
+    counters["image"] = static_cast<double>(spec.config.image_size);
   }
-  state.counters["gpus"] = spec.gpus;
+  counters["gpus"] = spec.gpus;
   for (const auto& option : spec.strategy->options) {
     const auto value = spec.config.options.find(option.field);
-    if (!option.counter.empty() && value != spec.config.options.end()) state.counters[option.counter] = std::stod(value->second);
+    if (!option.counter.empty() && value != spec.config.options.end()) counters[option.counter] = std::stod(value->second);
   }
   if (spec.predicted_step_ms) {
-    state.counters["predicted_step_ms"] = *spec.predicted_step_ms;
-    state.counters["predicted_rank"] = spec.predicted_rank;
+    counters["predicted_step_ms"] = *spec.predicted_step_ms;
+    counters["predicted_rank"] = spec.predicted_rank;
   }
+  return result;
+}
+
+void set_training_counters(benchmark::State& state, const CaseSpec& spec, double seconds, int64_t steps,
+                           double params, double forward_flops_per_sample) {
+  const auto training = training_counters(spec, seconds, steps, params, forward_flops_per_sample);
+  state.SetItemsProcessed(static_cast<int64_t>(training.samples));
+  for (const auto& [name, value] : training.counters) state.counters[name] = value;
+}
+
+benchmark::UserCounters stall_counters(const std::vector<double>& iteration_seconds) {
+  benchmark::UserCounters counters;
+  if (iteration_seconds.empty()) return counters;
+  auto sorted = iteration_seconds;
+  std::sort(sorted.begin(), sorted.end());
+  const size_t middle = sorted.size() / 2;
+  const double median = sorted.size() % 2 == 1 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2;
+  const double ratio = median > 0 ? sorted.back() / median : 1.0;
+  counters["iteration_max_over_median"] = ratio;
+  // Only where set: a counter that is 0 in every repetition has a mean of 0, and Google Benchmark
+  // writes its coefficient of variation, 0/0, as NaN, which is not JSON.
+  if (sorted.size() >= kStallMinIterations && ratio >= kStallRatio) counters["stalled"] = 1.0;
+  return counters;
+}
+
+// A test hook (docs/DISTRIBUTED.md): PARBENCH_TEST_STALL_MS=MS stalls the second timed iteration of
+// every repetition of a case in this process by MS milliseconds, inside the timed region.
+static int test_stall_ms() {
+  const char* value = std::getenv("PARBENCH_TEST_STALL_MS");
+  return value != nullptr ? std::atoi(value) : 0;
 }
 
 int64_t fixed_iterations(const CaseSpec& spec, const Options& options) {
@@ -540,12 +580,16 @@ void run_local_case(benchmark::State& state, const CaseSpec& spec, const Options
     const auto& devices = prepared.strategy->devices();
     DeviceTimer timer(devices, options.timer);
     double seconds = 0;
+    std::vector<double> iteration_seconds;
+    const int stall_ms = test_stall_ms();
     for (auto _ : state) {
       timer.start();
+      if (stall_ms > 0 && iteration_seconds.size() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(stall_ms));
       for (int step = 0; step < options.steps_per_iteration; ++step) prepared.step();
       const double elapsed = timer.stop();
       state.SetIterationTime(elapsed);
       seconds += elapsed;
+      iteration_seconds.push_back(elapsed);
     }
     synchronize_devices(devices);
     const int64_t steps = state.iterations() * options.steps_per_iteration;
@@ -553,6 +597,7 @@ void run_local_case(benchmark::State& state, const CaseSpec& spec, const Options
     set_device_counters(state, peak_memory_bytes(devices), prepared.profile.busy_seconds.value_or(std::vector<double>{}),
                         seconds / static_cast<double>(steps));
     for (const auto& [name, value] : prepared.strategy->counters()) state.counters[name] = value;
+    for (const auto& [name, value] : stall_counters(iteration_seconds)) state.counters[name] = value;
     auto facts = prepared.strategy->describe();
     for (const auto& [name, value] : prepared.strategy->model().forward_facts()) facts[name] = value;
     if (prepared.peaks) add_mfu(*prepared.peaks, state.counters["tflops"] * 1e12, distinct_gpus(spec), state.counters, facts);

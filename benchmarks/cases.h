@@ -143,6 +143,8 @@ void stop_profile_companion();
 
 // Per device (or ddp rank): peak memory, and where --busy-profile measured it, the busy and
 // bubble fractions of a step of step_seconds (docs/METRICS.md).
+benchmark::UserCounters device_counters(const std::vector<double>& peak_bytes, const std::vector<double>& busy_seconds,
+                                        double step_seconds);
 void set_device_counters(benchmark::State& state, const std::vector<double>& peak_bytes,
                          const std::vector<double>& busy_seconds, double step_seconds);
 
@@ -155,10 +157,26 @@ int64_t sample_size(const RunConfig& config);
 // The GPUs a case's devices are on (1 for --devices=0,0).
 int distinct_gpus(const CaseSpec& spec);
 
-// Step time, samples/s (images or sequences), tokens/s for a language model, TFLOP/s and the
-// case's shape, from `seconds` spent on `steps` training steps.
+// Step time, tokens/s for a language model, TFLOP/s and the case's shape, from `seconds` spent
+// on `steps` training steps; `samples`, the items processed (Google Benchmark divides them by
+// the time for items_per_second): steps x the global batch.
+struct TrainingCounters {
+  double samples = 0;
+  benchmark::UserCounters counters;
+};
+TrainingCounters training_counters(const CaseSpec& spec, double seconds, int64_t steps, double params,
+                                   double forward_flops_per_sample);
+// training_counters, set on `state`.
 void set_training_counters(benchmark::State& state, const CaseSpec& spec, double seconds, int64_t steps,
                            double params, double forward_flops_per_sample);
+
+// A stall inside a repetition (docs/METRICS.md): `iteration_max_over_median`, its slowest
+// iteration's time over its median iteration's, and `stalled` = 1 where that is at least
+// kStallRatio over at least kStallMinIterations iterations (fewer cannot tell a stall from the
+// rest); absent otherwise. Per repetition.
+inline constexpr double kStallRatio = 3.0;
+inline constexpr size_t kStallMinIterations = 3;
+benchmark::UserCounters stall_counters(const std::vector<double>& iteration_seconds);
 
 // "cuda" or "cpu": the label's `devices` fact (docs/JSON.md).
 std::string device_kind(torch::Device device);

@@ -17,7 +17,12 @@
 #include <torch/csrc/distributed/c10d/NCCLUtils.hpp>
 #endif
 
+#include <ATen/Parallel.h>
+
+#include <algorithm>
 #include <array>
+#include <cctype>
+#include <cstdlib>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -137,6 +142,14 @@ std::vector<std::pair<std::string, std::string>> run_context(const Options& opti
   context.emplace_back("tf32_matmul", bool_text(at::globalContext().allowTF32CuBLAS()));
   context.emplace_back("host", this_host());
   context.emplace_back("cpu_model", cpu_model());
+  // The CPU threads LibTorch computes with (CPU devices, and the host side of every case).
+  for (const char* name : {"OMP_NUM_THREADS", "MKL_NUM_THREADS"}) {
+    const char* value = std::getenv(name);
+    std::string key = name;
+    std::transform(key.begin(), key.end(), key.begin(), [](unsigned char c) { return std::tolower(c); });
+    context.emplace_back(key, value != nullptr ? value : "unset");
+  }
+  context.emplace_back("intra_op_threads", std::to_string(at::get_num_threads()));
   context.emplace_back("environment", library_environment());
   context.emplace_back("environment_set_by_parbench", nlohmann::json(set_parbench_environment()).dump());
   return context;

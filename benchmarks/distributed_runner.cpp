@@ -120,6 +120,7 @@ void run_distributed_case(benchmark::State& state, const CaseSpec& spec, const O
   set_training_counters(state, spec, seconds, steps, run.params, run.forward_flops_per_sample);
   state.counters["world_size"] = run.world_size;
   state.counters["step_ms_rank_spread"] = repetition.rank_spread;
+  for (const auto& [name, value] : stall_counters(repetition.seconds)) state.counters[name] = value;
   set_device_counters(state, run.peak_bytes, run.busy_seconds, seconds / static_cast<double>(steps));
   auto facts = run.facts;
   if (!run.peak_math.empty()) {

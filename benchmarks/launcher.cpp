@@ -62,7 +62,7 @@ std::optional<ReportedRepetition> report_next_repetition(benchmark::State& state
 RankedRun launch_case(const std::string& binary, const std::vector<std::string>& arguments,
                       const LaunchedCase& launched, int ranks, double timeout_s,
                       const std::map<std::string, std::string>& environment) {
-  TemporaryDirectory results("parbench-ranks");
+  TemporaryDirectory results(kRanksDirectoryPrefix);
   if (!launched.fields.empty()) {
     std::ofstream fields(results.path() + "/" + kCaseFile);
     fields << launched.fields;

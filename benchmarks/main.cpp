@@ -4,7 +4,9 @@
 #include "benchmarks/cases.h"
 #include "benchmarks/context.h"
 #include "benchmarks/elastic_error.h"
+#include "benchmarks/rank_protocol.h"
 #include "benchmarks/rank_worker.h"
+#include "benchmarks/temporary_directory.h"
 #include "benchmarks/options.h"
 #include "benchmarks/outcomes.h"
 #include "benchmarks/profile_companion.h"
@@ -28,6 +30,7 @@ namespace {
 constexpr int kExitAllRan = 0;        // every case ran or was skipped
 constexpr int kExitCaseFailed = 1;    // a case failed, or the output could not be written
 constexpr int kExitBadInput = 2;      // nothing ran: a bad command line or launcher variables
+constexpr double kMaxScheduleGridCells = 1e6;  // --print-schedule's grid
 
 void check_cut(const Options& options, int visible_gpus) {
   if (options.cut.empty() || options.cut == "balanced") return;
@@ -83,6 +86,17 @@ int print_schedule(const Options& options) {
     if (schedule_info(options.print_schedule).uses_chunks) chunks = std::stoul(first_option_value(options, "chunks"));
   } catch (const std::invalid_argument& error) {
     throw UsageError("--print-schedule=" + options.print_schedule + ": " + error.what());
+  }
+  // A grid is for reading: devices x (3 slots per micro-batch and chunk, and the fill and drain).
+  const double cells = static_cast<double>(devices) *
+                       (3.0 * static_cast<double>(options.micro_batches) * static_cast<double>(chunks) +
+                        2.0 * static_cast<double>(devices) * static_cast<double>(chunks));
+  if (cells > kMaxScheduleGridCells) {
+    throw UsageError("--print-schedule=" + options.print_schedule + ": " + std::to_string(devices) + " devices x " +
+                     std::to_string(options.micro_batches) + " micro-batches" +
+                     (chunks > 1 ? " x " + std::to_string(chunks) + " chunks" : "") +
+                     " is too large a grid to draw (at most " + std::to_string(static_cast<long>(kMaxScheduleGridCells)) +
+                     " slots; give fewer --gpus or --micro-batches)");
   }
   try {
     std::fputs(format_schedule_grid(options.print_schedule, devices, static_cast<size_t>(options.micro_batches), chunks)
@@ -140,6 +154,10 @@ int main(int argc, char** argv) {
   }
   if (worker) return run_worker(*worker, options, visible_gpus);
   if (profile_companion) return serve_profiles(build_cases(options, visible_gpus), options);
+
+  // A run that was killed (SIGKILL) could not clean up after itself: its ranks' results
+  // directories go now.
+  remove_stale_temporary_directories(kRanksDirectoryPrefix);
 
   // Under an external launcher only rank 0 writes output; the others run the cases silently.
   const bool writes_output = !external || external->rank == 0;

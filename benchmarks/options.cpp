@@ -5,10 +5,13 @@
 #include "strategies/partition.h"
 #include "strategies/whole_number.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <cerrno>
 #include <cstring>
 #include <functional>
@@ -17,6 +20,11 @@
 
 namespace parbench {
 namespace {
+
+constexpr double kMaxOptionNumber = 1e6;           // a strategy's number option: --bucket-mib at most 1 TiB
+constexpr double kMaxDistTimeoutSeconds = 86400;   // --dist-timeout: a day
+constexpr int64_t kMaxGpus = 4096;                 // --gpus: more than any one job's devices
+constexpr int64_t kMaxPrintedMicroBatches = 4096;  // --micro-batches (--print-schedule only)
 
 std::vector<std::string> split_list(const std::string& text) {
   std::vector<std::string> items;
@@ -28,16 +36,20 @@ std::vector<std::string> split_list(const std::string& text) {
   return items;
 }
 
-int64_t parse_int(const std::string& flag, const std::string& text, int64_t minimum) {
+int64_t parse_int(const std::string& flag, const std::string& text, int64_t minimum,
+                  int64_t maximum = std::numeric_limits<int>::max()) {
   const auto value = parse_whole_number(text);
   if (!value) throw UsageError("--" + flag + "=" + text + " is not a whole number");
   if (*value < minimum) {
     throw UsageError("--" + flag + "=" + text + " must be at least " + std::to_string(minimum));
   }
+  if (*value > maximum) throw UsageError("--" + flag + "=" + text + " must be at most " + std::to_string(maximum));
   return *value;
 }
 
-double parse_double(const std::string& flag, const std::string& text, double minimum_exclusive) {
+// Numbers of flags are finite, above `minimum_exclusive` and at most `maximum`: "inf", "nan" and
+// 1e30 would overflow the durations and byte counts made of them.
+double parse_double(const std::string& flag, const std::string& text, double minimum_exclusive, double maximum) {
   size_t used = 0;
   double value = 0;
   try {
@@ -46,9 +58,11 @@ double parse_double(const std::string& flag, const std::string& text, double min
     used = 0;
   }
   if (used == 0 || used != text.size()) throw UsageError("--" + flag + "=" + text + " is not a number");
+  if (!std::isfinite(value)) throw UsageError("--" + flag + "=" + text + " is not a finite number");
   if (!(value > minimum_exclusive)) {
-    throw UsageError("--" + flag + "=" + text + " must be greater than " + std::to_string(minimum_exclusive));
+    throw UsageError("--" + flag + "=" + text + " must be greater than " + format_number(minimum_exclusive));
   }
+  if (value > maximum) throw UsageError("--" + flag + "=" + text + " must be at most " + format_number(maximum));
   return value;
 }
 
@@ -112,7 +126,7 @@ std::vector<std::string> strategy_option_values(const StrategyOption& option, co
   }
   for (const auto& item : split_list(text)) {
     values.push_back(option.kind == Kind::kInteger ? std::to_string(parse_int(option.flag, item, option.minimum))
-                                                   : format_number(parse_double(option.flag, item, 0.0)));
+                                                   : format_number(parse_double(option.flag, item, 0.0, kMaxOptionNumber)));
     if (!option.choices.empty() &&
         std::find(option.choices.begin(), option.choices.end(), values.back()) == option.choices.end()) {
       throw UsageError("--" + option.flag + "=" + item + " is not one of: " + joined(option.choices, ", "));
@@ -131,15 +145,37 @@ std::string help_lines(const std::string& flag, const std::string& help) {
 }
 
 std::string writability_problem(const std::string& path) {
+  // The run writes <path>.partial, then renames it over <path> (benchmarks/run_output.h): over a
+  // device node, a symlink, a FIFO or a process substitution's /dev/fd/N that would replace it
+  // with a file, so such a path is refused.
+  struct stat link {};
+  if (lstat(path.c_str(), &link) == 0 && !S_ISREG(link.st_mode)) {
+    if (S_ISDIR(link.st_mode)) return "'" + path + "' is a directory";
+    const char* kind = S_ISLNK(link.st_mode)    ? "a symbolic link"
+                       : S_ISCHR(link.st_mode)  ? "a character device"
+                       : S_ISBLK(link.st_mode)  ? "a block device"
+                       : S_ISFIFO(link.st_mode) ? "a FIFO"
+                       : S_ISSOCK(link.st_mode) ? "a socket"
+                                                : "not a regular file";
+    return "'" + path + "' is " + kind + ", not a regular file: parbench writes the file whole and moves it into place, "
+           "which would replace it (give a regular file's path)";
+  }
   const auto slash = path.rfind('/');
   const std::string directory = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
   if (access(directory.c_str(), W_OK) != 0) return "directory '" + directory + "': " + std::strerror(errno);
-  // The run writes <path>.partial, then renames it to <path> (benchmarks/main.cpp).
   for (const auto& file : {path, path + ".partial"}) {
     struct stat info {};
     if (stat(file.c_str(), &info) == 0 && S_ISDIR(info.st_mode)) return "'" + file + "' is a directory";
     if (access(file.c_str(), F_OK) == 0 && access(file.c_str(), W_OK) != 0) return "'" + file + "': " + std::strerror(errno);
   }
+  // What access() allows may still fail (root in /proc, a read-only file system): a file beside
+  // the partial one, of this process's own name, is made and removed, so that a path that cannot
+  // take the partial file fails now, not after the run.
+  const auto probe = path + ".partial.probe" + std::to_string(getpid());
+  const int fd = open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) return "cannot create a file beside it ('" + path + ".partial'): " + std::strerror(errno);
+  close(fd);
+  unlink(probe.c_str());
   return "";
 }
 
@@ -271,6 +307,10 @@ Options parse_options(int argc, char** argv, bool has_gpu, std::vector<char*>* b
     if (arg.rfind("--benchmark_", 0) == 0) {
       benchmark_args->push_back(argv[i]);
       if (arg.rfind("--benchmark_out=", 0) == 0) options.benchmark_out = arg.substr(std::strlen("--benchmark_out="));
+      // Google Benchmark takes 0 or -1 as one repetition's worth of nothing: an empty run that exits 0.
+      if (arg.rfind("--benchmark_repetitions=", 0) == 0) {
+        parse_int("benchmark_repetitions", arg.substr(std::strlen("--benchmark_repetitions=")), 1, 1000000);
+      }
       continue;
     }
     if (arg.rfind("--", 0) != 0) throw UsageError("unexpected argument '" + arg + "' (see --help)");
@@ -303,7 +343,7 @@ Options parse_options(int argc, char** argv, bool has_gpu, std::vector<char*>* b
       {"precision", [&](auto& f, auto& v) { options.precisions = pick_list(f, v, kPrecisions); }},
       {"data", [&](auto& f, auto& v) { options.data_modes = pick_list(f, v, kDataModes); }},
       {"loss", [&](auto& f, auto& v) { options.loss = pick<LossKind>(f, v, {{"mse", LossKind::kMse}, {"ce", LossKind::kCrossEntropy}}); }},
-      {"gpus", [&](auto& f, auto& v) { options.gpus = static_cast<int>(parse_int(f, v, 1)); }},
+      {"gpus", [&](auto& f, auto& v) { options.gpus = static_cast<int>(parse_int(f, v, 1, kMaxGpus)); }},
       {"devices", [&](auto& f, auto& v) {
          options.devices.clear();
          for (auto index : int_list(f, v, 0)) options.devices.push_back(static_cast<int>(index));
@@ -320,9 +360,9 @@ Options parse_options(int argc, char** argv, bool has_gpu, std::vector<char*>* b
        }},
       {"cuda-graph", [&](auto& f, auto& v) { options.cuda_graphs = pick_list(f, v, kOnOff); }},
       {"print-schedule", [&](auto&, auto& v) { options.print_schedule = v; }},
-      {"micro-batches", [&](auto& f, auto& v) { options.micro_batches = parse_int(f, v, 1); }},
+      {"micro-batches", [&](auto& f, auto& v) { options.micro_batches = parse_int(f, v, 1, kMaxPrintedMicroBatches); }},
       {"cut", [&](auto&, auto& v) { options.cut = v; }},
-      {"dist-timeout", [&](auto& f, auto& v) { options.dist_timeout_s = parse_double(f, v, 0.0); }},
+      {"dist-timeout", [&](auto& f, auto& v) { options.dist_timeout_s = parse_double(f, v, 0.0, kMaxDistTimeoutSeconds); }},
       {"allreduce", [&](auto& f, auto& v) { options.allreduce = pick(f, v, kOnOff); }},
       {"advise", [&](auto& f, auto& v) {
          options.advise_validate = v == "all" ? kValidateAll : static_cast<int>(parse_int(f, v, 1));

@@ -195,9 +195,17 @@ std::string supervise(RankProcesses& processes, c10d::Store& store, const Launch
   while (processes.running() > 0) {
     if (const auto exited = processes.next_exit()) {
       const auto [rank, status] = *exited;
-      if (WIFEXITED(status) && WEXITSTATUS(status) == 0) continue;
+      const bool clean = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+      // A rank that exits 0 without its done file left its peers waiting for it: not a hang
+      // to wait --dist-timeout for, a failure of that rank now.
+      if (clean && access(done_file(request.error_dir, rank).c_str(), F_OK) == 0) continue;
       processes.kill_all();
       processes.reap_all();
+      if (clean) {
+        read_progress(store, progress);
+        return "rank " + std::to_string(rank) + " exited with code 0 before handing in its results (" +
+               describe_progress(progress) + ")";
+      }
       const auto reason = read_first_line(error_file(request.error_dir, rank));
       if (!reason.empty()) return "rank " + std::to_string(rank) + ": " + reason;
       read_progress(store, progress);

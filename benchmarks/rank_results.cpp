@@ -77,23 +77,28 @@ RankedRun gather_run(World& world, const RankMeasurements& mine, RankedRun run) 
 
   run.world_size = world.size();
   run.hosts = world.hosts();
+  return combine_ranks(ranks, std::move(run));
+}
+
+RankedRun combine_ranks(const std::vector<RankMeasurements>& ranks, RankedRun run) {
+  if (ranks.empty()) return run;
+  const auto& first = ranks.front();
   for (size_t rank = 0; rank < ranks.size(); ++rank) {
-    if (ranks[rank].seconds.size() != mine.seconds.size()) {
+    if (ranks[rank].seconds.size() != first.seconds.size()) {
       throw std::runtime_error("rank " + std::to_string(rank) + " ran " + std::to_string(ranks[rank].seconds.size()) +
-                               " repetitions, rank " + std::to_string(world.rank()) + " " +
-                               std::to_string(mine.seconds.size()));
+                               " repetitions, rank 0 " + std::to_string(first.seconds.size()));
     }
   }
-  for (size_t repetition = 0; repetition < mine.seconds.size(); ++repetition) {
+  for (size_t repetition = 0; repetition < first.seconds.size(); ++repetition) {
     RankedRun::Repetition combined;
-    combined.seconds.assign(mine.seconds[repetition].size(), 0.0);
+    combined.seconds.assign(first.seconds[repetition].size(), 0.0);
     std::vector<double> medians;
     for (size_t rank = 0; rank < ranks.size(); ++rank) {
       const auto& theirs = ranks[rank].seconds[repetition];
       if (theirs.size() != combined.seconds.size()) {
         throw std::runtime_error("rank " + std::to_string(rank) + " ran " + std::to_string(theirs.size()) +
-                                 " iterations in repetition " + std::to_string(repetition + 1) + ", rank " +
-                                 std::to_string(world.rank()) + " " + std::to_string(combined.seconds.size()));
+                                 " iterations in repetition " + std::to_string(repetition + 1) + ", rank 0 " +
+                                 std::to_string(combined.seconds.size()));
       }
       for (size_t i = 0; i < theirs.size(); ++i) combined.seconds[i] = std::max(combined.seconds[i], theirs[i]);
       medians.push_back(median(theirs));

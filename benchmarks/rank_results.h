@@ -44,6 +44,12 @@ struct RankMeasurements {
 // params and FLOPs already set). Other ranks get `run` with their own measurements only.
 RankedRun gather_run(World& world, const RankMeasurements& mine, RankedRun run);
 
+// What gather_run does on rank 0 with every rank's measurements, by rank: each iteration's time
+// is the slowest rank's, the spread (max - min) / median of the ranks' median times, peak memory
+// and busy time per rank where every rank measured them. Throws std::runtime_error naming a rank
+// that ran another number of repetitions or iterations than rank 0.
+RankedRun combine_ranks(const std::vector<RankMeasurements>& ranks, RankedRun run);
+
 // The repetitions and iterations of every distributed case, the same on every rank:
 // --benchmark_repetitions if given, else --repetitions; --iterations, else
 // kDefaultDistributedIterations.

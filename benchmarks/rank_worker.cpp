@@ -151,6 +151,8 @@ int run_worker(const WorkerRequest& request, Options options, int visible_gpus) 
                                std::to_string(info->world_size) + " ranks");
     }
     options.gpus = info->world_size;
+    auto rank_info = *info;
+    rank_info.arguments = options.argv;
     const auto record_stall = [dir = request.result_dir, rank, output = options.benchmark_out](const std::string& message) {
       std::ofstream(error_file(dir, rank)) << message << dump_flight_recorder(output, rank) << "\n";
     };
@@ -158,11 +160,15 @@ int run_worker(const WorkerRequest& request, Options options, int visible_gpus) 
     const auto device = options.devices.empty()
                             ? rank_device(*info, visible_gpus)
                             : torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(options.devices.at(rank)));
-    auto world = std::make_shared<World>(*info, device, timeout_of(options.dist_timeout_s),
+    auto world = std::make_shared<World>(rank_info, device, timeout_of(options.dist_timeout_s),
                                          record_stall);
     if (test_hook_names("PARBENCH_TEST_FAIL_RANK", rank)) {
       std::fprintf(stderr, "parbench: rank %d: exiting on purpose (PARBENCH_TEST_FAIL_RANK)\n", rank);
       std::_Exit(3);
+    }
+    if (test_hook_names("PARBENCH_TEST_QUIT_RANK", rank)) {
+      std::fprintf(stderr, "parbench: rank %d: exiting 0 before its case on purpose (PARBENCH_TEST_QUIT_RANK)\n", rank);
+      std::_Exit(0);
     }
     if (test_hook_names("PARBENCH_TEST_HANG_RANK", rank)) {
       world->report_progress("a hang on purpose (PARBENCH_TEST_HANG_RANK)");
@@ -180,6 +186,7 @@ int run_worker(const WorkerRequest& request, Options options, int visible_gpus) 
       }
     }
     world->leave();
+    std::ofstream(done_file(request.result_dir, rank)) << "done\n";
     return 0;
   } catch (const std::exception& error) {
     const auto message = first_line(error);
@@ -212,6 +219,7 @@ std::optional<RankInfo> external_launch(Options& options, int visible_gpus) {
     throw UsageError(error.what());
   }
   options.gpus = info->world_size;
+  info->arguments = options.argv;
   external_rank() = ExternalRank{*info, *device, timeout_of(options.dist_timeout_s), options.benchmark_out, nullptr, ""};
   return info;
 }

@@ -120,7 +120,10 @@ std::optional<std::pair<std::string, size_t>> JsonFileReporter::snapshot(
 }
 
 RunOutput::RunOutput(std::string output, bool json)
-    : output_(std::move(output)), partial_(output_.empty() ? "" : output_ + ".partial"), json_(json) {}
+    : output_(std::move(output)), partial_(output_.empty() ? "" : output_ + ".partial"), json_(json) {
+  // A killed run's partial file: this run writes its own.
+  if (!partial_.empty()) unlink(partial_.c_str());
+}
 
 bool RunOutput::finish() {
   std::lock_guard<std::mutex> lock(mutex_);

@@ -41,6 +41,12 @@ double median_synchronised_seconds(const std::vector<torch::Device>& devices, in
   return samples[samples.size() / 2];
 }
 
+double longest_span_seconds(size_t devices, const std::function<double(size_t device)>& span_ms) {
+  double longest_ms = 0;
+  for (size_t i = 0; i < devices; ++i) longest_ms = std::max(longest_ms, span_ms(i));
+  return longest_ms / 1e3;
+}
+
 DeviceTimer::DeviceTimer(std::vector<torch::Device> devices, TimerKind kind)
     : devices_(std::move(devices)), kind_(kind), events_(std::make_unique<CudaEvents>()) {
 #ifdef PARBENCH_WITH_CUDA
@@ -77,15 +83,13 @@ void DeviceTimer::start(const std::function<void()>& line_up) {
 double DeviceTimer::stop() {
 #ifdef PARBENCH_WITH_CUDA
   if (use_events_) {
-    double longest_ms = 0;
     for (size_t i = 0; i < devices_.size(); ++i) {
       events_->stop[i].record(c10::cuda::getCurrentCUDAStream(devices_[i].index()));
     }
-    for (size_t i = 0; i < devices_.size(); ++i) {
+    return longest_span_seconds(devices_.size(), [this](size_t i) {
       events_->stop[i].synchronize();
-      longest_ms = std::max<double>(longest_ms, events_->start[i].elapsed_time(events_->stop[i]));
-    }
-    return longest_ms / 1e3;
+      return static_cast<double>(events_->start[i].elapsed_time(events_->stop[i]));
+    });
   }
 #endif
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - host_start_).count();

@@ -43,6 +43,12 @@ class DeviceTimer {
   std::unique_ptr<CudaEvents> events_;
 };
 
+// The time of an iteration on `devices` devices, from each device's start-to-end span in ms as
+// `span_ms(i)` reads it (for a CUDA event timer: waits for device i's end event, then the time
+// between its start and end events): the longest span, in seconds. DeviceTimer::stop's
+// reading, apart from the events, so that it is tested without a GPU.
+double longest_span_seconds(size_t devices, const std::function<double(size_t device)>& span_ms);
+
 // The GPUs this process sees (0 where CUDA is not available).
 int visible_gpu_count();
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import re
 import sys
 from dataclasses import dataclass
@@ -591,6 +592,13 @@ def not_run_table(results: pr.Results) -> list[str]:
         rows.append([case.setup.describe(), case.title(), f"{failed} of {total} failed; {status}",
                      "; ".join(case.reasons())])
     lines = []
+    # An interrupted run (context.interrupted, docs/JSON.md) holds the cases completed before the
+    # signal: the cases after them are in no file, so "every case ran" cannot be said of it.
+    for run in results.runs:
+        signal = run.context.get("interrupted")
+        if signal:
+            lines += [f"**The run was interrupted** by {signal}: `{Path(run.path).name}` holds only the cases "
+                      "completed before it; the cases after them did not run and are not listed here.", ""]
     if skipped:
         lines += ["Skipped before they started:", "",
                   *_table(["reason", "set-up", "cases"],
@@ -598,7 +606,7 @@ def not_run_table(results: pr.Results) -> list[str]:
                            for (reason, setup), cases in skipped.items()]), ""]
     if rows:
         lines += _table(["set-up", "case", "repetitions", "reason"], rows)
-    return lines or ["Every case ran."]
+    return lines or ["Every case ran."]  # an interrupted run has its line above
 
 
 def environment(results: pr.Results) -> list[str]:
@@ -714,5 +722,25 @@ def main(argv: list[str]) -> int:
     return 0
 
 
+def run(argv: list[str]) -> int:
+    """main(), with every error one line on stderr, never a traceback: 2 for what cannot be read
+    or written (MAKE_REPORT_TRACEBACK=1 adds the traceback), 1 for anything else."""
+    try:
+        return main(argv)
+    except RecursionError:
+        print("make_report.py: error: the input is nested too deeply to read", file=sys.stderr)
+        return 2
+    except OSError as error:
+        print(f"make_report.py: error: {error}", file=sys.stderr)
+        return 2
+    except Exception as error:  # noqa: BLE001 - one line, not a traceback
+        if os.environ.get("MAKE_REPORT_TRACEBACK"):
+            raise
+        message = str(error).splitlines()[0] if str(error) else ""
+        print(f"make_report.py: error: could not make the report: {type(error).__name__}"
+              f"{': ' + message if message else ''}", file=sys.stderr)
+        return 1
+
+
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(run(sys.argv[1:]))

@@ -424,6 +424,13 @@ void StagedStrategy::set_up_stages(const ModelFactory& make_model, const std::ve
   model_ = make_model();
   std::vector<torch::Device> part_devices;
   for (size_t part = 0; part < devices.size() * chunks; ++part) part_devices.push_back(devices[part % devices.size()]);
+  // With chunks each device holds several stages: the count asked for is of stages, not devices.
+  if (chunks > 1 && part_devices.size() > model_->stages().size()) {
+    throw std::invalid_argument(model_->name() + " has " + std::to_string(model_->stages().size()) +
+                                " stages, fewer than the " + std::to_string(part_devices.size()) + " stages that --chunks=" +
+                                std::to_string(chunks) + " asks for on " + std::to_string(devices.size()) +
+                                " devices (" + std::to_string(chunks) + " per device)");
+  }
   auto partitions = partition_model(*model_, part_devices, config, micro_batch, &cut_);
   executor_ = std::make_unique<StageExecutor>(std::move(partitions), config.loss, config.learning_rate,
                                               model_->autocast_dtype(), lanes, devices.size());

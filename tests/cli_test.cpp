@@ -1,9 +1,11 @@
 // The parbench binary end to end: a short CPU run's JSON, and bad input.
 #include "benchmarks/temporary_directory.h"
+#include "models/model_zoo.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -13,6 +15,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <regex>
 #include <set>
 
@@ -62,7 +65,7 @@ TEST(Cli, ShortRunWritesJsonWithCountersAndContext) {
                           "schedules"}) {
     EXPECT_TRUE(context.contains(key)) << key;
   }
-  EXPECT_EQ(context["parbench_json_schema"], "1.4.0");
+  EXPECT_EQ(context["parbench_json_schema"], "1.5.0");
   EXPECT_EQ(context["strategies"], "single,model_parallel,pipeline,data_parallel,ddp");
   EXPECT_EQ(context["schedules"], "tutorial,gpipe,1f1b,interleaved-1f1b,zb-h1");
   EXPECT_FALSE(context.contains("interrupted"));
@@ -132,6 +135,39 @@ TEST(Cli, ShortRunWritesJsonWithCountersAndContext) {
   const auto summary = gpu_count == 1 ? "parbench: 1 ran, 1 skipped (needs 2 GPUs, 1 visible), 0 failed\n"
                                       : "parbench: 2 ran, 0 skipped, 0 failed\n";
   EXPECT_EQ(run.error.substr(run.error.rfind('\n', run.error.size() - 2) + 1), summary) << run.error;
+}
+
+// ddp on 2 CPU ranks, end to end: its `batch` is every rank's (2 x --batch in weak scaling,
+// --batch in strong), images/s counts that batch per step, and TFLOP/s is three forwards of it.
+TEST(Cli, DdpReportsTheGlobalBatchItsImagesPerSecondAndTflops) {
+  parbench::TemporaryDirectory dir("parbench-cli-test");
+  const auto out = dir.file("run.json");
+  const auto run = run_parbench(std::string(kSmallRun) + " --strategies=single,ddp --scaling=weak,strong --allreduce=off --steps=2" +
+                                " --benchmark_out=" + out + " --benchmark_out_format=json");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const auto json = nlohmann::json::parse(std::ifstream(out));
+  if (json["context"]["gpu_count"] != "0") GTEST_SKIP() << "the CPU ranks' test: GPUs are visible";
+  const double forward_flops = parbench::make_model("tinycnn", /*num_classes=*/1000)->forward_flops_per_sample(16);
+  std::map<std::string, int> repetitions;
+  for (const auto& entry : json["benchmarks"]) {
+    if (entry["run_type"] != "iteration") continue;
+    ASSERT_FALSE(entry.value("error_occurred", false)) << entry.dump();
+    const auto name = entry["run_name"].get<std::string>();
+    const bool ddp = name.rfind("train/ddp/", 0) == 0;
+    const bool strong = name.find("/scaling:strong") != std::string::npos;
+    const double batch = ddp && !strong ? 2 * 4 : 4;
+    EXPECT_EQ(entry["batch"].get<double>(), batch) << name;
+    EXPECT_EQ(entry["gpus"].get<double>(), ddp ? 2 : 1) << name;
+    if (ddp) EXPECT_EQ(entry["world_size"].get<double>(), 2) << name;
+    // real_time is one iteration of --steps=2 steps, in ms.
+    EXPECT_NEAR(entry["real_time"].get<double>(), 2 * entry["step_ms"].get<double>(), 1e-6 * entry["real_time"].get<double>());
+    const double ips = entry["items_per_second"].get<double>();
+    EXPECT_NEAR(ips, batch / (entry["step_ms"].get<double>() / 1e3), 1e-6 * ips) << name;
+    EXPECT_NEAR(entry["tflops"].get<double>(), 3 * forward_flops * ips / 1e12, 1e-6 * entry["tflops"].get<double>())
+        << name;
+    ++repetitions[ddp ? (strong ? "strong" : "weak") : "single"];
+  }
+  EXPECT_EQ(repetitions, (std::map<std::string, int>{{"single", 3}, {"strong", 3}, {"weak", 3}}));
 }
 
 // A skipped case is not printed as an error once per repetition: it appears once, in a summary
@@ -305,9 +341,11 @@ TEST(Cli, TransformerCasesCountTokensAndAdvisePredictsThem) {
 // --trace: one Chrome trace per case, of a step profiled outside the timed ones, with the
 // schedule's actions as labelled ranges on the stage threads.
 TEST(Cli, TraceWritesAChromeTracePerCaseWithTheScheduleLabelled) {
-  parbench::TemporaryDirectory dir("parbench-cli-trace");
-  const auto out = dir.file("run.json");
-  const auto traces = dir.file("traces");
+  std::optional<parbench::TemporaryDirectory> dir;
+  dir.emplace("parbench-cli-trace");
+  const auto folder = dir->path();
+  const auto out = dir->file("run.json");
+  const auto traces = dir->file("traces");
   const auto run = run_parbench(std::string(kSmallRun) +
                                 " --strategies=single,pipeline --split-sizes=2 --schedules=1f1b --trace=" + traces +
                                 " --benchmark_out=" + out + " --benchmark_out_format=json");
@@ -342,6 +380,9 @@ TEST(Cli, TraceWritesAChromeTracePerCaseWithTheScheduleLabelled) {
       EXPECT_NE(*threads_of["F0 stage0"].begin(), *threads_of["F0 stage1"].begin());
     }
   }
+  // The folder holds traces/, a folder of its own: it goes whole, leaving nothing behind.
+  dir.reset();
+  EXPECT_FALSE(exists(folder)) << folder << " was left behind";
 }
 
 // --print-schedule: 1f1b over 2 devices and 3 micro-batches in unit time, worked by hand: device 1
@@ -402,8 +443,115 @@ INSTANTIATE_TEST_SUITE_P(
                       BadInput{"--trace=", "needs a directory"},
                       BadInput{"--colour=blue", "unknown option --colour"},
                       BadInput{"--strategies=single --benchmark_filter=no-such-case", "selects no case of the 1 this run has"},
-                      BadInput{"'--benchmark_filter=single(' --strategies=single", "not a valid extended regular expression"}),
+                      BadInput{"'--benchmark_filter=single(' --strategies=single", "not a valid extended regular expression"},
+                      // Numbers that would abort, overflow or run nothing (issue 40).
+                      BadInput{"--strategies=ddp --bucket-mib=inf", "--bucket-mib=inf is not a finite number"},
+                      BadInput{"--strategies=ddp --bucket-mib=nan", "--bucket-mib=nan is not a finite number"},
+                      BadInput{"--strategies=ddp --bucket-mib=1e30", "--bucket-mib=1e30 must be at most"},
+                      BadInput{"--benchmark_repetitions=-1", "--benchmark_repetitions=-1 must be at least 1"},
+                      BadInput{"--benchmark_repetitions=0", "--benchmark_repetitions=0 must be at least 1"},
+                      BadInput{"--benchmark_repetitions=x", "--benchmark_repetitions=x is not a whole number"},
+                      BadInput{"--dist-timeout=inf", "--dist-timeout=inf is not a finite number"},
+                      BadInput{"--dist-timeout=1e30", "--dist-timeout=1e30 must be at most 86400"},
+                      BadInput{"--gpus=99999999999", "--gpus=99999999999 must be at most"},
+                      BadInput{"--print-schedule=gpipe --micro-batches=100000000", "--micro-batches=100000000 must be at most"},
+                      BadInput{"--print-schedule=zb-h1 --gpus=4000 --micro-batches=4000", "too large a grid to draw"},
+                      BadInput{"--print-schedule=interleaved-1f1b --gpus=64 --micro-batches=4096 --chunks=64",
+                               "too large a grid to draw"}),
     [](const auto& info) { return "case" + std::to_string(info.index); });
+
+// --benchmark_out onto something that is not a regular file: parbench would write FILE.partial
+// and rename it over FILE, replacing a device node, a symlink or a FIFO with a JSON file. It
+// refuses (exit 2, one line naming the user's path) and leaves it as it was.
+TEST(Cli, BenchmarkOutOntoSomethingNotARegularFileIsRefusedAndLeftAsItWas) {
+  parbench::TemporaryDirectory dir("parbench-cli-out");
+  const auto target = dir.file("target.json"), link = dir.file("link.json"), fifo = dir.file("fifo.json");
+  std::ofstream(target) << "mine";
+  ASSERT_EQ(symlink(target.c_str(), link.c_str()), 0);
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0644), 0);
+  int pipe_fds[2];
+  ASSERT_EQ(pipe(pipe_fds), 0);  // inherited by the shell popen starts, and by parbench: a process substitution
+  const auto process_substitution = "/dev/fd/" + std::to_string(pipe_fds[1]);
+  struct Target {
+    std::string path, kind;
+  };
+  for (const auto& [path, kind] : std::vector<Target>{{link, "a symbolic link"},
+                                                      {fifo, "a FIFO"},
+                                                      {"/dev/null", "a character device"},
+                                                      {process_substitution, "not a regular file"}}) {
+    struct stat before {};
+    ASSERT_EQ(lstat(path.c_str(), &before), 0) << path;
+    const auto run = run_parbench("--strategies=single --benchmark_out=" + path + " --benchmark_out_format=json");
+    EXPECT_EQ(run.exit_code, 2) << path << ": " << run.output;
+    EXPECT_EQ(std::count(run.error.begin(), run.error.end(), '\n'), 1) << run.error;
+    EXPECT_NE(run.error.find("cannot write --benchmark_out=" + path + ": "), std::string::npos) << run.error;
+    EXPECT_NE(run.error.find(kind), std::string::npos) << run.error;
+    struct stat after {};
+    ASSERT_EQ(lstat(path.c_str(), &after), 0) << path << " is gone";
+    EXPECT_EQ(after.st_mode, before.st_mode) << path;
+    EXPECT_EQ(after.st_ino, before.st_ino) << path << " was replaced";
+    EXPECT_FALSE(exists(path + ".partial"));
+  }
+  close(pipe_fds[0]);
+  close(pipe_fds[1]);
+  std::ifstream kept(target);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(kept), {}), "mine");
+}
+
+// A file no run can write beside (a pseudo file system's): exit 2 before anything runs, naming
+// the user's path, not Google Benchmark's message about FILE.partial after the run.
+TEST(Cli, BenchmarkOutWhereNoFileCanBeMadeExits2NamingThePath) {
+  for (const std::string path : {"/proc/version", "/proc/no-such-dir/run.json"}) {
+    const auto run = run_parbench("--strategies=single --benchmark_out=" + path + " --benchmark_out_format=json");
+    EXPECT_EQ(run.exit_code, 2) << path << ": " << run.output;
+    EXPECT_EQ(std::count(run.error.begin(), run.error.end(), '\n'), 1) << run.error;
+    EXPECT_NE(run.error.find("cannot write --benchmark_out=" + path + ": "), std::string::npos) << run.error;
+  }
+}
+
+// An iteration stalled inside a repetition (PARBENCH_TEST_STALL_MS sleeps in the second) is
+// flagged in that repetition's entry.
+TEST(Cli, AStallInsideARepetitionIsFlagged) {
+  parbench::TemporaryDirectory dir("parbench-cli-test");
+  const auto out = dir.file("run.json");
+  setenv("PARBENCH_TEST_STALL_MS", "1500", 1);
+  const auto run = run_parbench("--preset=cpu --models=tinycnn --batch=4 --image=16 --warmup=1 --repetitions=2 "
+                                "--iterations=4 --strategies=single --benchmark_out=" + out + " --benchmark_out_format=json");
+  unsetenv("PARBENCH_TEST_STALL_MS");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const auto json = nlohmann::json::parse(std::ifstream(out));
+  int repetitions = 0;
+  for (const auto& entry : json["benchmarks"]) {
+    if (entry["run_type"] != "iteration") continue;
+    ++repetitions;
+    EXPECT_EQ(entry["stalled"], 1) << entry.dump();
+    EXPECT_GE(entry["iteration_max_over_median"].get<double>(), 3.0) << entry.dump();
+  }
+  EXPECT_EQ(repetitions, 2);
+}
+
+// A killed run (SIGKILL) leaves its ranks' results directory and its .partial file: the next run
+// removes both at its start.
+TEST(Cli, AStartRemovesWhatAKilledRunLeftBehind) {
+  parbench::TemporaryDirectory dir("parbench-cli-test");
+  parbench::TemporaryDirectory tmp("parbench-cli-tmp");
+  const pid_t ended = fork();
+  if (ended == 0) _exit(0);
+  waitpid(ended, nullptr, 0);
+  const auto stale = tmp.file("parbench-ranks-" + std::to_string(ended) + "-Ab12Cd");
+  ASSERT_EQ(mkdir(stale.c_str(), 0755), 0);
+  std::ofstream(stale + "/result.json.partial") << "{";
+  const auto out = dir.file("run.json");
+  std::ofstream(out + ".partial") << "{\"context\": {";
+  setenv("TMPDIR", tmp.path().c_str(), 1);
+  const auto run = run_parbench(std::string(kSmallRun) + " --strategies=single --benchmark_out=" + out +
+                                " --benchmark_out_format=json");
+  unsetenv("TMPDIR");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_FALSE(exists(stale)) << "a killed run's results directory is still there";
+  EXPECT_FALSE(exists(out + ".partial"));
+  EXPECT_NO_THROW(nlohmann::json::parse(std::ifstream(out)));
+}
 
 TEST(Cli, HelpListsEveryOption) {
   const auto run = run_parbench("--help");

@@ -5,6 +5,7 @@
 // closing summary line, and that no rank process outlives the run. The times measured are
 // printed ("fault: ...") for docs/DISTRIBUTED.md.
 #include "benchmarks/temporary_directory.h"
+#include "strategies/distributed/world.h"
 #include "tests/parbench_process.h"
 
 #include <gtest/gtest.h>
@@ -135,6 +136,31 @@ TEST(Fault, ARankStoppedFailsTheCaseWithinTheTimeoutAndTheRunExits1) {
   expect_no_process_left();
 }
 
+// The launcher hosts the ranks' rendezvous store: stopped (Ctrl-Z stops it and not the ranks,
+// which have a process group of their own) for longer than the ranks wait, it is named as the
+// cause, not a rank that was waiting for it.
+TEST(Fault, AStoppedStoreHostIsBlamedNotTheRanks) {
+  TemporaryDirectory dir("parbench-fault-test");
+  const auto out = dir.file("run.json");
+  ParbenchProcess parbench(ddp_arguments(out, "on"), test_environment());
+  ASSERT_TRUE(parbench.wait_for_rank(1, kDeadline)) << parbench.err();
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  ASSERT_EQ(kill(parbench.pid(), SIGSTOP), 0);
+  // Past the ranks' timeout and their watchdog's grace (3 + 5 s), and on.
+  std::this_thread::sleep_for(std::chrono::seconds(static_cast<int>(kTimeout) + 5 + 7));
+  ASSERT_EQ(kill(parbench.pid(), SIGCONT), 0);
+  const auto run = parbench.wait(kDeadline);
+  report("built-in launcher, the launcher (the store's host) stopped (SIGSTOP)", run.seconds, run);
+
+  EXPECT_EQ(run.exit_code, 1) << run.err;
+  const auto message = case_outcomes(read_json(out)).at(kDdpCase + "/overlap:on/scaling:weak").first;
+  EXPECT_NE(message.find("the rendezvous store at 127.0.0.1:"), std::string::npos) << message;
+  EXPECT_NE(message.find("(hosted by the launcher)"), std::string::npos) << message;
+  EXPECT_EQ(message.find("did not reach"), std::string::npos) << message;
+  EXPECT_EQ(message.find("behind: rank"), std::string::npos) << message;
+  expect_no_process_left();
+}
+
 // ---- An external launcher's ranks ----------------------------------------------------------------
 
 struct LauncherVariables {
@@ -205,6 +231,33 @@ TEST(Fault, UnderAnExternalLauncherARankWhosePeerIsKilledExits1) {
   const auto message = case_outcomes(read_json(out)).at(kDdpCase + "/overlap:on/scaling:weak").first;
   EXPECT_NE(message.find("rank 0: "), std::string::npos) << message;
   EXPECT_NE(last_line(run.err).find("0 ran, 0 skipped, 1 failed: " + kDdpCase), std::string::npos) << run.err;
+  expect_no_process_left();
+}
+
+// Ranks of an external launcher started with different command lines would run different cases
+// into mismatched collectives: the case fails at the rendezvous, naming the difference.
+TEST(Fault, UnderAnExternalLauncherRanksStartedWithDifferentArgumentsAreNamedAsTheCause) {
+  TemporaryDirectory dir("parbench-fault-test");
+  const auto out = dir.file("run.json");
+  const int port = free_port();
+  auto other = ddp_arguments(dir.file("rank1.json"), "on");
+  std::replace(other.begin(), other.end(), std::string("--batch=2"), std::string("--batch=3"));
+  ParbenchProcess rank0(ddp_arguments(out, "on"), test_environment(torchrun_environment(0, 2, port)));
+  ParbenchProcess rank1(other, test_environment(torchrun_environment(1, 2, port)));
+  const auto run = rank0.wait(kDeadline);
+  const auto run1 = rank1.wait(kDeadline);
+  report("external launcher (torchrun variables), rank 1 with --batch=3", run.seconds, run);
+
+  EXPECT_EQ(run.exit_code, 1) << run.err;
+  EXPECT_NE(run1.exit_code, 0) << run1.err;
+  EXPECT_LT(run.seconds, kTimeout + kSlack) << "not a timeout";
+  const auto message = case_outcomes(read_json(out)).at(kDdpCase + "/overlap:on/scaling:weak").first;
+  EXPECT_NE(message.find("rank 1 was started with other arguments: --batch=3 where rank 0 has --batch=2 "
+                         "(every rank needs the same command line)"),
+            std::string::npos)
+      << message;
+  EXPECT_EQ(arguments_difference("--a=1 --benchmark_out=x.json", "--a=1 --benchmark_out=y.json", 0), "");
+  EXPECT_EQ(arguments_difference("--a=1", "--a=1 --b=2", 0), "no argument where rank 0 has --b=2");
   expect_no_process_left();
 }
 

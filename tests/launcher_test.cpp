@@ -89,6 +89,19 @@ TEST(Launcher, ARankThatDiesEndsTheRunAndIsNamed) {
   expect_no_child_processes();
 }
 
+// A rank that exits 0 before its case leaves the others waiting for it: the case fails at once,
+// naming it, instead of waiting out --dist-timeout and calling it a hang.
+TEST(Launcher, ARankThatExitsCleanlyBeforeHandingInItsResultsIsNamedAtOnce) {
+  hide_gpus_from_ranks();
+  constexpr double kLongTimeout = 60;
+  const auto [failure, seconds] = small_case_failure({{"PARBENCH_TEST_QUIT_RANK", "1"}}, 2, kLongTimeout);
+  EXPECT_NE(failure.find("rank 1 exited with code 0 before handing in its results"), std::string::npos) << failure;
+  EXPECT_EQ(failure.find("did not reach"), std::string::npos) << failure;
+  EXPECT_EQ(failure.find('\n'), std::string::npos) << failure;
+  EXPECT_LT(seconds, kLongTimeout / 2);  // not the timeout
+  expect_no_child_processes();
+}
+
 TEST(Launcher, ARankThatHangsIsNamedWithinTheTimeout) {
   hide_gpus_from_ranks();
   const auto [failure, seconds] = small_case_failure({{"PARBENCH_TEST_HANG_RANK", "1"}});

@@ -52,7 +52,13 @@ TEST(Provenance, AFakeNvmlsSettingsTheEnvironmentAndTheRanksHostsAreRecorded) {
   }
   const auto context = run_context("single,ddp", {{"LD_LIBRARY_PATH", FAKE_NVML_DIR},
                                                   {"NCCL_DEBUG", "WARN"},
-                                                  {"TORCH_SHOW_CPP_STACKTRACES", "1"}});
+                                                  {"TORCH_SHOW_CPP_STACKTRACES", "1"},
+                                                  {"MKL_NUM_THREADS", "3"}});
+  // The CPU's threads (1.5.0): the variables as given, and the threads LibTorch computes with.
+  EXPECT_EQ(context.at("omp_num_threads"), "1");
+  EXPECT_EQ(context.at("mkl_num_threads"), "3");
+  // LibTorch's own choice from both variables and the cores; a positive count in any case.
+  EXPECT_GE(std::stoi(context.at("intra_op_threads").get<std::string>()), 1);
   EXPECT_EQ(context.at("parbench_json_schema"), kJsonSchemaVersion);
   EXPECT_EQ(context.at("nvml"), "ok");
   EXPECT_EQ(context.at("driver_version"), "555.42.06-fake");
@@ -85,10 +91,12 @@ TEST(Provenance, AFakeNvmlsSettingsTheEnvironmentAndTheRanksHostsAreRecorded) {
 
 TEST(Provenance, WithoutNvmlItIsRecordedAsUnavailableAndTheUsersSettingIsKept) {
   TemporaryDirectory empty("parbench-no-nvml");
+  unsetenv("MKL_NUM_THREADS");
   const auto context = run_context("single", {{"LD_LIBRARY_PATH", empty.path()},
                                               {"NCCL_NVLS_ENABLE", "1"},
                                               {"TORCH_SYMM_MEM_DISABLE_MULTICAST", "0"},
                                               {"NVSHMEM_DISABLE_NVLS", "0"}});
+  EXPECT_EQ(context.at("mkl_num_threads"), "unset");
   // A machine with NVIDIA's driver installed finds it through the loader's cache.
   void* real = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
   if (real != nullptr) {

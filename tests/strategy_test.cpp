@@ -370,6 +370,25 @@ TEST(Cut, StrategiesRejectABadCutAndTooManyDevices) {
                std::invalid_argument);
 }
 
+// --chunks places several stages on each device: too many for the model is said in stages.
+TEST(Cut, TooManyChunksAreCountedInStagesNotDevices) {
+  RunConfig config;
+  config.model = "tinycnn";  // 4 stages
+  config.num_classes = 10;
+  config.split_size = 1;
+  config.batch_size = 4;
+  config.schedule = "interleaved-1f1b";
+  config.chunks = 3;
+  const auto factory = [&] { return make_model(config.model, config.num_classes); };
+  try {
+    StrategyRegistry::instance().get("pipeline").create()->setup(factory, {torch::kCPU, torch::kCPU}, config);
+    ADD_FAILURE() << "no error";
+  } catch (const std::invalid_argument& error) {
+    EXPECT_EQ(std::string(error.what()),
+              "tinycnn has 4 stages, fewer than the 6 stages that --chunks=3 asks for on 2 devices (3 per device)");
+  }
+}
+
 TEST(Cut, StageTimesArePositiveOnePerStageAndLeaveTheModelAlone) {
   RunConfig config;
   config.model = "tinycnn";

@@ -143,11 +143,22 @@ def load_run(path: str, metric: str) -> Run:
     except ResultsError as problem:
         raise UnusableInput(str(problem)) from None
     run = Run(path=path, context=document["context"])
+    seen = {}  # (run name, repetition index) -> the entry's index: one measurement each
     for index, entry in enumerate(document["benchmarks"]):
-        if not (isinstance(entry, dict) and isinstance(entry.get("name"), str) and "run_type" in entry):
+        if not (isinstance(entry, dict) and isinstance(entry.get("name"), str) and "run_type" in entry
+                and isinstance(entry.get("run_name", ""), str)):
             raise UnusableInput(f"{path}: benchmarks[{index}] is not a Google Benchmark entry")
         if entry["run_type"] != "iteration":
             continue  # aggregates: the gate works from the repetitions themselves
+        # A repetition twice is not two measurements: a file concatenated or edited, whose
+        # copies would outvote the rest (a duplicated block can hide a regression).
+        repetition = entry.get("repetition_index")
+        if repetition is not None:
+            key = (entry.get("run_name", entry["name"]), json.dumps(repetition))
+            if key in seen:
+                raise UnusableInput(f"{path}: benchmarks[{index}] repeats {key[0]} repetition_index {key[1]} "
+                                    f"(benchmarks[{seen[key]}]): each repetition must appear once")
+            seen[key] = index
         # Without Google Benchmark's suffixes a baseline with fixed iterations matches a candidate without.
         name = case_name(entry.get("run_name", entry["name"]))
         if name not in run.names:
@@ -678,6 +689,14 @@ def main(argv: list | None = None) -> int:
         sys.stdout.write(render_text(report))
         write_outputs(report, settings)
         return report.exit_code
-    except Exception:  # a crash must not exit 1, which reads as "regression"
-        traceback.print_exc()
+    except Exception as error:  # a crash must not exit 1, which reads as "regression"; one line, no traceback
+        message = str(error).splitlines()[0] if str(error) else ""
+        print(f"perf-gate: internal error, input unusable: {type(error).__name__}"
+              f"{': ' + message if message else ''}", file=sys.stderr)
+        if os.environ.get("PERF_GATE_TRACEBACK"):
+            traceback.print_exc()
         return EXIT_UNUSABLE
+
+
+if __name__ == "__main__":  # python -m parbench_results.perf_gate
+    sys.exit(main())

@@ -34,6 +34,10 @@ def read_document(path: str) -> dict:
         document = json.loads(text)
     except json.JSONDecodeError as error:
         raise ResultsError(f"{path}: not valid JSON: {error}") from None
+    except RecursionError:
+        raise ResultsError(f"{path}: not usable JSON: nested too deeply to read") from None
+    except ValueError as error:  # e.g. an integer of more digits than Python converts
+        raise ResultsError(f"{path}: not usable JSON: {str(error).splitlines()[0]}") from None
     if not (isinstance(document, dict) and isinstance(document.get("context"), dict)
             and isinstance(document.get("benchmarks"), list)):
         raise ResultsError(f"{path}: not Google Benchmark JSON (needs a 'context' object and a 'benchmarks' list)")

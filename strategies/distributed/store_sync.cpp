@@ -26,6 +26,22 @@ std::string first_line(const std::exception& error) {
   return message.substr(0, message.find('\n'));
 }
 
+namespace {
+std::string& store_host_text() {
+  static std::string text;
+  return text;
+}
+}  // namespace
+
+void set_store_host(const std::string& description) { store_host_text() = description; }
+const std::string& store_host() { return store_host_text(); }
+
+std::string store_did_not_answer(const std::string& what, const std::string& why) {
+  const auto& host = store_host();
+  return "the rendezvous store" + (host.empty() ? std::string() : " at " + host) + " did not answer while waiting to " +
+         what + " (is its process stopped?): " + why;
+}
+
 void wait_for_ranks(c10d::Store& store, const std::string& prefix, int world_size, std::chrono::milliseconds timeout,
                     const std::string& what, const std::function<void(int rank)>& arrived) {
   using Clock = std::chrono::steady_clock;
@@ -38,9 +54,15 @@ void wait_for_ranks(c10d::Store& store, const std::string& prefix, int world_siz
       // Inside the try: what `arrived` reads may find the store gone (its host rank failed).
       if (arrived) arrived(rank);
     } catch (const c10::DistStoreError&) {
+      // Which ranks are missing, asked of the store: one that does not answer this either is
+      // the one at fault (a stopped host), not the ranks.
       std::vector<int> missing;
-      for (int other = rank; other < world_size; ++other) {
-        if (!store.check({prefix + std::to_string(other)})) missing.push_back(other);
+      try {
+        for (int other = rank; other < world_size; ++other) {
+          if (!store.check({prefix + std::to_string(other)})) missing.push_back(other);
+        }
+      } catch (const std::exception& error) {
+        throw std::runtime_error(store_did_not_answer(what, first_line(error)));
       }
       if (missing.empty()) missing.push_back(rank);  // it arrived just after the deadline
       throw std::runtime_error(format_ranks(missing) + " did not " + what + " within " + format_seconds(timeout));
@@ -56,6 +78,11 @@ void wait_for_rank(c10d::Store& store, const std::string& key, int rank, std::ch
   try {
     store.wait({key}, timeout);
   } catch (const c10::DistStoreError&) {
+    try {
+      store.check({key});
+    } catch (const std::exception& error) {
+      throw std::runtime_error(store_did_not_answer(what, first_line(error)));
+    }
     throw std::runtime_error(format_ranks({rank}) + " did not " + what + " within " + format_seconds(timeout));
   } catch (const c10::DistNetworkError& error) {
     throw std::runtime_error("lost the rendezvous store while waiting for rank " + std::to_string(rank) + " to " +

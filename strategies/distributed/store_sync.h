@@ -20,6 +20,15 @@ std::string format_ranks(const std::vector<int>& ranks);
 // The first line of an exception's message, without c10's appended C++ backtrace.
 std::string first_line(const std::exception& error);
 
+// Where this process's rendezvous store is and who hosts it, for messages: "127.0.0.1:29500
+// (hosted by rank 0)". Set once the store is known (World); "" before.
+void set_store_host(const std::string& description);
+const std::string& store_host();
+
+// The message for a store that did not answer while waiting to `what`: its host is stopped,
+// starved or gone, so the ranks were waiting for it, not for each other.
+std::string store_did_not_answer(const std::string& what, const std::string& why);
+
 // Waits until every rank in [0, world_size) has set `prefix + <rank>`, calling `arrived(rank)`
 // as each key is found, in rank order. Throws std::runtime_error "rank 1 did not <what>
 // within 3 s" naming every missing rank, or saying that the store itself was lost.

@@ -17,7 +17,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
+#include <sstream>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -213,6 +215,8 @@ World::World(const RankInfo& info, torch::Device device, std::chrono::millisecon
                              " (MASTER_ADDR:MASTER_PORT) within " + format_seconds(timeout) + ": " + first_line(error));
   }
   store_ = c10::make_intrusive<c10d::PrefixStore>("parbench", tcp_store_);
+  set_store_host(info.master_addr + ":" + std::to_string(info.master_port) + " (hosted by " +
+                 (info.launcher_hosts_store ? std::string("the launcher)") : std::string("rank 0)")));
   report_progress("joining");
   watchdog_ = std::thread([this] { watch(); });
   try {
@@ -225,17 +229,48 @@ World::World(const RankInfo& info, torch::Device device, std::chrono::millisecon
   report_idle();
 }
 
+std::string arguments_difference(const std::string& theirs, const std::string& mine, int my_rank) {
+  const auto words = [](const std::string& text) {
+    std::vector<std::string> list;
+    std::istringstream stream(text);
+    for (std::string word; stream >> word;) {
+      if (word.rfind("--benchmark_out", 0) != 0) list.push_back(word);
+    }
+    return list;
+  };
+  const auto a = words(theirs), b = words(mine);
+  const auto me = "rank " + std::to_string(my_rank);
+  for (size_t i = 0; i < std::max(a.size(), b.size()); ++i) {
+    if (i < a.size() && i < b.size() && a[i] == b[i]) continue;
+    if (i >= a.size()) return "no argument where " + me + " has " + b[i];
+    if (i >= b.size()) return a[i] + " where " + me + " has none";
+    return a[i] + " where " + me + " has " + b[i];
+  }
+  return "";
+}
+
 void World::join(const std::string& where) {
   if (store_->add("join/count/" + std::to_string(rank()), 1) > 1) {
     throw std::runtime_error("two processes joined as rank " + std::to_string(rank()) +
                              ": every rank needs its own RANK");
   }
-  // The host first: a rank's join key says its host key is there.
+  // The host and the arguments first: a rank's join key says its other keys are there.
   store_->set("host/" + std::to_string(rank()), this_host());
+  store_->set("arguments/" + std::to_string(rank()), info_.arguments);
   store_->set("join/" + std::to_string(rank()), std::to_string(size()));
   hosts_.assign(static_cast<size_t>(size()), "");
   wait_for_ranks(*store_, "join/", size(), timeout_, "join the rendezvous at " + where, [this](int other) {
     hosts_[static_cast<size_t>(other)] = store_->get_to_str("host/" + std::to_string(other));
+    // Ranks started with different command lines would run different cases and meet in
+    // mismatched collectives: the cause is named here instead.
+    const auto their_arguments = store_->get_to_str("arguments/" + std::to_string(other));
+    if (!info_.arguments.empty() && !their_arguments.empty()) {
+      const auto difference = arguments_difference(their_arguments, info_.arguments, rank());
+      if (!difference.empty()) {
+        throw std::runtime_error("rank " + std::to_string(other) + " was started with other arguments: " + difference +
+                                 " (every rank needs the same command line)");
+      }
+    }
     const auto theirs = store_->get_to_str("join/" + std::to_string(other));
     if (theirs != std::to_string(size())) {
       throw std::runtime_error("rank " + std::to_string(other) + " was started with a world size of " + theirs +
@@ -304,8 +339,19 @@ void World::watch() {
   }
 }
 
+// A store that takes longer than this to answer a read is stalled itself (describe_stall).
+constexpr std::chrono::milliseconds kStoreAnswersWithin{2000};
+
 std::string World::describe_stall(const std::string& where, uint64_t count, std::chrono::milliseconds stalled_for) {
   std::string message = "no progress for " + format_seconds(stalled_for) + " at " + where;
+  const auto asked = std::chrono::steady_clock::now();
+  // A store that answers late (its host was stopped, and continued) or not at all is the cause.
+  const auto slow_store = [&] {
+    const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - asked);
+    return took > kStoreAnswersWithin ? "; the rendezvous store at " + store_host() + " took " + format_seconds(took) +
+                                            " to answer (was its process stopped?)"
+                                      : std::string();
+  };
   try {
     // A connection of its own: the main thread may be inside a call on the shared one.
     c10d::PrefixStore store("parbench", tcp_store_->clone());
@@ -327,10 +373,12 @@ std::string World::describe_stall(const std::string& where, uint64_t count, std:
       behind.push_back(other);
     }
     message += positions + (size() > kRanksListed ? ", ...)" : ")");
+    const auto store_was_slow = slow_store();
+    if (!store_was_slow.empty()) return message + store_was_slow;
     if (least < count) message += "; behind: " + format_ranks(behind);
     return message;
   } catch (const std::exception& error) {
-    return message + "; the other ranks' progress is unknown: " + first_line(error);
+    return message + "; " + store_did_not_answer("read the ranks' progress", first_line(error));
   }
 }
 

@@ -31,7 +31,14 @@ struct RankInfo {
   // TCPStore and every rank is a client; otherwise rank 0 hosts it, as torch.distributed does.
   bool launcher_hosts_store = false;
   std::string source;  // which variables were read, for messages
+  // The command line that must be the same on every rank (--benchmark_out* left out: only rank 0
+  // writes); empty: not compared.
+  std::string arguments;
 };
+
+// What differs between two ranks' command lines, e.g. "--batch=3 where rank 0 has --batch=2";
+// "" when they are the same.
+std::string arguments_difference(const std::string& theirs, const std::string& mine, int my_rank);
 
 // The rank's place from the environment, first match wins: RANK and WORLD_SIZE (torchrun,
 // parbench's launcher; LOCAL_RANK), Open MPI's OMPI_COMM_WORLD_RANK/SIZE/LOCAL_RANK, or SLURM's

@@ -561,3 +561,79 @@ def test_google_benchmark_name_suffixes_do_not_split_a_benchmark(tmp_path):
     code, report = gate_report(tmp_path, baseline, candidate)
     assert code == 1
     assert verdicts(report) == {SINGLE: "REGRESSION"}
+
+
+# Fails closed (issue 40).
+
+def run_module(*arguments):
+    """python -m parbench_results.perf_gate, this checkout's package first on the path."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "plots"), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run([sys.executable, "-m", "parbench_results.perf_gate", *arguments],
+                          capture_output=True, text=True, check=False, env=env)
+
+
+def test_module_runs_main_and_returns_its_exit_code(tmp_path):
+    baseline = write(tmp_path, "baseline.json", benchmark_json(BASELINE_SAMPLES))
+    slower = write(tmp_path, "slower.json", benchmark_json(scaled(BASELINE_SAMPLES, 1.3)))
+    assert run_module(baseline, baseline).returncode == 0
+    result = run_module(baseline, slower)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "REGRESSION" in result.stdout
+    missing = run_module(baseline, str(tmp_path / "absent.json"))
+    assert missing.returncode == 2
+    assert "absent.json" in missing.stdout + missing.stderr
+    assert run_module("--threshold", "-1", baseline, baseline).returncode == 2
+
+
+def test_a_repetition_given_twice_is_unusable_not_pooled(tmp_path, capsys):
+    baseline = benchmark_json(BASELINE_SAMPLES)
+    # A 2x regression of SINGLE, hidden by a copy of the baseline's repetitions in the candidate:
+    # pooled, the median would stay where it was.
+    candidate = benchmark_json({**BASELINE_SAMPLES, SINGLE: [2 * t for t in BASELINE_SAMPLES[SINGLE]]})
+    copies = [dict(b) for b in baseline["benchmarks"] if b["run_name"] == SINGLE and b["run_type"] == "iteration"]
+    candidate["benchmarks"] += copies + copies
+    assert gate(tmp_path, baseline, candidate) == 2
+    out = capsys.readouterr().out
+    assert f"repeats {SINGLE} repetition_index 0" in out
+    # In the baseline too.
+    assert gate(tmp_path, candidate, baseline) == 2
+
+
+def test_the_same_repetition_in_two_window_runs_is_not_a_duplicate(tmp_path):
+    # Distinct files each hold their own repetition 0..n-1: only one file repeating one is refused.
+    run = benchmark_json(BASELINE_SAMPLES)
+    assert gate(tmp_path, run, run) == 0
+
+
+@pytest.mark.parametrize("text", [
+    "[" * 100000 + "]" * 100000,
+    '{"context": {"parbench_json_schema": "1.0.0", "x": ' + "[" * 100000 + "]" * 100000 + '}, "benchmarks": [1]}',
+    '{"context": {"parbench_json_schema": "1.0.0"}, "benchmarks": [{"name": "a", "run_type": "iteration", '
+    '"run_name": ["not", "a", "string"]}]}',
+    '{"context": {"parbench_json_schema": "1.0.0"}, "benchmarks": [{"name": "a", "run_type": "iteration", '
+    '"repetition_index": 0, "real_time": 1, "time_unit": "ms", "error_occurred": true, "error_message": {"odd": 1}}]}',
+    '{"context": {"parbench_json_schema": "1.0.0"}, "benchmarks": [{"name": "a", "run_type": "iteration", '
+    '"real_time": 1e999, "time_unit": "ms"}]}',
+    '{"context": {"parbench_json_schema": "1.0.0"}, "benchmarks": [{"name": "a", "run_type": "iteration", '
+    '"real_time": ' + "9" * 5000 + ', "time_unit": "ms"}]}',
+], ids=["nested-array", "nested-in-context", "run-name-not-a-string", "error-message-object", "infinite-time",
+        "huge-integer"])
+def test_odd_json_gives_one_line_not_a_traceback(tmp_path, text):
+    baseline = write(tmp_path, "baseline.json", benchmark_json(BASELINE_SAMPLES))
+    odd = write(tmp_path, "odd.json", text)
+    for arguments in ((baseline, odd), (odd, baseline)):
+        result = run_module(*arguments)
+        assert result.returncode == 2, result.stdout + result.stderr
+        assert "Traceback" not in result.stdout + result.stderr
+        assert len(result.stderr.strip().splitlines()) <= 1, result.stderr
+
+
+def test_an_internal_error_is_one_line_and_unusable(tmp_path, capsys, monkeypatch):
+    def crash(*_):
+        raise KeyError("injected\nsecond line")
+
+    monkeypatch.setattr(perf_gate, "run_gate", crash)
+    run = benchmark_json(BASELINE_SAMPLES)
+    assert gate(tmp_path, run, run) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "KeyError" in err and "Traceback" not in err

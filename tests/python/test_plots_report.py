@@ -748,3 +748,70 @@ def test_transformer_set_ups_name_the_sequence_and_rows_give_mfu(tmp_path):
     assert single["MFU"] == "25.0% of 495 TFLOP/s tf32 (datasheet); 30.0% of 412 (GEMM probe)"
     assert "attention=efficient_attention" in single["details"]
     assert "tokens/s" in single["details"]
+
+
+def test_speedup_and_scaling_efficiency_from_fixed_medians():
+    cases = pr.load([str(FIXTURES / "gpu_run.json")]).train_cases()
+    single = next(c for c in cases if c.strategy == "single" and c.ran)
+    multi = next(c for c in cases if c.strategy == "data_parallel" and c.ran)
+    assert multi.gpus == 2
+    for index, entry in enumerate(single.repetitions):
+        entry["items_per_second"], entry["step_ms"] = 1000.0 + index, 100.0 - index
+    for index, entry in enumerate(multi.repetitions):
+        entry["items_per_second"], entry["step_ms"] = 1500.0 + index, 80.0 - index
+    single_ips = statistics.median(1000.0 + i for i in range(len(single.repetitions)))
+    multi_ips = statistics.median(1500.0 + i for i in range(len(multi.repetitions)))
+    # images/s over 2 x single's: 1,500 against 2,000 is 75%.
+    assert pr.scaling_efficiency(multi, single) == pytest.approx(multi_ips / (2 * single_ips))
+    single_step = statistics.median(100.0 - i for i in range(len(single.repetitions)))
+    multi_step = statistics.median(80.0 - i for i in range(len(multi.repetitions)))
+    assert pr.speedup(multi, single) == pytest.approx(single_step / multi_step)
+    # On 4 devices the same images/s is half as efficient.
+    multi.fields["gpus"] = 4
+    assert pr.scaling_efficiency(multi, single) == pytest.approx(multi_ips / (4 * single_ips))
+
+
+def test_an_interrupted_run_is_said_to_be_interrupted(tmp_path):
+    data = json.loads(CPU_RUN[0].read_text())
+    data["context"]["interrupted"] = "SIGINT"
+    interrupted = tmp_path / "interrupted.json"
+    interrupted.write_text(json.dumps(data))
+    result = run(MAKE_REPORT, tmp_path / "out", [interrupted])
+    assert result.returncode == 0, result.stderr
+    not_run = section((tmp_path / "out" / "REPORT.md").read_text(encoding="utf-8"), "Cases that did not run")
+    assert "**The run was interrupted** by SIGINT: `interrupted.json` holds only the cases completed" in not_run
+    assert "Every case ran." not in not_run
+
+
+def test_every_case_ran_is_said_only_of_a_whole_run(tmp_path):
+    data = json.loads(CPU_RUN[0].read_text())
+    data["benchmarks"] = [entry for entry in data["benchmarks"] if not entry.get("error_occurred")]
+    whole = tmp_path / "whole.json"
+    whole.write_text(json.dumps(data))
+    result = run(MAKE_REPORT, tmp_path / "out", [whole])
+    assert result.returncode == 0, result.stderr
+    not_run = section((tmp_path / "out" / "REPORT.md").read_text(encoding="utf-8"), "Cases that did not run")
+    assert "Every case ran." in not_run and "interrupted" not in not_run
+
+
+@pytest.mark.parametrize("make_input", ["nested", "odd-entry", "out-dir-under-a-file"])
+def test_make_report_errors_are_one_line(tmp_path, make_input):
+    out_dir, files = tmp_path / "out", [CPU_RUN[0]]
+    if make_input == "nested":
+        path = tmp_path / "nested.json"
+        path.write_text("[" * 100000 + "]" * 100000)
+        files = [path]
+    elif make_input == "odd-entry":
+        data = json.loads(CPU_RUN[0].read_text())
+        data["benchmarks"][0]["run_name"] = {"not": "a name"}
+        path = tmp_path / "odd.json"
+        path.write_text(json.dumps(data))
+        files = [path]
+    else:
+        (tmp_path / "file").write_text("a file")
+        out_dir = tmp_path / "file" / "out"
+    result = run(MAKE_REPORT, out_dir, files)
+    assert result.returncode in (1, 2), result.stdout
+    message = result.stderr.strip()
+    assert message.startswith("make_report.py: error: ") and "\n" not in message, result.stderr
+    assert "Traceback" not in result.stderr
