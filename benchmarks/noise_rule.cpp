@@ -70,16 +70,30 @@ void skip_stopped_repetition(benchmark::State& state) {
 
 std::vector<benchmark::BenchmarkReporter::Run> without_unrun_repetitions(
     const std::vector<benchmark::BenchmarkReporter::Run>& runs) {
-  std::vector<benchmark::BenchmarkReporter::Run> kept;
-  std::map<std::string, int64_t> ran;  // by run name: the repetitions that ran
+  using Run = benchmark::BenchmarkReporter::Run;
+  // By run name, for the cases the rule stopped: the repetitions that ran. Google Benchmark
+  // reports a case's repetitions and then, in a call of their own, its aggregates.
+  static std::map<std::string, int64_t> ran_of_stopped;
+  std::vector<Run> kept;
+  std::map<std::string, int64_t> ran;
+  bool dropped = false;
   for (const auto& run : runs) {
-    if (run.error_occurred && run.error_message == kNoiseStopMessage) continue;
-    if (run.run_type == benchmark::BenchmarkReporter::Run::RT_Iteration) ++ran[run.run_name.str()];
+    if (run.error_occurred && run.error_message == kNoiseStopMessage) {
+      dropped = true;
+      continue;
+    }
+    if (run.run_type == Run::RT_Iteration) ++ran[run.run_name.str()];
     kept.push_back(run);
   }
-  if (kept.size() == runs.size()) return kept;
+  if (dropped) {
+    for (const auto& [name, count] : ran) ran_of_stopped[name] = count;
+  }
   for (auto& run : kept) {
-    if (const auto count = ran.find(run.run_name.str()); count != ran.end()) run.repetitions = count->second;
+    const auto count = ran_of_stopped.find(run.run_name.str());
+    if (count == ran_of_stopped.end()) continue;
+    run.repetitions = count->second;
+    // An aggregate's iterations are the repetitions it was computed over.
+    if (run.run_type == Run::RT_Aggregate) run.iterations = count->second;
   }
   return kept;
 }

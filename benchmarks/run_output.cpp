@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -55,6 +56,18 @@ std::string with_fields(std::string entries, const std::map<std::string, std::st
     entries.insert(line_end + 1, lines);
   }
   return entries;
+}
+
+// Google Benchmark's cv of a counter that is 0 in every repetition (`throttled` on a cool GPU) is
+// 0 / 0, which its JSON writes as NaN, not JSON: such a cv is written as 0, no variation.
+std::vector<benchmark::BenchmarkReporter::Run> with_json_numbers(std::vector<benchmark::BenchmarkReporter::Run> runs) {
+  for (auto& run : runs) {
+    if (run.run_type != benchmark::BenchmarkReporter::Run::RT_Aggregate || run.aggregate_name != "cv") continue;
+    for (auto& [name, counter] : run.counters) {
+      if (std::isnan(counter.value)) counter.value = 0;
+    }
+  }
+  return runs;
 }
 
 std::atomic<RunOutput*> interrupted_output{nullptr};
@@ -105,7 +118,7 @@ void JsonFileReporter::ReportRuns(const std::vector<Run>& runs) {
   std::lock_guard<std::mutex> lock(mutex_);
   std::ostringstream entries;
   json_.SetOutputStream(&entries);
-  json_.ReportRuns(without_unrun_repetitions(runs));
+  json_.ReportRuns(with_json_numbers(without_unrun_repetitions(runs)));
   json_.SetOutputStream(&memory_);
   memory_ << with_fields(entries.str(), fields_);
   for (const auto& run : runs) cases_.insert(run.run_name.str());

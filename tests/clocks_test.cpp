@@ -143,6 +143,13 @@ TEST(NoiseRule, ReportsDropTheRepetitionsThatDidNotRun) {
   ASSERT_EQ(kept.size(), 3u);
   for (const auto& run : kept) EXPECT_EQ(run.repetitions, 2) << "the repetitions that ran";
   EXPECT_EQ(kept[2].run_type, Run::RT_Aggregate);
+  // Google Benchmark reports the aggregates in a call of their own.
+  Run aggregate = runs[3];
+  aggregate.iterations = 3;
+  const auto aggregates = without_unrun_repetitions({aggregate});
+  ASSERT_EQ(aggregates.size(), 1u);
+  EXPECT_EQ(aggregates[0].repetitions, 2);
+  EXPECT_EQ(aggregates[0].iterations, 2) << "an aggregate is over the repetitions that ran";
 }
 
 // --- the flags ----------------------------------------------------------------------------------
