@@ -12,6 +12,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
+#include <iterator>
 
 namespace parbench {
 namespace {
@@ -267,6 +269,18 @@ TEST(Clocks, ADriverBefore535IsReadThroughTheDeprecatedName) {
   const auto entry = run.repetitions("single").at(0);
   EXPECT_EQ(entry.at("throttle_reasons_dev0"), 4);
   EXPECT_EQ(entry.at("throttled"), 1);
+}
+
+TEST(Clocks, SamplesAreTakenAroundRepetitionsNeverInsideTheStepLoop) {
+  // 3 repetitions of 25 iterations of 2 steps: a sample before and after each repetition, 6 in
+  // all, however many steps run.
+  TemporaryDirectory dir("parbench-clocks-calls");
+  const auto log = dir.file("calls.log");
+  run_parbench({"--strategies=single", "--repetitions=3", "--iterations=25", "--steps=2"},
+               fake_gpu({{"FAKE_NVML_SM_CLOCK_MHZ", "1980"}, {"FAKE_NVML_CALL_LOG", log}}));
+  std::ifstream file(log);
+  const auto samples = std::count(std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>(), '\n');
+  EXPECT_EQ(samples, 6);
 }
 
 TEST(Clocks, DdpRanksSampleTheirOwnGpuAndHandItBack) {

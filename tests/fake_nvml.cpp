@@ -5,7 +5,8 @@
 // (default 1755 of a maximum of 1980), FAKE_NVML_CLOCK_EVENT_REASONS the clock-event reasons
 // (a number, 0x20 for SW thermal slowdown; default 0), and FAKE_NVML_OLD_DRIVER=1 answers
 // nvmlDeviceGetCurrentClocksEventReasons as a driver older than 535 does (not found), leaving the
-// deprecated nvmlDeviceGetCurrentClocksThrottleReasons.
+// deprecated nvmlDeviceGetCurrentClocksThrottleReasons. FAKE_NVML_CALL_LOG: see below.
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -90,6 +91,14 @@ nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t, int sensor, unsigned* celsiu
   return kSuccess;
 }
 nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t, unsigned long long* reasons) {
+  // FAKE_NVML_CALL_LOG=FILE: a line per reading of the reasons (one per sample), so that a test can
+  // count the samples a run took.
+  if (const char* log = std::getenv("FAKE_NVML_CALL_LOG"); log != nullptr && *log != '\0') {
+    if (FILE* file = std::fopen(log, "a")) {
+      std::fputs("reasons\n", file);
+      std::fclose(file);
+    }
+  }
   *reasons = environment_number("FAKE_NVML_CLOCK_EVENT_REASONS", 0);
   return kSuccess;
 }
