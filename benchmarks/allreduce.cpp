@@ -113,11 +113,13 @@ RankedRun run_allreduce_rank(World& world, const AllreduceCase& allreduce, const
     for (int64_t i = 0; i < per_iteration; ++i) all_reduce(backend, buffer);
   }
   RankMeasurements mine;
+  std::optional<NoiseOutcome> noise;
   mine.seconds = time_iterations_together(
       world, options, devices, [&] { for (int64_t i = 0; i < per_iteration; ++i) all_reduce(backend, buffer); },
-      static_cast<double>(per_iteration));
+      static_cast<double>(per_iteration), {}, &noise);
 
   RankedRun run;
+  run.noise = noise;
   run.facts = {{"backend", world.backend_name()}, {"all_reduces_per_iteration", std::to_string(per_iteration)}};
   world.report_progress("handing in measurements");
   run = gather_run(world, mine, std::move(run));

@@ -6,6 +6,7 @@
 #include "benchmarks/distributed_runner.h"
 #include "benchmarks/graphed_step.h"
 #include "benchmarks/mfu.h"
+#include "benchmarks/noise_rule.h"
 #include "benchmarks/outcomes.h"
 #include "benchmarks/profile_companion.h"
 #include "core/device_timer.h"
@@ -262,6 +263,12 @@ std::unique_ptr<PreparedCase> make_prepared_case(const CaseSpec& spec, const Opt
   return fresh;
 }
 
+// The noise rule's state of each case, by benchmark name.
+std::map<std::string, std::optional<NoiseTracker>>& noise_trackers() {
+  static std::map<std::string, std::optional<NoiseTracker>> trackers;
+  return trackers;
+}
+
 ProfileCompanion& profile_companion() {
   static ProfileCompanion companion;
   return companion;
@@ -456,6 +463,39 @@ void set_device_counters(benchmark::State& state, const std::vector<double>& pea
   for (const auto& [name, value] : device_counters(peak_bytes, busy_seconds, step_seconds)) state.counters[name] = value;
 }
 
+std::vector<int> clock_device_indices(const std::vector<torch::Device>& devices) {
+  std::vector<int> indices;
+  for (const auto& device : devices) indices.push_back(device.is_cuda() ? device.index() : -1);
+  return indices;
+}
+
+std::vector<std::optional<RepetitionClocks>> repetition_clocks(const std::vector<std::optional<ClockSample>>& before,
+                                                               const std::vector<std::optional<ClockSample>>& after) {
+  std::vector<std::optional<RepetitionClocks>> clocks(after.size());
+  for (size_t i = 0; i < after.size(); ++i) {
+    if (after[i]) clocks[i] = RepetitionClocks::from(i < before.size() && before[i] ? *before[i] : ClockSample{}, *after[i]);
+  }
+  return clocks;
+}
+
+void set_clock_counters(benchmark::State& state, const std::vector<std::optional<RepetitionClocks>>& devices,
+                        double throttle_threshold) {
+  bool sampled = false, any_throttled = false;
+  for (size_t i = 0; i < devices.size(); ++i) {
+    if (!devices[i]) continue;
+    sampled = true;
+    const auto& clocks = *devices[i];
+    const auto suffix = "_dev" + std::to_string(i);
+    if (clocks.sm_clock_mhz) state.counters["sm_clock_mhz" + suffix] = *clocks.sm_clock_mhz;
+    if (clocks.sm_clock_max_mhz) state.counters["sm_clock_max_mhz" + suffix] = *clocks.sm_clock_max_mhz;
+    if (clocks.power_w) state.counters["power_w" + suffix] = *clocks.power_w;
+    if (clocks.temperature_c) state.counters["temperature_c" + suffix] = *clocks.temperature_c;
+    if (clocks.reasons) state.counters["throttle_reasons" + suffix] = static_cast<double>(*clocks.reasons);
+    any_throttled = any_throttled || throttled(clocks, throttle_threshold);
+  }
+  if (sampled) state.counters["throttled"] = any_throttled ? 1 : 0;
+}
+
 std::string sample_part(const RunConfig& config) {
   if (is_language_model(config.model)) return "/seq:" + std::to_string(config.seq_len);
   return "/image:" + std::to_string(config.image_size);
@@ -575,10 +615,19 @@ void RunProgress::case_started(const std::string& name) {
 }
 
 void run_local_case(benchmark::State& state, const CaseSpec& spec, const Options& options) {
+  const auto rule = noise_rule(options);
+  const auto key = benchmark_name(spec.name, fixed_iterations(spec, options));
+  std::optional<NoiseTracker>& noise = noise_trackers()[key];
+  if (rule && !noise) noise.emplace(*rule);
+  if (noise && noise->stopped()) return skip_stopped_repetition(state);
   try {
     auto& prepared = prepare(spec, options);
     const auto& devices = prepared.strategy->devices();
     DeviceTimer timer(devices, options.timer);
+    auto& sampler = ClockSampler::instance();
+    const auto gpus = clock_device_indices(devices);
+    // Outside the timed steps: before the first start event, after the last stop has completed.
+    const auto before = sampler.sample(gpus);
     double seconds = 0;
     std::vector<double> iteration_seconds;
     const int stall_ms = test_stall_ms();
@@ -592,6 +641,12 @@ void run_local_case(benchmark::State& state, const CaseSpec& spec, const Options
       iteration_seconds.push_back(elapsed);
     }
     synchronize_devices(devices);
+    const auto after = sampler.sample(gpus);
+    set_clock_counters(state, repetition_clocks(before, after), options.throttle_threshold);
+    if (noise) {
+      noise->add(state.iterations(), seconds / static_cast<double>(state.iterations()));
+      noise_outcomes()[key] = noise->outcome();
+    }
     const int64_t steps = state.iterations() * options.steps_per_iteration;
     set_training_counters(state, spec, seconds, steps, prepared.params, prepared.forward_flops_per_sample);
     set_device_counters(state, peak_memory_bytes(devices), prepared.profile.busy_seconds.value_or(std::vector<double>{}),

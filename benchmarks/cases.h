@@ -2,6 +2,7 @@
 // options), registered with Google Benchmark at run time.
 #pragma once
 
+#include "benchmarks/nvml.h"
 #include "benchmarks/options.h"
 
 #include <benchmark/benchmark.h>
@@ -147,6 +148,20 @@ benchmark::UserCounters device_counters(const std::vector<double>& peak_bytes, c
                                         double step_seconds);
 void set_device_counters(benchmark::State& state, const std::vector<double>& peak_bytes,
                          const std::vector<double>& busy_seconds, double step_seconds);
+
+// The GPU (CUDA index) of each device, -1 for a CPU device: what ClockSampler samples.
+std::vector<int> clock_device_indices(const std::vector<torch::Device>& devices);
+
+// Each device's repetition from its samples before and after it (empty where not sampled).
+std::vector<std::optional<RepetitionClocks>> repetition_clocks(const std::vector<std::optional<ClockSample>>& before,
+                                                               const std::vector<std::optional<ClockSample>>& after);
+
+// Per device (or ddp rank) that NVML sampled around the repetition (benchmarks/nvml.h):
+// sm_clock_mhz_dev<i>, sm_clock_max_mhz_dev<i>, power_w_dev<i>, temperature_c_dev<i> and
+// throttle_reasons_dev<i>, and `throttled` (1 if any device ran throttled, else 0); nothing
+// where no device was sampled (docs/METRICS.md, "Clocks and throttling").
+void set_clock_counters(benchmark::State& state, const std::vector<std::optional<RepetitionClocks>>& devices,
+                        double throttle_threshold);
 
 // "/image:128", or "/seq:1024" for a language model: the sample's part of a case name.
 std::string sample_part(const RunConfig& config);

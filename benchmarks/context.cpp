@@ -152,6 +152,19 @@ std::vector<std::pair<std::string, std::string>> run_context(const Options& opti
   context.emplace_back("intra_op_threads", std::to_string(at::get_num_threads()));
   context.emplace_back("environment", library_environment());
   context.emplace_back("environment_set_by_parbench", nlohmann::json(set_parbench_environment()).dump());
+  // Per-repetition clocks (docs/METRICS.md, "Clocks and throttling"): sampled where there is a
+  // GPU and NVML answers; the test hook stands a CPU device in for the fake library's GPU.
+  const auto& sampler = ClockSampler::instance();
+  const bool hooked = std::getenv("PARBENCH_TEST_NVML_DEVICE") != nullptr;
+  context.emplace_back("clock_sampling", sampler.status() != "ok" ? sampler.status()
+                                         : gpu_count == 0 && !hooked ? "unavailable: no GPU visible"
+                                                                     : "ok");
+  context.emplace_back("throttle_threshold", format_number(options.throttle_threshold));
+  if (options.max_noise > 0) {
+    context.emplace_back("max_noise", format_number(options.max_noise));
+    context.emplace_back("min_repetitions", std::to_string(options.min_repetitions));
+    context.emplace_back("max_repetitions", std::to_string(options.max_repetitions));
+  }
   return context;
 }
 

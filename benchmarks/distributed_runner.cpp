@@ -73,9 +73,21 @@ RankedRun run_training_rank(World& world, const CaseSpec& spec, const Options& o
     const auto step = [&] { train_step(*strategy, graphed.get(), source.next()); };
     synchronize_devices(devices);
 
-    mine.seconds = time_iterations_together(world, options, devices, [&] {
-      for (int repeat = 0; repeat < options.steps_per_iteration; ++repeat) step();
-    });
+    // This rank's GPU, sampled outside the timed iterations: before a repetition's first barrier
+    // and after its last iteration's end events have completed.
+    auto& sampler = ClockSampler::instance();
+    const auto gpus = clock_device_indices(devices);
+    std::vector<std::optional<ClockSample>> before;
+    RepetitionHooks around;
+    around.before = [&](size_t) { before = sampler.sample(gpus); };
+    around.after = [&](size_t) { mine.clocks.push_back(repetition_clocks(before, sampler.sample(gpus)).front()); };
+    std::optional<NoiseOutcome> noise;
+    mine.seconds = time_iterations_together(
+        world, options, devices, [&] {
+          for (int repeat = 0; repeat < options.steps_per_iteration; ++repeat) step();
+        },
+        1.0, around, &noise);
+    run.noise = noise;
     save_weights_for_tests(strategy->model(), world.rank());
     const auto peaks = peak_memory_bytes(devices);
     if (!peaks.empty()) mine.peak_bytes = peaks.front();
@@ -122,6 +134,7 @@ void run_distributed_case(benchmark::State& state, const CaseSpec& spec, const O
   state.counters["step_ms_rank_spread"] = repetition.rank_spread;
   for (const auto& [name, value] : stall_counters(repetition.seconds)) state.counters[name] = value;
   set_device_counters(state, run.peak_bytes, run.busy_seconds, seconds / static_cast<double>(steps));
+  set_clock_counters(state, repetition.clocks, options.throttle_threshold);
   auto facts = run.facts;
   if (!run.peak_math.empty()) {
     const ComputePeaks peaks{run.peak_math, run.gpu_name, datasheet_peak(run.gpu_name, run.peak_math), run.gemm_flops};

@@ -1,6 +1,8 @@
 #include "benchmarks/launcher.h"
 
+#include "benchmarks/cases.h"
 #include "benchmarks/context.h"
+#include "benchmarks/noise_rule.h"
 #include "benchmarks/rank_processes.h"
 #include "benchmarks/rank_protocol.h"
 #include "benchmarks/rank_worker.h"
@@ -41,6 +43,13 @@ std::optional<ReportedRepetition> report_next_repetition(benchmark::State& state
   }
   const size_t index = outcome.reported++;
   const auto& repetitions = outcome.run->repetitions;
+  if (outcome.run->noise) {
+    noise_outcomes()[benchmark_name(launched.name, distributed_iterations(options))] = *outcome.run->noise;
+  }
+  if (index >= repetitions.size() && options.max_noise > 0) {
+    skip_stopped_repetition(state);  // the ranks' noise rule stopped the case
+    return std::nullopt;
+  }
   if (index >= repetitions.size()) {
     state.SkipWithError(
         ("the ranks ran " + std::to_string(repetitions.size()) + " repetitions and Google Benchmark asked for another")

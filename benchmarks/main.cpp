@@ -181,7 +181,10 @@ int main(int argc, char** argv) {
     }
   }
   // --repetitions sets Google Benchmark's own flag unless that was given.
-  std::string repetitions_flag = "--benchmark_repetitions=" + std::to_string(options.repetitions);
+  // With --max-noise, every case may run up to --max-repetitions; the repetitions the rule leaves
+  // out are dropped from every report (benchmarks/noise_rule.h).
+  std::string repetitions_flag = "--benchmark_repetitions=" +
+                                 std::to_string(options.max_noise > 0 ? options.max_repetitions : options.repetitions);
   if (!user_set_repetitions) benchmark_args.push_back(repetitions_flag.data());
   int benchmark_argc = static_cast<int>(benchmark_args.size());
   benchmark::Initialize(&benchmark_argc, benchmark_args.data());

@@ -1,7 +1,13 @@
 #include "benchmarks/nvml.h"
 
+#ifdef PARBENCH_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#include <torch/cuda.h>
+#endif
+
 #include <dlfcn.h>
 
+#include <cstdlib>
 #include <memory>
 
 namespace parbench {
@@ -13,6 +19,7 @@ using NvmlDevice = struct NvmlDeviceOpaque*;
 constexpr NvmlReturn kNvmlSuccess = 0;
 constexpr int kNvmlClockSm = 1;
 constexpr int kNvmlClockMemory = 2;
+constexpr int kNvmlTemperatureGpu = 0;
 struct NvmlPciInfo {  // nvmlPciInfo_t, as nvmlDeviceGetPciInfo_v3 fills it
   char bus_id_legacy[16];
   unsigned domain, bus, device, pci_device_id, pci_subsystem_id;
@@ -50,6 +57,21 @@ class Nvml {
  private:
   void* library_;
 };
+
+// The PCI address of each visible CUDA device, by CUDA index.
+std::vector<PciAddress> visible_cuda_pci_addresses() {
+  std::vector<PciAddress> addresses;
+#ifdef PARBENCH_WITH_CUDA
+  if (!torch::cuda::is_available()) return addresses;
+  const auto count = static_cast<int>(torch::cuda::device_count());
+  for (int i = 0; i < count; ++i) {
+    const auto* properties = at::cuda::getDeviceProperties(i);
+    addresses.push_back({static_cast<unsigned>(properties->pciDomainID), static_cast<unsigned>(properties->pciBusID),
+                         static_cast<unsigned>(properties->pciDeviceID)});
+  }
+#endif
+  return addresses;
+}
 
 }  // namespace
 
@@ -109,6 +131,154 @@ NvmlReport read_nvml(const std::vector<PciAddress>& cuda_devices) {
   }
   nvml.call("nvmlShutdown");
   return report;
+}
+
+RepetitionClocks RepetitionClocks::from(const ClockSample& before, const ClockSample& after) {
+  RepetitionClocks clocks;
+  clocks.sm_clock_mhz = after.sm_clock_mhz;
+  clocks.sm_clock_max_mhz = after.sm_clock_max_mhz ? after.sm_clock_max_mhz : before.sm_clock_max_mhz;
+  clocks.power_w = after.power_w;
+  clocks.temperature_c = after.temperature_c;
+  if (before.reasons || after.reasons) clocks.reasons = before.reasons.value_or(0) | after.reasons.value_or(0);
+  clocks.idle_after = after.reasons && (*after.reasons & kClockEventGpuIdle) != 0;
+  return clocks;
+}
+
+nlohmann::json RepetitionClocks::to_json() const {
+  const auto value = [](const auto& optional) { return optional ? nlohmann::json(*optional) : nlohmann::json(); };
+  return {{"sm_clock_mhz", value(sm_clock_mhz)},   {"sm_clock_max_mhz", value(sm_clock_max_mhz)},
+          {"power_w", value(power_w)},             {"temperature_c", value(temperature_c)},
+          {"reasons", value(reasons)},             {"idle_after", idle_after}};
+}
+
+RepetitionClocks RepetitionClocks::from_json(const nlohmann::json& json) {
+  RepetitionClocks clocks;
+  const auto number = [&json](const char* key) {
+    const auto& value = json.at(key);
+    return value.is_null() ? std::optional<double>() : std::optional<double>(value.get<double>());
+  };
+  clocks.sm_clock_mhz = number("sm_clock_mhz");
+  clocks.sm_clock_max_mhz = number("sm_clock_max_mhz");
+  clocks.power_w = number("power_w");
+  clocks.temperature_c = number("temperature_c");
+  if (!json.at("reasons").is_null()) clocks.reasons = json.at("reasons").get<uint64_t>();
+  clocks.idle_after = json.at("idle_after").get<bool>();
+  return clocks;
+}
+
+bool throttled(const RepetitionClocks& clocks, double threshold) {
+  if (clocks.reasons && (*clocks.reasons & ~kClockEventsNotThrottling) != 0) return true;
+  return !clocks.idle_after && clocks.sm_clock_mhz && clocks.sm_clock_max_mhz && *clocks.sm_clock_max_mhz > 0 &&
+         *clocks.sm_clock_mhz < threshold * *clocks.sm_clock_max_mhz;
+}
+
+std::string clock_event_names(uint64_t reasons) {
+  static const std::vector<std::pair<uint64_t, const char*>> kNames = {
+      {kClockEventGpuIdle, "gpu_idle"},
+      {kClockEventApplicationsClocksSetting, "applications_clocks_setting"},
+      {kClockEventSwPowerCap, "sw_power_cap"},
+      {kClockEventHwSlowdown, "hw_slowdown"},
+      {kClockEventSyncBoost, "sync_boost"},
+      {kClockEventSwThermalSlowdown, "sw_thermal_slowdown"},
+      {kClockEventHwThermalSlowdown, "hw_thermal_slowdown"},
+      {kClockEventHwPowerBrakeSlowdown, "hw_power_brake_slowdown"},
+      {kClockEventDisplayClockSetting, "display_clock_setting"}};
+  std::string names;
+  uint64_t known = 0;
+  for (const auto& [bit, name] : kNames) {
+    known |= bit;
+    if ((reasons & bit) != 0) names += (names.empty() ? "" : ",") + std::string(name);
+  }
+  if ((reasons & ~known) != 0) names += (names.empty() ? "" : ",") + std::string("other");
+  return names.empty() ? "none" : names;
+}
+
+struct ClockSampler::Library {
+  LibraryHandle handle{nullptr, dlclose};
+  std::unique_ptr<Nvml> nvml;
+  bool initialised = false;
+  ~Library() {
+    if (initialised) nvml->call("nvmlShutdown");
+  }
+};
+
+ClockSampler& ClockSampler::instance() {
+  static ClockSampler sampler;
+  return sampler;
+}
+
+ClockSampler::~ClockSampler() = default;
+
+ClockSampler::ClockSampler() : library_(std::make_unique<Library>()) {
+  constexpr const char* kLibrary = "libnvidia-ml.so.1";
+  library_->handle.reset(dlopen(kLibrary, RTLD_NOW | RTLD_LOCAL));
+  if (!library_->handle) {
+    const char* why = dlerror();
+    status_ = std::string("unavailable: ") + (why != nullptr ? why : kLibrary);
+    return;
+  }
+  library_->nvml = std::make_unique<Nvml>(library_->handle.get());
+  const auto& nvml = *library_->nvml;
+  if (!nvml.call("nvmlInit_v2")) {
+    status_ = "unavailable: nvmlInit_v2 failed (no driver loaded?)";
+    return;
+  }
+  library_->initialised = true;
+  status_ = "ok";
+  // NVML numbers its GPUs in its own order, whatever CUDA_VISIBLE_DEVICES says: match by PCI address.
+  const auto cuda_devices = visible_cuda_pci_addresses();
+  by_cuda_index_.assign(cuda_devices.size(), nullptr);
+  unsigned count = 0;
+  if (!nvml.call("nvmlDeviceGetCount_v2", &count)) count = 0;
+  for (unsigned index = 0; index < count; ++index) {
+    NvmlDevice device = nullptr;
+    NvmlPciInfo pci{};
+    if (!nvml.call("nvmlDeviceGetHandleByIndex_v2", index, &device)) continue;
+    if (!nvml.call("nvmlDeviceGetPciInfo_v3", device, &pci)) continue;
+    for (size_t cuda = 0; cuda < cuda_devices.size(); ++cuda) {
+      const auto& address = cuda_devices[cuda];
+      if (address.domain == pci.domain && address.bus == pci.bus && address.device == pci.device) {
+        by_cuda_index_[cuda] = device;
+      }
+    }
+  }
+  // A test hook (docs/DISTRIBUTED.md): CPU devices sample this NVML device, so that the fake
+  // library's GPU (tests/fake_nvml.cpp) is sampled by runs without a GPU.
+  if (const char* hook = std::getenv("PARBENCH_TEST_NVML_DEVICE"); hook != nullptr && *hook != '\0') {
+    NvmlDevice device = nullptr;
+    if (nvml.call("nvmlDeviceGetHandleByIndex_v2", static_cast<unsigned>(std::atoi(hook)), &device)) {
+      test_device_ = device;
+    }
+  }
+}
+
+std::vector<std::optional<ClockSample>> ClockSampler::sample(const std::vector<int>& cuda_indices) {
+  std::vector<std::optional<ClockSample>> samples(cuda_indices.size());
+  if (!library_->initialised) return samples;
+  const auto& nvml = *library_->nvml;
+  const auto unsigned_value = [](const nlohmann::json& value) {
+    return value.is_null() ? std::optional<double>() : std::optional<double>(value.get<double>());
+  };
+  for (size_t i = 0; i < cuda_indices.size(); ++i) {
+    const int cuda = cuda_indices[i];
+    void* handle = cuda < 0 ? test_device_
+                            : (static_cast<size_t>(cuda) < by_cuda_index_.size() ? by_cuda_index_[static_cast<size_t>(cuda)] : nullptr);
+    if (handle == nullptr) continue;
+    auto* device = static_cast<NvmlDevice>(handle);
+    ClockSample sample;
+    sample.sm_clock_mhz = unsigned_value(nvml.clock("nvmlDeviceGetClockInfo", device, kNvmlClockSm));
+    sample.sm_clock_max_mhz = unsigned_value(nvml.clock("nvmlDeviceGetMaxClockInfo", device, kNvmlClockSm));
+    sample.power_w = unsigned_value(nvml.value("nvmlDeviceGetPowerUsage", device, 1e-3));
+    sample.temperature_c = unsigned_value(nvml.clock("nvmlDeviceGetTemperature", device, kNvmlTemperatureGpu));
+    unsigned long long reasons = 0;
+    // Renamed in driver 535 (CUDA 12.2); the old name stays as a deprecated alias.
+    if (nvml.call("nvmlDeviceGetCurrentClocksEventReasons", device, &reasons) ||
+        nvml.call("nvmlDeviceGetCurrentClocksThrottleReasons", device, &reasons)) {
+      sample.reasons = static_cast<uint64_t>(reasons);
+    }
+    samples[i] = sample;
+  }
+  return samples;
 }
 
 }  // namespace parbench

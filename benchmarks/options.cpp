@@ -13,6 +13,7 @@
 #include <cmath>
 #include <limits>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -64,6 +65,32 @@ double parse_double(const std::string& flag, const std::string& text, double min
   }
   if (value > maximum) throw UsageError("--" + flag + "=" + text + " must be at most " + format_number(maximum));
   return value;
+}
+
+constexpr int64_t kMostRepetitions = 100000;
+
+int64_t parse_at_most(const std::string& flag, const std::string& text, int64_t minimum, int64_t maximum) {
+  const auto value = parse_int(flag, text, minimum);
+  if (value > maximum) throw UsageError("--" + flag + "=" + text + " must be at most " + std::to_string(maximum));
+  return value;
+}
+
+// --max-noise=0.5% (or 0.5): a percentage, finite and above 0, as a fraction.
+double parse_percentage(const std::string& flag, const std::string& text) {
+  std::string number = text;
+  if (!number.empty() && number.back() == '%') number.pop_back();
+  size_t used = 0;
+  double value = 0;
+  try {
+    value = std::stod(number, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != number.size() || !std::isfinite(value)) {
+    throw UsageError("--" + flag + "=" + text + " is not a percentage (e.g. 0.5%)");
+  }
+  if (!(value > 0)) throw UsageError("--" + flag + "=" + text + " must be above 0%");
+  return value / 100;
 }
 
 template <typename T>
@@ -253,6 +280,16 @@ Google Benchmark's own flags all work: --benchmark_filter=REGEX, --benchmark_rep
   --steps=N              training steps per timed iteration; default 1
   --repetitions=N        repetitions per case (median and spread are reported); default 5
   --iterations=N         timed iterations per repetition; default: Google Benchmark's min-time rule
+  --max-noise=PCT        a stopping rule by noise (nvbench's stdrel): each case's repetitions go on
+                         until the relative standard deviation of their times is at most PCT
+                         percent (e.g. 0.5%), at least --min-repetitions (default 5) and at most
+                         --max-repetitions (default 20) of them; the JSON records the noise reached
+                         (docs/METRICS.md, "Stopping by noise"). Replaces --repetitions
+  --min-repetitions=N    with --max-noise: repetitions before the rule may stop a case (at least 2)
+  --max-repetitions=N    with --max-noise: repetitions after which a case stops, noisy or not
+  --throttle-threshold=F on GPUs, a repetition whose SM clock ends below F times the GPU's maximum
+                         counts as throttled, as one with a throttling clock-event reason does
+                         (JSON: throttled); 0 < F <= 1, default 0.9
   --timer=NAME           event (synchronise, then CUDA events on every device) | host (host clock,
                          no device sync: the tutorial's); default event
   --busy-profile=on|off  on GPUs, each case's busy and bubble fractions per device, from one step
@@ -332,6 +369,7 @@ Options parse_options(int argc, char** argv, bool has_gpu, std::vector<char*>* b
   auto preset_then_given = preset_flags(preset);
   preset_then_given.insert(preset_then_given.end(), flags.begin(), flags.end());
   options.preset = preset;
+  bool noise_bounds_given = false;
 
   std::map<std::string, std::function<void(const std::string&, const std::string&)>> handlers = {
       {"preset", [](auto&, auto&) {}},
@@ -352,6 +390,21 @@ Options parse_options(int argc, char** argv, bool has_gpu, std::vector<char*>* b
       {"steps", [&](auto& f, auto& v) { options.steps_per_iteration = static_cast<int>(parse_int(f, v, 1)); }},
       {"repetitions", [&](auto& f, auto& v) { options.repetitions = static_cast<int>(parse_int(f, v, 1)); }},
       {"iterations", [&](auto& f, auto& v) { options.iterations = parse_int(f, v, 1); }},
+      {"max-noise", [&](auto& f, auto& v) { options.max_noise = parse_percentage(f, v); }},
+      {"min-repetitions", [&](auto& f, auto& v) {
+         options.min_repetitions = static_cast<int>(parse_at_most(f, v, 2, kMostRepetitions));
+         noise_bounds_given = true;
+       }},
+      {"max-repetitions", [&](auto& f, auto& v) {
+         options.max_repetitions = static_cast<int>(parse_at_most(f, v, 2, kMostRepetitions));
+         noise_bounds_given = true;
+       }},
+      {"throttle-threshold", [&](auto& f, auto& v) {
+         options.throttle_threshold = parse_double(f, v, 0.0);
+         if (!std::isfinite(options.throttle_threshold) || options.throttle_threshold > 1) {
+           throw UsageError("--" + f + "=" + v + " must be above 0 and at most 1 (a fraction of the maximum SM clock)");
+         }
+       }},
       {"timer", [&](auto& f, auto& v) { options.timer = pick<TimerKind>(f, v, {{"event", TimerKind::kEvent}, {"host", TimerKind::kHost}}); }},
       {"busy-profile", [&](auto& f, auto& v) { options.busy_profile = pick(f, v, kOnOff); }},
       {"trace", [&](auto& f, auto& v) {
@@ -382,6 +435,22 @@ Options parse_options(int argc, char** argv, bool has_gpu, std::vector<char*>* b
     auto handler = handlers.find(name);
     if (handler == handlers.end()) throw UsageError("unknown option --" + name + " (see --help)");
     handler->second(name, value);
+  }
+
+  if (noise_bounds_given && options.max_noise == 0) {
+    throw UsageError("--min-repetitions and --max-repetitions apply only with --max-noise");
+  }
+  if (options.max_noise > 0) {
+    if (options.min_repetitions > options.max_repetitions) {
+      throw UsageError("--min-repetitions=" + std::to_string(options.min_repetitions) + " is more than --max-repetitions=" +
+                       std::to_string(options.max_repetitions));
+    }
+    for (auto* arg : *benchmark_args) {
+      if (std::string(arg).rfind("--benchmark_repetitions", 0) == 0) {
+        throw UsageError("--max-noise sets each case's repetitions: give --min-repetitions and --max-repetitions, "
+                         "not --benchmark_repetitions");
+      }
+    }
   }
 
   const bool explicit_cut = !options.cut.empty() && options.cut != "balanced";

@@ -44,6 +44,15 @@ struct Options {
   int warmup_steps = 5;
   int steps_per_iteration = 1;
   int repetitions = 5;
+  // --throttle-threshold: a repetition whose SM clock ends below this fraction of the GPU's
+  // maximum counts as throttled (docs/METRICS.md, "Clocks and throttling").
+  double throttle_threshold = 0.9;
+  // --max-noise (a fraction here, a percentage on the command line): 0 runs --repetitions;
+  // otherwise a case's repetitions go on, from --min-repetitions to --max-repetitions, until
+  // their relative spread is at most this (benchmarks/noise_rule.h).
+  double max_noise = 0;
+  int min_repetitions = 5;
+  int max_repetitions = 20;
   int64_t iterations = 0;  // fixed iterations per repetition; 0: Google Benchmark's min-time rule
   TimerKind timer = TimerKind::kEvent;
   // Busy and bubble fractions, from one step profiled in a companion process

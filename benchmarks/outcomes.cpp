@@ -1,5 +1,7 @@
 #include "benchmarks/outcomes.h"
 
+#include "benchmarks/noise_rule.h"
+
 #include "core/text.h"
 
 #include <algorithm>
@@ -29,7 +31,8 @@ class OutcomeReporter final : public benchmark::BenchmarkReporter {
 
   void ReportRuns(const std::vector<Run>& runs) override {
     std::vector<Run> shown;
-    for (const auto& run : runs) {
+    // Repetitions the noise rule left out did not run: they are neither shown nor counted.
+    for (const auto& run : without_unrun_repetitions(runs)) {
       outcomes_.record(run);
       if (!is_skip(run)) shown.push_back(run);
     }

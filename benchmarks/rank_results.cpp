@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <numeric>
 
 namespace parbench {
 namespace {
@@ -16,12 +17,28 @@ double median(std::vector<double> values) {
   return values.size() % 2 == 1 ? values[middle] : (values[middle - 1] + values[middle]) / 2;
 }
 
+// Clocks per rank (or per repetition), null where none was sampled.
+nlohmann::json clocks_json(const std::vector<std::optional<RepetitionClocks>>& clocks) {
+  auto json = nlohmann::json::array();
+  for (const auto& entry : clocks) json.push_back(entry ? entry->to_json() : nlohmann::json());
+  return json;
+}
+
+std::vector<std::optional<RepetitionClocks>> clocks_from(const nlohmann::json& json) {
+  std::vector<std::optional<RepetitionClocks>> clocks;
+  for (const auto& entry : json) {
+    clocks.push_back(entry.is_null() ? std::nullopt : std::optional<RepetitionClocks>(RepetitionClocks::from_json(entry)));
+  }
+  return clocks;
+}
+
 }  // namespace
 
 nlohmann::json to_json_value(const RankedRun& run) {
   auto repetitions = nlohmann::json::array();
   for (const auto& repetition : run.repetitions) {
-    repetitions.push_back({{"seconds", repetition.seconds}, {"rank_spread", repetition.rank_spread}});
+    repetitions.push_back(
+        {{"seconds", repetition.seconds}, {"rank_spread", repetition.rank_spread}, {"clocks", clocks_json(repetition.clocks)}});
   }
   return {{"world_size", run.world_size},
           {"facts", run.facts},
@@ -33,7 +50,8 @@ nlohmann::json to_json_value(const RankedRun& run) {
           {"repetitions", repetitions},
           {"peak_bytes", run.peak_bytes},
           {"busy_seconds", run.busy_seconds},
-          {"hosts", run.hosts}};
+          {"hosts", run.hosts},
+          {"noise", run.noise ? nlohmann::json(run.noise->to_json()) : nlohmann::json()}};
 }
 
 RankedRun ranked_run_from(const nlohmann::json& json) {
@@ -46,8 +64,17 @@ RankedRun ranked_run_from(const nlohmann::json& json) {
   run.gpu_name = json.at("gpu_name").get<std::string>();
   run.gemm_flops = json.at("gemm_flops").get<double>();
   for (const auto& repetition : json.at("repetitions")) {
-    run.repetitions.push_back(
-        {repetition.at("seconds").get<std::vector<double>>(), repetition.at("rank_spread").get<double>()});
+    run.repetitions.push_back({repetition.at("seconds").get<std::vector<double>>(),
+                               repetition.at("rank_spread").get<double>(), clocks_from(repetition.at("clocks"))});
+  }
+  if (const auto& noise = json.at("noise"); !noise.is_null()) {
+    NoiseOutcome outcome;
+    outcome.relative_spread = noise.at("relative_spread").get<double>();
+    outcome.reached = noise.at("reached").get<bool>();
+    outcome.repetitions = noise.at("repetitions").get<int>();
+    outcome.rule = {noise.at("max_noise").get<double>(), noise.at("min_repetitions").get<int>(),
+                    noise.at("max_repetitions").get<int>()};
+    run.noise = outcome;
   }
   run.peak_bytes = json.at("peak_bytes").get<std::vector<double>>();
   run.busy_seconds = json.at("busy_seconds").get<std::vector<double>>();
@@ -59,7 +86,8 @@ RankedRun gather_run(World& world, const RankMeasurements& mine, RankedRun run) 
   const nlohmann::json json = {
       {"seconds", mine.seconds},
       {"peak_bytes", mine.peak_bytes ? nlohmann::json(*mine.peak_bytes) : nlohmann::json()},
-      {"busy_seconds", mine.busy_seconds ? nlohmann::json(*mine.busy_seconds) : nlohmann::json()}};
+      {"busy_seconds", mine.busy_seconds ? nlohmann::json(*mine.busy_seconds) : nlohmann::json()},
+      {"clocks", clocks_json(mine.clocks)}};
   std::vector<RankMeasurements> ranks;
   if (world.rank() == 0) {
     for (const auto& text : world.gather_to_rank0(json.dump(), "its measurements")) {
@@ -68,6 +96,7 @@ RankedRun gather_run(World& world, const RankMeasurements& mine, RankedRun run) 
       measurements.seconds = theirs.at("seconds").get<std::vector<std::vector<double>>>();
       if (!theirs.at("peak_bytes").is_null()) measurements.peak_bytes = theirs.at("peak_bytes").get<double>();
       if (!theirs.at("busy_seconds").is_null()) measurements.busy_seconds = theirs.at("busy_seconds").get<double>();
+      measurements.clocks = clocks_from(theirs.at("clocks"));
       ranks.push_back(std::move(measurements));
     }
   } else {
@@ -106,6 +135,15 @@ RankedRun combine_ranks(const std::vector<RankMeasurements>& ranks, RankedRun ru
     const double middle = median(medians);
     const auto [lowest, highest] = std::minmax_element(medians.begin(), medians.end());
     combined.rank_spread = middle > 0 ? (*highest - *lowest) / middle : 0.0;
+    // Each rank's own GPU, by rank; none at all where no rank sampled one.
+    const bool any_clocks = std::any_of(ranks.begin(), ranks.end(), [repetition](const RankMeasurements& rank) {
+      return repetition < rank.clocks.size() && rank.clocks[repetition].has_value();
+    });
+    if (any_clocks) {
+      for (const auto& rank : ranks) {
+        combined.clocks.push_back(repetition < rank.clocks.size() ? rank.clocks[repetition] : std::nullopt);
+      }
+    }
     run.repetitions.push_back(std::move(combined));
   }
   const bool all_peaks =
@@ -122,6 +160,7 @@ RankedRun combine_ranks(const std::vector<RankMeasurements>& ranks, RankedRun ru
 int distributed_repetitions(const Options& options) {
   // main hands Google Benchmark's flags to it alone; Options keeps the command line.
   const std::string flag = "--benchmark_repetitions=";
+  if (options.max_noise > 0) return options.max_repetitions;  // the noise rule may stop sooner
   int repetitions = options.repetitions;
   std::istringstream words(options.argv);
   std::string word;
@@ -143,11 +182,16 @@ int64_t distributed_iterations(const Options& options) {
 std::vector<std::vector<double>> time_iterations_together(World& world, const Options& options,
                                                           const std::vector<torch::Device>& devices,
                                                           const std::function<void()>& work,
-                                                          double work_per_iteration) {
+                                                          double work_per_iteration, const RepetitionHooks& around,
+                                                          std::optional<NoiseOutcome>* noise) {
   DeviceTimer timer(devices, options.timer);
   std::vector<std::vector<double>> seconds(distributed_repetitions(options));
   const int64_t iterations = distributed_iterations(options);
+  const auto rule = noise_rule(options);
+  std::optional<NoiseTracker> tracker;
+  if (rule) tracker.emplace(*rule);
   for (size_t repetition = 0; repetition < seconds.size(); ++repetition) {
+    if (around.before) around.before(repetition);
     for (int64_t iteration = 0; iteration < iterations; ++iteration) {
       const auto where =
           "iteration " + std::to_string(iteration + 1) + " of repetition " + std::to_string(repetition + 1);
@@ -159,8 +203,24 @@ std::vector<std::vector<double>> time_iterations_together(World& world, const Op
       work();
       seconds[repetition].push_back(timer.stop() / work_per_iteration);
     }
+    if (around.after) around.after(repetition);
+    if (tracker) {
+      // Every rank judges the same times, the slowest rank's per iteration, so all stop together.
+      world.report_progress("the noise rule after repetition " + std::to_string(repetition + 1));
+      std::vector<double> slowest(seconds[repetition].size(), 0.0);
+      for (const auto& text : world.gather_to_all(nlohmann::json(seconds[repetition]).dump(), "repetition times")) {
+        const auto theirs = nlohmann::json::parse(text).get<std::vector<double>>();
+        for (size_t i = 0; i < slowest.size() && i < theirs.size(); ++i) slowest[i] = std::max(slowest[i], theirs[i]);
+      }
+      tracker->add(iterations, std::accumulate(slowest.begin(), slowest.end(), 0.0) / static_cast<double>(iterations));
+      if (tracker->stopped()) {
+        seconds.resize(repetition + 1);
+        break;
+      }
+    }
   }
   synchronize_devices(devices);
+  if (tracker && noise != nullptr) *noise = tracker->outcome();
   return seconds;
 }
 

@@ -2,6 +2,8 @@
 // onto rank 0 and combined into one RankedRun, which rank 0 writes for the launcher.
 #pragma once
 
+#include "benchmarks/noise_rule.h"
+#include "benchmarks/nvml.h"
 #include "benchmarks/options.h"
 #include "strategies/distributed/world.h"
 
@@ -19,6 +21,8 @@ struct RankedRun {
   struct Repetition {
     std::vector<double> seconds;  // per iteration: the slowest rank's
     double rank_spread = 0;       // (max - min) / median of the ranks' median iteration times
+    // Per rank: its GPU's clocks around the repetition (benchmarks/nvml.h); empty where none was sampled.
+    std::vector<std::optional<RepetitionClocks>> clocks;
   };
   int world_size = 0;
   std::map<std::string, std::string> facts;  // the label
@@ -31,6 +35,7 @@ struct RankedRun {
   std::vector<double> peak_bytes;    // per rank; empty off CUDA
   std::vector<double> busy_seconds;  // per rank, for one step; empty where not measured
   std::vector<std::string> hosts;    // per rank: its host name
+  std::optional<NoiseOutcome> noise;  // --max-noise: what the rule reached
 };
 
 // One rank's own measurements of a case.
@@ -38,6 +43,7 @@ struct RankMeasurements {
   std::vector<std::vector<double>> seconds;  // per repetition, per iteration
   std::optional<double> peak_bytes;
   std::optional<double> busy_seconds;
+  std::vector<std::optional<RepetitionClocks>> clocks;  // per repetition: this rank's GPU
 };
 
 // Hands every rank's measurements to rank 0, which combines them into `run` (its facts,
@@ -64,10 +70,22 @@ int64_t distributed_iterations(const Options& options);
 // together: after a barrier, with the clocks behind an all-reduce that lines the ranks'
 // streams up (World::line_up_streams), so the slowest rank's time is the iteration's. Each time is
 // divided by `work_per_iteration`. Seconds per repetition, per iteration.
+//
+// `around`, where given, runs outside the timed iterations: `before` ahead of each repetition's
+// first barrier, `after` once its last iteration's time is in (the devices synchronised).
+// With --max-noise every rank hands in each repetition's times and all stop together, after the
+// repetition whose slowest-rank times meet the rule (benchmarks/noise_rule.h); `noise`, where
+// given, receives what the rule reached.
+struct RepetitionHooks {
+  std::function<void(size_t repetition)> before;
+  std::function<void(size_t repetition)> after;
+};
 std::vector<std::vector<double>> time_iterations_together(World& world, const Options& options,
                                                           const std::vector<torch::Device>& devices,
                                                           const std::function<void()>& work,
-                                                          double work_per_iteration = 1.0);
+                                                          double work_per_iteration = 1.0,
+                                                          const RepetitionHooks& around = {},
+                                                          std::optional<NoiseOutcome>* noise = nullptr);
 
 // A RankedRun as rank 0 writes it for the launcher (result.json), and back.
 nlohmann::json to_json_value(const RankedRun& run);

@@ -1,6 +1,7 @@
 #include "benchmarks/run_output.h"
 
 #include "benchmarks/context.h"
+#include "benchmarks/noise_rule.h"
 #include "benchmarks/rank_processes.h"
 
 #include <nlohmann/json.hpp>
@@ -11,6 +12,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -32,21 +34,40 @@ std::string with_context(std::string text, const std::vector<std::pair<std::stri
 }
 
 // Google Benchmark writes `      "run_name": "NAME",` in each entry: a case's fields go on the
-// next line.
+// next line, then, for a case the noise rule ran, its "noise" object (benchmarks/noise_rule.h).
 std::string with_fields(std::string entries, const std::map<std::string, std::string>& fields) {
+  const auto& noise = noise_outcomes();
   const std::string key = "\"run_name\": \"";
   for (size_t at = entries.find(key); at != std::string::npos; at = entries.find(key, at + 1)) {
     const auto name_start = at + key.size();
     const auto name_end = entries.find('"', name_start);
     const auto line_end = entries.find('\n', name_end);
     if (name_end == std::string::npos || line_end == std::string::npos) break;
-    const auto case_fields = fields.find(entries.substr(name_start, name_end - name_start));
-    if (case_fields == fields.end()) continue;
+    const auto name = entries.substr(name_start, name_end - name_start);
     const auto line_start = entries.rfind('\n', at) + 1;
     const auto indent = entries.substr(line_start, at - line_start);
-    entries.insert(line_end + 1, indent + "\"fields\": " + case_fields->second + ",\n");
+    std::string lines;
+    if (const auto case_fields = fields.find(name); case_fields != fields.end()) {
+      lines += indent + "\"fields\": " + case_fields->second + ",\n";
+    }
+    if (const auto outcome = noise.find(name); outcome != noise.end()) {
+      lines += indent + "\"noise\": " + outcome->second.to_json().dump() + ",\n";
+    }
+    entries.insert(line_end + 1, lines);
   }
   return entries;
+}
+
+// Google Benchmark's cv of a counter that is 0 in every repetition (`throttled` on a cool GPU) is
+// 0 / 0, which its JSON writes as NaN, not JSON: such a cv is written as 0, no variation.
+std::vector<benchmark::BenchmarkReporter::Run> with_json_numbers(std::vector<benchmark::BenchmarkReporter::Run> runs) {
+  for (auto& run : runs) {
+    if (run.run_type != benchmark::BenchmarkReporter::Run::RT_Aggregate || run.aggregate_name != "cv") continue;
+    for (auto& [name, counter] : run.counters) {
+      if (std::isnan(counter.value)) counter.value = 0;
+    }
+  }
+  return runs;
 }
 
 std::atomic<RunOutput*> interrupted_output{nullptr};
@@ -97,7 +118,7 @@ void JsonFileReporter::ReportRuns(const std::vector<Run>& runs) {
   std::lock_guard<std::mutex> lock(mutex_);
   std::ostringstream entries;
   json_.SetOutputStream(&entries);
-  json_.ReportRuns(runs);
+  json_.ReportRuns(with_json_numbers(without_unrun_repetitions(runs)));
   json_.SetOutputStream(&memory_);
   memory_ << with_fields(entries.str(), fields_);
   for (const auto& run : runs) cases_.insert(run.run_name.str());

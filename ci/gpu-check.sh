@@ -6,6 +6,8 @@
 #                             oom (1 GPU), host_cost (1 GPU), gpt (1 GPU: the transformer and MFU),
 #                             provenance, timelines, harness_alone, harness_perturb, placement_pairs (1 GPU),
 #                             before_after (1 GPU; PARBENCH_BEFORE_BINARY), advise_schedules, trace_pairs (1 GPU),
+#                             clocks (1 GPU: clocks and throttling per repetition, idle and under a
+#                             second process's GEMMs, and the stopping rule by noise),
 #                             ref_* (issue 35's 2-GPU reference run: see reference_args);
 #                             prebuilt instead of build: see step_prebuilt
 # PARBENCH_BENCH_TIMEOUT=SECONDS: each parbench run of a step is killed after that long, so that
@@ -180,6 +182,55 @@ step_harness_perturb() {
 step_before_after() {
   bash ci/before-after.sh "${PARBENCH_BEFORE_BINARY:?step before_after needs PARBENCH_BEFORE_BINARY}" "$parbench" \
     "$results/before_after" 2>&1 | tee "$results/before_after.txt"
+}
+
+# Clocks and throttling per repetition (docs/METRICS.md): single, graphed, on GPU 0 idle, then
+# while a second process runs bf16 GEMMs on the same GPU (its power and clock should show it),
+# then the stopping rule by noise. Prints each repetition's time, clock, power, temperature,
+# reasons and flag.
+step_clocks() {
+  local status=0
+  local common=(--strategies=single --precision=fp32 --cuda-graph=on --repetitions=10 --benchmark_min_time=0.2
+                --busy-profile=off)
+  bench clocks_idle "${common[@]}" || status=1
+  python3 - "$results/clocks_ready" <<'PY' &
+import pathlib, sys, time, torch
+a = torch.randn(8192, 8192, device="cuda:0", dtype=torch.bfloat16)
+b = torch.empty_like(a)
+for _ in range(20): torch.mm(a, a, out=b)
+torch.cuda.synchronize()
+pathlib.Path(sys.argv[1]).touch()
+end = time.time() + 300
+while time.time() < end:
+    for _ in range(50): torch.mm(a, a, out=b)
+    torch.cuda.synchronize()
+PY
+  local loader=$!
+  for _ in $(seq 120); do [[ -e $results/clocks_ready ]] && break; sleep 1; done
+  bench clocks_loaded "${common[@]}" || status=1
+  kill "$loader" 2>/dev/null; wait "$loader" 2>/dev/null
+  bench clocks_noise --strategies=single --precision=fp32 --cuda-graph=on --benchmark_min_time=0.2 --busy-profile=off \
+    --max-noise=0.5% --min-repetitions=5 --max-repetitions=20 || status=1
+  python3 - "$results"/clocks_idle.json "$results"/clocks_loaded.json "$results"/clocks_noise.json <<'PY' || status=1
+import json, sys
+ok = True
+for path in sys.argv[1:]:
+    run = json.load(open(path))
+    print(f"{path}: clock_sampling={run['context'].get('clock_sampling')} threshold={run['context'].get('throttle_threshold')}")
+    for e in run["benchmarks"]:
+        if e["run_type"] != "iteration" or e.get("error_occurred"):
+            continue
+        keys = ("sm_clock_mhz_dev0", "sm_clock_max_mhz_dev0", "power_w_dev0", "temperature_c_dev0",
+                "throttle_reasons_dev0", "throttled")
+        print(f"  rep {e['repetition_index']}: {e['real_time']:.3f} ms " + " ".join(f"{k}={e.get(k)}" for k in keys))
+        ok = ok and all(k in e for k in keys)
+    noise = next((e.get("noise") for e in run["benchmarks"] if "noise" in e), None)
+    if noise:
+        print(f"  noise: {noise}")
+print("every repetition has its clocks" if ok else "FAIL: a repetition lacks a clock counter")
+sys.exit(0 if ok else 1)
+PY
+  return $status
 }
 
 # The pipeline plain and traced in adjacent processes (ci/trace-pairs.sh).

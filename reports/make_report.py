@@ -10,6 +10,9 @@ per-repetition entries:
   efficiency    images/s / (gpus x single's images/s)
   peak memory   highest peak_mem_gib_dev<i> over repetitions, per device
   MFU           median mfu (datasheet peak) and mfu_gemm (GEMM probe's peak), GPU cases
+  clocks        GPU runs (schema 1.5.0): repetitions flagged `throttled` per case (also in the
+                summary's reps column), the lowest SM clock, highest temperature and power and
+                the clock-event reasons seen per device; with --max-noise, the noise each case reached
   best split    pipeline: the split_size with the lowest median step time, per schedule
   all-reduce    comm/allreduce: median time, algbw and busbw per size and rank count
   timelines     pipeline cases run with --trace: the measured timeline of the traced step beside
@@ -240,6 +243,12 @@ def build_report(results: pr.Results, rendered: plot.Rendered, generated: dateti
     stand_ins = results.cpu_stand_ins()
     if stand_ins:
         lines += [cpu_stand_in_note(stand_ins, results), ""]
+    throttled_cases = [case for case in results.train_cases() if _throttled(case)]
+    if throttled_cases:
+        count = sum(_throttled(case) for case in throttled_cases)
+        lines += [f"**Throttled:** {count} repetition(s) of {len(throttled_cases)} case(s) ran while a GPU was "
+                  "throttled (a clock-event reason, or its SM clock below the run's threshold): their times "
+                  "are not the GPU's best (*Clocks and throttling* below).", ""]
     lines += ["## Findings", ""]
     for setup, cases in groups.items():
         sentences = findings(cases)
@@ -259,6 +268,8 @@ def build_report(results: pr.Results, rendered: plot.Rendered, generated: dateti
     lines.append("")
     for setup, cases in groups.items():
         lines += [f"### {setup.describe()}", "", *summary_table(cases), ""]
+    lines += clocks_section(results)
+    lines += noise_section(results)
     sweeps = {setup: cases for setup, cases in groups.items()
               if any(case.strategy == "pipeline" and case.ran for case in cases)}
     if sweeps:
@@ -444,10 +455,11 @@ def summary_table(cases: list[pr.Case]) -> list[str]:
             tried = sorted(c.split_size for c in cases
                            if c.strategy == "pipeline" and c.ran and c.series == case.series)
             best_split = f"{case.split_size} (of {', '.join(map(str, tried))})"
+        throttled = _throttled(case)
         rows.append([
             case.strategy,
             case.config(),
-            str(step.count),
+            f"{step.count} ({throttled} throttled)" if throttled else str(step.count),
             f"{step.median:.2f}",
             _spread(step),
             f"{case.stats('items_per_second').median:,.1f}",
@@ -634,6 +646,82 @@ def environment(results: pr.Results) -> list[str]:
         fence = "`" * max(3, 1 + max((len(m) for m in re.findall(r"`+", command)), default=0))
         lines += ["", f"Command line of `{run.path}`:", "", f"{fence}sh", command, fence]
     return lines
+
+
+def _throttled(case: pr.Case) -> int:
+    """How many of the case's repetitions parbench flagged `throttled` (docs/METRICS.md)."""
+    return sum(1 for entry in case.repetitions if entry.get("throttled", 0) > 0)
+
+
+_CLOCK_COUNTER = re.compile(r"^sm_clock_mhz_dev(\d+)$")
+_CLOCK_EVENTS = ((0x1, "gpu_idle"), (0x2, "applications_clocks_setting"), (0x4, "sw_power_cap"),
+                 (0x8, "hw_slowdown"), (0x10, "sync_boost"), (0x20, "sw_thermal_slowdown"),
+                 (0x40, "hw_thermal_slowdown"), (0x80, "hw_power_brake_slowdown"), (0x100, "display_clock_setting"))
+
+
+def clock_event_names(reasons: int) -> str:
+    """NVML's clock-event reason bits by name, as parbench names them."""
+    names = [name for bit, name in _CLOCK_EVENTS if reasons & bit]
+    if reasons & ~sum(bit for bit, _ in _CLOCK_EVENTS):
+        names.append("other")
+    return ", ".join(names) or "none"
+
+
+def clocks_section(results: pr.Results) -> list[str]:
+    """Per case whose GPUs were sampled: throttled repetitions and, per device, the lowest SM clock
+    against its maximum, the highest temperature and power, and the clock-event reasons seen."""
+    sampled = [case for case in results.train_cases() if case.ran and "throttled" in case.repetitions[0]]
+    if not sampled:
+        return []
+    rows = []
+    for case in sampled:
+        devices = sorted({int(match.group(1)) for entry in case.repetitions for key in entry
+                          if (match := _CLOCK_COUNTER.match(key))})
+        per_device = []
+        for device in devices:
+            def values(prefix):
+                return [entry[f"{prefix}{device}"] for entry in case.repetitions if f"{prefix}{device}" in entry]
+            clock, top = values("sm_clock_mhz_dev"), values("sm_clock_max_mhz_dev")
+            temperature, power = values("temperature_c_dev"), values("power_w_dev")
+            reasons = 0
+            for value in values("throttle_reasons_dev"):
+                reasons |= int(value)
+            parts = [f"dev{device}: SM {min(clock):,.0f}" + (f" of {max(top):,.0f} MHz" if top else " MHz")]
+            if temperature:
+                parts.append(f"{max(temperature):.0f} \u00b0C")
+            if power:
+                parts.append(f"{max(power):,.0f} W")
+            parts.append(f"reasons: {clock_event_names(reasons)}")
+            per_device.append(", ".join(parts))
+        throttled = _throttled(case)
+        rows.append([_name(case), f"{throttled} of {len(case.repetitions)}" if throttled else "none",
+                     "; ".join(per_device) or "not sampled"])
+    threshold = ", ".join(sorted({run.context.get("throttle_threshold", "0.9") for run in results.runs}))
+    return ["## Clocks and throttling", "",
+            "Each GPU's SM clock, temperature, power and NVML clock-event reasons, sampled after each repetition "
+            "(the reasons also before it), outside the timed steps. A repetition is throttled when a reason "
+            "other than idle or the applications clocks was set, or the SM clock ended below "
+            f"{threshold} of its maximum (`--throttle-threshold`; docs/METRICS.md, \"Clocks and throttling\"). "
+            "Lowest clock, highest temperature and power over the repetitions.", "",
+            *_table(["case", "throttled repetitions", "per device"], rows), ""]
+
+
+def noise_section(results: pr.Results) -> list[str]:
+    """With --max-noise: the relative spread each case reached, and whether it met the bound."""
+    rows = []
+    for case in results.train_cases():
+        noise = next((entry.get("noise") for entry in case.repetitions if isinstance(entry.get("noise"), dict)), None)
+        if not noise:
+            continue
+        rows.append([_name(case), str(noise.get("repetitions")), f"{noise.get('relative_spread', 0):.3%}",
+                     f"{noise.get('max_noise', 0):.3%}",
+                     "reached" if noise.get("reached") else "not reached: stopped at the maximum"])
+    if not rows:
+        return []
+    return ["## Stopping by noise", "",
+            "`--max-noise`: each case's repetitions went on until the relative standard deviation of their times "
+            "was within the bound, or the maximum ran (docs/METRICS.md, \"Stopping by noise\").", "",
+            *_table(["case", "repetitions", "noise reached", "bound", "outcome"], rows), ""]
 
 
 def _spread(stats: pr.Stats) -> str:

@@ -68,6 +68,7 @@ class Run:
     samples: dict = field(default_factory=dict)  # run name -> metric value per error-free repetition
     errors: dict = field(default_factory=dict)  # run name -> error message per errored repetition
     unmeasured: set = field(default_factory=set)  # run names whose repetitions lack the metric
+    throttled: dict = field(default_factory=dict)  # run name -> repetitions flagged `throttled` (docs/METRICS.md)
 
 
 @dataclass
@@ -166,6 +167,8 @@ def load_run(path: str, metric: str) -> Run:
         if entry.get("error_occurred"):
             run.errors.setdefault(name, []).append(entry.get("error_message", ""))
             continue
+        if is_throttled(entry):
+            run.throttled[name] = run.throttled.get(name, 0) + 1
         try:
             value = metric_value(entry, metric)
         except UnusableInput as problem:
@@ -178,6 +181,23 @@ def load_run(path: str, metric: str) -> Run:
         raise UnusableInput(f"{path}: no per-repetition entries (run_type 'iteration'); "
                             "was it written with --benchmark_report_aggregates_only?")
     return run
+
+
+def is_throttled(entry: dict) -> bool:
+    """Whether a repetition ran throttled: parbench's `throttled` counter (schema 1.5.0) is 1."""
+    value = entry.get("throttled")
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+
+
+def throttled_reason(candidate: Run) -> str | None:
+    """One line refusing a candidate with throttled repetitions (--refuse-throttled), or None."""
+    if not candidate.throttled:
+        return None
+    total = sum(candidate.throttled.values())
+    cases = ", ".join(f"{name} ({count} of {max(count, len(candidate.samples.get(name, [])))})"
+                      for name, count in candidate.throttled.items())
+    return (f"the candidate has {total} throttled repetition(s) in {len(candidate.throttled)} benchmark(s) "
+            f"(--refuse-throttled): {cases}")
 
 
 def metric_value(entry: dict, metric: str) -> float | None:
@@ -310,6 +330,11 @@ def compare(baseline: Run, candidate: Run, settings: argparse.Namespace) -> Repo
             total = len(messages) + len(run.samples.get(name, []))
             reasons = "; ".join(sorted(set(messages)))
             report.errors.append(f"{side}: {name}: {len(messages)} of {total} repetitions errored: {reasons}")
+
+    if getattr(settings, "refuse_throttled", False):
+        reason = throttled_reason(candidate)
+        if reason:
+            report.unusable.append(reason)
 
     decide(report.rows, settings)
     too_few = [row.name for row in report.rows if row.verdict == TOO_FEW_REPETITIONS]
@@ -599,8 +624,8 @@ def parse_arguments(argv: list | None) -> argparse.Namespace:
         epilog="exit codes: 0 pass, 1 regression, or a benchmark the baseline measured is missing or failed "
                "in the candidate (unless --allow-missing), "
                "2 unusable input (unreadable or malformed file, unknown schema major, context mismatch, "
-               "too few repetitions with --too-few-repetitions=fail, nothing compared, an unusable --window "
-               "folder or --trend figure, bad option)")
+               "too few repetitions with --too-few-repetitions=fail, throttled repetitions with "
+               "--refuse-throttled, nothing compared, an unusable --window folder or --trend figure, bad option)")
     parser.add_argument("runs", nargs="+", metavar="[BASELINE] CANDIDATE",
                         help="baseline JSON, from a trusted run on the same GPUs (left out with --window), "
                              "then the candidate JSON, from the build under test")
@@ -619,6 +644,9 @@ def parse_arguments(argv: list | None) -> argparse.Namespace:
                              "or skipped) without failing; by default it fails the gate (exit 1)")
     parser.add_argument("--allow-context-mismatch", action="store_true",
                         help=f"compare even when {', '.join(CONTEXT_KEYS_THAT_MUST_MATCH)} differ (reported as warnings)")
+    parser.add_argument("--refuse-throttled", action="store_true",
+                        help="declare a candidate with any repetition flagged throttled (parbench's `throttled` "
+                             "counter: a GPU clock-event reason or a low SM clock) unusable, exit 2")
     parser.add_argument("--correction", choices=["holm", "none"], default="holm",
                         help="how the U test's p-values are corrected for testing every benchmark of the run at "
                              "once: Holm's step-down method, which keeps the chance of any false regression below "

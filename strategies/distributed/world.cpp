@@ -409,6 +409,15 @@ std::vector<std::string> World::gather_to_rank0(const std::string& value, const 
   return values;
 }
 
+std::vector<std::string> World::gather_to_all(const std::string& value, const std::string& what) {
+  const std::string prefix = "gather/" + std::to_string(next_sequence_++) + "/";
+  store_->set(prefix + std::to_string(rank()), value);
+  wait_for_ranks(*store_, prefix, size(), timeout_, "hand in " + what);
+  std::vector<std::string> values;
+  for (int other = 0; other < size(); ++other) values.push_back(store_->get_to_str(prefix + std::to_string(other)));
+  return values;
+}
+
 void World::report_progress(const std::string& what) {
   uint64_t count = 0;
   {

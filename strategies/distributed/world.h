@@ -106,6 +106,8 @@ class World {
   void line_up_streams();
   // Every rank's `value` in rank order on rank 0; an empty list on the other ranks.
   std::vector<std::string> gather_to_rank0(const std::string& value, const std::string& what);
+  // Every rank's `value` in rank order, on every rank.
+  std::vector<std::string> gather_to_all(const std::string& value, const std::string& what);
   // Publishes what this rank is doing, so a launcher or a stalled peer can name the rank that
   // fell behind, and marks the rank busy: its watchdog runs.
   void report_progress(const std::string& what);
