@@ -10,7 +10,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cmath>
 #include <limits>
 #include <cerrno>
 #include <cmath>
@@ -400,7 +399,7 @@ Options parse_options(int argc, char** argv, bool has_gpu, std::vector<char*>* b
          noise_bounds_given = true;
        }},
       {"throttle-threshold", [&](auto& f, auto& v) {
-         options.throttle_threshold = parse_double(f, v, 0.0);
+         options.throttle_threshold = parse_double(f, v, 0.0, std::numeric_limits<double>::max());
          if (!std::isfinite(options.throttle_threshold) || options.throttle_threshold > 1) {
            throw UsageError("--" + f + "=" + v + " must be above 0 and at most 1 (a fraction of the maximum SM clock)");
          }
