@@ -279,7 +279,7 @@ TEST(DeviceTimer, OnTheCpuItReadsTheHostClock) {
 // A spinning kernel queued on a device's current stream, between two events of that stream; ms()
 // is the span between them.
 struct TimedSleep {
-  at::cuda::CUDAEvent before, after;
+  at::cuda::CUDAEvent before{cudaEventDefault}, after{cudaEventDefault};  // timing events (the default disables timing)
   void queue(int device, int64_t cycles) {
     c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
     const auto stream = c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device));
