@@ -434,6 +434,19 @@ def write_document(path: Path, ctx: dict, results: list[dict]) -> None:
     os.replace(partial, path)
 
 
+def record(out: str, context: dict, results: list, entry: dict) -> None:
+    """Adds one result, prints its line and writes the whole document again, so that a baseline
+    killed later (a timeout, a crash) still leaves the results before it."""
+    results.append(entry)
+    report(entry)
+    write_document(out, context, results)
+
+
+def exit_status(results: list) -> int:
+    """1 where a case failed; a skip is not a failure."""
+    return 1 if any(r["error"] and not r["error"].startswith("skipped:") for r in results) else 0
+
+
 def first_line(error: BaseException) -> str:
     text = f"{type(error).__name__}: {error}"
     return text.splitlines()[0] if text else type(error).__name__

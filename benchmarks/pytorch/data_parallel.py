@@ -71,12 +71,11 @@ def run_case(args, batch: int, precision: str) -> dict:
 def main(argv) -> int:
     args = parse(argv)
     results = []
+    context = bc.context(args.device, "event")
     for batch in args.batch:
         for precision in args.precision:
-            results.append(run_case(args, batch, precision))
-            bc.report(results[-1])
-            bc.write_document(args.out, bc.context(args.device, "event"), results)
-    return 1 if any(r["error"] and not r["error"].startswith("skipped:") for r in results) else 0
+            bc.record(args.out, context, results, run_case(args, batch, precision))
+    return bc.exit_status(results)
 
 
 if __name__ == "__main__":

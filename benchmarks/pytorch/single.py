@@ -101,13 +101,12 @@ def run_case(args, batch: int, precision: str, variant: str) -> dict:
 def main(argv) -> int:
     args = parse(argv)
     results = []
+    context = bc.context(args.device, "event")
     for batch in args.batch:
         for precision in args.precision:
             for variant in args.variants:
-                results.append(run_case(args, batch, precision, variant))
-                bc.report(results[-1])
-                bc.write_document(args.out, bc.context(args.device, "event"), results)
-    return 1 if any(r["error"] and not r["error"].startswith("skipped:") for r in results) else 0
+                bc.record(args.out, context, results, run_case(args, batch, precision, variant))
+    return bc.exit_status(results)
 
 
 if __name__ == "__main__":

@@ -187,10 +187,8 @@ def main(argv) -> int:
         for precision in args.precision:
             for variant in args.variants:
                 for split in (args.split_sizes if variant == "pipeline" else [None]):
-                    results.append(run_case(args, batch, precision, variant, split, dev0, dev1))
-                    bc.report(results[-1])
-                    bc.write_document(args.out, ctx, results)
-    return 1 if any(r["error"] and not r["error"].startswith("skipped:") for r in results) else 0
+                    bc.record(args.out, ctx, results, run_case(args, batch, precision, variant, split, dev0, dev1))
+    return bc.exit_status(results)
 
 
 if __name__ == "__main__":
