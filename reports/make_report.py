@@ -4,7 +4,7 @@
 
 Per set-up (model, batch, image, precision, data mode) it computes, over each case's
 per-repetition entries:
-  step time     median of step_ms; spread = sample standard deviation (min and max in the sweep)
+  step time     median of step_ms; spread = sample standard deviation, and min and max
   images/s      median of items_per_second
   speedup       single's median step time / the case's median step time, same set-up
   efficiency    images/s / (gpus x single's images/s)
@@ -51,7 +51,7 @@ from parbench_results import baselines as pb
 from parbench_results import cases as pr
 
 FIGURE_CAPTIONS = {
-    "step_time": "Step time per strategy (mean \u00b1 standard deviation over repetitions)",
+    "step_time": "Step time per strategy (median over repetitions, whiskers min\u2013max)",
     "split_size": "Pipeline speedup over single against split_size, with the ideal S\u00b7M/(M+S\u22121)",
     "throughput": "Images/s per strategy against ideal scaling, with scaling efficiency",
     "memory": "Peak allocated memory per device",
@@ -256,10 +256,10 @@ def build_report(results: pr.Results, rendered: plot.Rendered, generated: dateti
             sentences.append("These are CPU stand-ins: the code paths, not GPU performance.")
         lines.append(f"- **{setup.describe()}**: {' '.join(sentences)}")
     lines += ["", "## Summary", "",
-              "Step time is the median over repetitions with the sample standard deviation as its "
-              "spread; images/s is the median; speedup and scaling efficiency compare with the "
-              "single-GPU case of the same set-up; peak memory is the highest over repetitions, "
-              "per device; pipeline is shown at its best split_size "
+              "Step time is the median over repetitions, with the sample standard deviation and the "
+              "min\u2013max as its spread; images/s is the median; speedup and scaling efficiency "
+              "compare with the single-GPU case of the same set-up; peak memory is the highest over "
+              "repetitions, per device; pipeline is shown at its best split_size "
               "(all splits under *Pipeline split sweep*)."]
     if any(case.strategy == "ddp" and case.fields["scaling"] == "weak" for case in results.train_cases()):
         lines[-1] += (" Weak-scaling ddp keeps single's batch on each rank, so one of its steps "
@@ -462,6 +462,7 @@ def summary_table(cases: list[pr.Case]) -> list[str]:
             f"{step.count} ({throttled} throttled)" if throttled else str(step.count),
             f"{step.median:.2f}",
             _spread(step),
+            f"{step.minimum:.2f}\u2013{step.maximum:.2f}",
             f"{case.stats('items_per_second').median:,.1f}",
             f"{pr.speedup(case, single):.2f}\u00d7" if compared else "no single",
             f"{pr.scaling_efficiency(case, single):.1%}" if compared else "no single",
@@ -471,7 +472,7 @@ def summary_table(cases: list[pr.Case]) -> list[str]:
             best_split,
             _details(case),
         ])
-    return _table(["strategy", "config", "reps", "step time median (ms)", "stddev (ms)",
+    return _table(["strategy", "config", "reps", "step time median (ms)", "stddev (ms)", "min\u2013max (ms)",
                    "images/s (median)", "speedup vs single", "scaling efficiency",
                    "peak memory (GiB)", "MFU", "bubble fraction", "best split", "details"], rows)
 

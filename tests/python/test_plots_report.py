@@ -815,3 +815,44 @@ def test_make_report_errors_are_one_line(tmp_path, make_input):
     message = result.stderr.strip()
     assert message.startswith("make_report.py: error: ") and "\n" not in message, result.stderr
     assert "Traceback" not in result.stderr
+
+
+# --- the step-time figure draws the table's medians ---
+
+GPT_RUN = [REPORTS / "2026-11-26-2xh200" / "call2" / "ref_gpt.json"]
+
+
+def figure_words(figure):
+    """Every text the figure shows, joined."""
+    return "\n".join(text.get_text() for text, _ in drawn_texts(figure))
+
+
+@pytest.mark.parametrize("files", [GPU_RUN, GPT_RUN], ids=["gpu_fixture", "gpt_report"])
+def test_step_time_bars_are_the_tables_medians_with_its_min_max(tmp_path, files):
+    result = run(MAKE_REPORT, tmp_path, files)
+    assert result.returncode == 0, result.stderr
+    summary = tables((tmp_path / "REPORT.md").read_text(encoding="utf-8"), "Summary")
+    # Means and medians differ here, so a figure of means fails.
+    reps = repetitions(files)
+    assert any(abs(statistics.fmean(e["step_ms"] for e in entries) - median(entries, "step_ms")) > 0.05
+               for entries in reps.values() if entries[0]["run_name"].startswith("train/"))
+    results = pr.load([str(path) for path in files])
+    bars = plot.step_time_bars(results.by_setup())
+    figure = drawn_figures(files)["step_time"]
+    assert len(figure.axes) == len(bars) == len(summary)
+    for ax, (setup, drawn), (heading, rows) in zip(figure.axes, bars.items(), summary.items()):
+        assert heading == setup.describe()
+        table = [value for r in rows for value in (number(r["step time median (ms)"]),
+                 *map(float, r["min\u2013max (ms)"].replace(",", "").split("\u2013")))]
+        assert [value for bar in drawn for value in (bar.median_ms, bar.min_ms, bar.max_ms)] == pytest.approx(
+            table, abs=0.005)
+        # What is drawn is that data: bar lengths, and whiskers from min to max.
+        patches = sorted(ax.patches, key=lambda patch: patch.get_y())
+        assert [patch.get_width() for patch in patches] == pytest.approx([bar.median_ms for bar in drawn])
+        [container] = ax.containers[1:]  # after the bars, the error bars
+        segments = sorted(container.lines[2][0].get_segments(), key=lambda segment: segment[0][1])
+        spread = [bar for bar in drawn if bar.repetitions > 1]
+        assert [x for segment in segments for x in (segment[0][0], segment[1][0])] == pytest.approx(
+            [x for bar in spread for x in (bar.min_ms, bar.max_ms)])
+    assert "median step time over repetitions" in figure_words(figure)
+    assert "min\u2013max" in figure_words(figure)
