@@ -5,12 +5,14 @@
 step_time   step time per strategy: median of the step_ms counter over repetitions, whiskers from
             its min to its max (the report's tables give the same numbers); one panel per set-up
             (precision, ...); pipeline at its best split.
-split_size  pipeline speedup over single (images/s / single's images/s, median over repetitions)
+split_size  pipeline speedup over single (throughput / single's throughput, median over repetitions)
             against split_size on a log axis, one curve per schedule, the ideal S*M/(M+S-1) and
             single's 1.0 as references, the best split (lowest median step time) marked. Cases
             with a CUDA graph are drawn against single with one, dashed, in the same panel.
-throughput  images/s (median of items_per_second, standard deviation) per strategy against the
-            ideal, gpus x single's images/s; scaling efficiency = images/s / ideal beside each bar.
+throughput  throughput (median, standard deviation) per strategy against the ideal, gpus x single's
+            throughput; scaling efficiency = throughput / ideal beside each bar. Throughput is
+            images/s (items_per_second) for image models, tokens/s (tokens_per_second) for
+            language models, whose items_per_second counts sequences.
 memory      peak allocated GiB per device: the highest peak_mem_gib_dev<i> over repetitions.
 
 Bars lie horizontal, one row per case, so any number of cases keeps its labels apart. Every
@@ -214,13 +216,14 @@ def _draw_split_size(results, groups, notes):
         ax.set_xscale("log", base=2)
         ax.set_xticks(splits, [str(split) for split in splits])
         ax.xaxis.set_minor_locator(NullLocator())
-        ax.set_xlabel("split_size (images per micro-batch, log scale)")
+        ax.set_xlabel(f"split_size ({modes[0][0].samples} per micro-batch, log scale)")
         _speedup_axis(ax, speedups)
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, borderaxespad=0.0)
     graphs = any(setup.graph == "on" for modes in panels.values() for setup, _, _ in modes)
-    _footer(figure, "Speedup: the case's median images/s / single's median images/s in the same set-up"
+    unit = throughput_words([setup for modes in panels.values() for setup, _, _ in modes])
+    _footer(figure, f"Speedup: the case's median {unit} / single's median {unit} in the same set-up"
                     + (" (dashed: both with --cuda-graph=on)" if graphs else "") + "; error bars: \u00b11 "
-                    "sample standard deviation of the case's images/s, in the same units; \u2605 each curve's "
+                    "sample standard deviation of the case's throughput, in the same units; \u2605 each curve's "
                     "best split (lowest median step time); dotted: the ideal S\u00b7M/(M+S\u22121) of S "
                     "balanced stages with free copies and M = \u2308batch/split_size\u2309 micro-batches "
                     "(docs/METRICS.md).", notes, titles)
@@ -288,14 +291,14 @@ def _draw_throughput(results, groups, notes):
     figure, axes, titles = _figure(results, "Throughput per strategy against ideal scaling", panels,
                                    _bar_heights(panels))
     for ax, (setup, shown) in zip(axes, panels.items()):
-        stats = [case.stats("items_per_second") for case in shown]
+        stats = [case.throughput() for case in shown]
         heights = [s.median for s in stats]
         single = pr.single_reference(groups[setup])
         if single is None:
             notes.append((setup, "no single-GPU case ran, so no ideal and no efficiency"))
             _bars(ax, shown, heights, _symmetric([s.stddev for s in stats]), "{:,.0f}")
         else:
-            ideal = [case.gpus * single.stats("items_per_second").median for case in shown]
+            ideal = [case.gpus * single.throughput().median for case in shown]
             ax.barh(range(len(shown)), ideal, height=BAR_HEIGHT, facecolor="none", edgecolor="0.3",
                     linestyle="--", linewidth=1.2, zorder=1)
             texts = [f"{height:,.0f} (reference)" if case is single
@@ -306,10 +309,21 @@ def _draw_throughput(results, groups, notes):
                                Patch(facecolor="none", edgecolor="0.3", linestyle="--",
                                      label="ideal: gpus \u00d7 single")])
         _note_one_repetition(setup, shown, stats, notes)
-        ax.set_xlabel("throughput (images/s)")
-    _footer(figure, "Bars: median images/s over repetitions; error bars: \u00b11 sample standard "
-                    "deviation; efficiency = images/s / (gpus \u00d7 single's images/s).", notes, titles)
+        ax.set_xlabel(f"throughput ({setup.throughput_unit})")
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:,.0f}"))
+    unit = throughput_words(panels)
+    _footer(figure, f"Bars: median {unit} over repetitions; error bars: \u00b11 sample standard "
+                    f"deviation; efficiency = throughput / (gpus \u00d7 single's throughput).", notes, titles)
     return figure
+
+
+def throughput_words(setups) -> str:
+    """The throughput unit of the set-ups, each once: 'images/s', 'tokens/s', or where both kinds
+    of model are drawn 'images/s (tokens/s for language models)'."""
+    units = list(dict.fromkeys(setup.throughput_unit for setup in setups))
+    if len(units) == 1:
+        return units[0]
+    return "images/s (tokens/s for language models)"
 
 
 def _draw_memory(results, groups, notes):
