@@ -2,14 +2,17 @@
 
   python3 plots/plot.py OUT_DIR RUN1.json [RUN2.json ...]
 
-step_time   step time per strategy: mean and sample standard deviation of the step_ms counter
-            over repetitions; one panel per set-up (precision, ...); pipeline at its best split.
-split_size  pipeline speedup over single (images/s / single's images/s, median over repetitions)
+step_time   step time per strategy: median of the step_ms counter over repetitions, whiskers from
+            its min to its max (the report's tables give the same numbers); one panel per set-up
+            (precision, ...); pipeline at its best split.
+split_size  pipeline speedup over single (throughput / single's throughput, median over repetitions)
             against split_size on a log axis, one curve per schedule, the ideal S*M/(M+S-1) and
             single's 1.0 as references, the best split (lowest median step time) marked. Cases
             with a CUDA graph are drawn against single with one, dashed, in the same panel.
-throughput  images/s (median of items_per_second, standard deviation) per strategy against the
-            ideal, gpus x single's images/s; scaling efficiency = images/s / ideal beside each bar.
+throughput  throughput (median, standard deviation) per strategy against the ideal, gpus x single's
+            throughput; scaling efficiency = throughput / ideal beside each bar. Throughput is
+            images/s (items_per_second) for image models, tokens/s (tokens_per_second) for
+            language models, whose items_per_second counts sequences.
 memory      peak allocated GiB per device: the highest peak_mem_gib_dev<i> over repetitions.
 
 Bars lie horizontal, one row per case, so any number of cases keeps its labels apart. Every
@@ -137,18 +140,49 @@ def remove_stale_figures(out_dir: Path, written: list[str]) -> list[str]:
 # Each _draw_* returns a figure and appends (set-up, text) to notes for what it leaves out; or,
 # where there is nothing to draw, returns None and appends (None, why).
 
+@dataclass(frozen=True)
+class StepTimeBar:
+    """One case's bar in the step_time figure: the median step time over its repetitions, as the
+    report's tables give it, and whiskers from the fastest repetition to the slowest (the
+    tables' min\u2013max); no whiskers with one repetition."""
+
+    case: pr.Case
+    median_ms: float
+    min_ms: float
+    max_ms: float
+    repetitions: int
+
+    @classmethod
+    def of(cls, case: pr.Case) -> StepTimeBar:
+        stats = case.stats("step_ms")
+        return cls(case, stats.median, stats.minimum, stats.maximum, stats.count)
+
+    @property
+    def whiskers(self) -> tuple[float, float] | None:
+        """(below, above) the median, or None with one repetition."""
+        return (self.median_ms - self.min_ms, self.max_ms - self.median_ms) if self.repetitions > 1 else None
+
+
+def step_time_bars(groups: dict[pr.Setup, list[pr.Case]]) -> dict[pr.Setup, list[StepTimeBar]]:
+    """Set-up -> the step_time figure's bars, one per headline case (pipeline at its best split)."""
+    return {setup: [StepTimeBar.of(case) for case in pr.headline_cases(cases)]
+            for setup, cases in groups.items() if pr.headline_cases(cases)}
+
+
 def _draw_step_time(results, groups, notes):
     panels = _headline_panels(groups, notes)
     if not panels:
         return None
+    bars = step_time_bars(groups)
     figure, axes, titles = _figure(results, "Training step time per strategy", panels, _bar_heights(panels))
     for ax, (setup, shown) in zip(axes, panels.items()):
-        stats = [case.stats("step_ms") for case in shown]
-        _bars(ax, shown, [s.mean for s in stats], [s.stddev for s in stats], "{:,.1f} ms")
-        _note_one_repetition(setup, shown, stats, notes)
-        ax.set_xlabel("step time (ms)")
-    _footer(figure, "Bars: mean over repetitions; error bars: \u00b11 sample standard deviation; "
-                    "pipeline at its best split (lowest median step time).", notes, titles)
+        drawn = bars[setup]
+        _bars(ax, shown, [bar.median_ms for bar in drawn], [bar.whiskers for bar in drawn], "{:,.1f} ms")
+        _note_one_repetition(setup, shown, [case.stats("step_ms") for case in shown], notes)
+        ax.set_xlabel("step time (ms, median)")
+    _footer(figure, "Bars: median step time over repetitions, as REPORT.md's tables give it; whiskers: "
+                    "min\u2013max, the fastest and the slowest repetition; pipeline at its best split "
+                    "(lowest median step time).", notes, titles)
     return figure
 
 
@@ -182,13 +216,14 @@ def _draw_split_size(results, groups, notes):
         ax.set_xscale("log", base=2)
         ax.set_xticks(splits, [str(split) for split in splits])
         ax.xaxis.set_minor_locator(NullLocator())
-        ax.set_xlabel("split_size (images per micro-batch, log scale)")
+        ax.set_xlabel(f"split_size ({modes[0][0].samples} per micro-batch, log scale)")
         _speedup_axis(ax, speedups)
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, borderaxespad=0.0)
     graphs = any(setup.graph == "on" for modes in panels.values() for setup, _, _ in modes)
-    _footer(figure, "Speedup: the case's median images/s / single's median images/s in the same set-up"
+    unit = throughput_words([setup for modes in panels.values() for setup, _, _ in modes])
+    _footer(figure, f"Speedup: the case's median {unit} / single's median {unit} in the same set-up"
                     + (" (dashed: both with --cuda-graph=on)" if graphs else "") + "; error bars: \u00b11 "
-                    "sample standard deviation of the case's images/s, in the same units; \u2605 each curve's "
+                    "sample standard deviation of the case's throughput, in the same units; \u2605 each curve's "
                     "best split (lowest median step time); dotted: the ideal S\u00b7M/(M+S\u22121) of S "
                     "balanced stages with free copies and M = \u2308batch/split_size\u2309 micro-batches "
                     "(docs/METRICS.md).", notes, titles)
@@ -256,28 +291,39 @@ def _draw_throughput(results, groups, notes):
     figure, axes, titles = _figure(results, "Throughput per strategy against ideal scaling", panels,
                                    _bar_heights(panels))
     for ax, (setup, shown) in zip(axes, panels.items()):
-        stats = [case.stats("items_per_second") for case in shown]
+        stats = [case.throughput() for case in shown]
         heights = [s.median for s in stats]
         single = pr.single_reference(groups[setup])
         if single is None:
             notes.append((setup, "no single-GPU case ran, so no ideal and no efficiency"))
-            _bars(ax, shown, heights, [s.stddev for s in stats], "{:,.0f}")
+            _bars(ax, shown, heights, _symmetric([s.stddev for s in stats]), "{:,.0f}")
         else:
-            ideal = [case.gpus * single.stats("items_per_second").median for case in shown]
+            ideal = [case.gpus * single.throughput().median for case in shown]
             ax.barh(range(len(shown)), ideal, height=BAR_HEIGHT, facecolor="none", edgecolor="0.3",
                     linestyle="--", linewidth=1.2, zorder=1)
             texts = [f"{height:,.0f} (reference)" if case is single
                      else f"{height:,.0f}, {pr.scaling_efficiency(case, single):.0%} of ideal"
                      for case, height in zip(shown, heights)]
-            _bars(ax, shown, heights, [s.stddev for s in stats], texts, floor=ideal)
+            _bars(ax, shown, heights, _symmetric([s.stddev for s in stats]), texts, floor=ideal)
             _legend_above(ax, [Patch(facecolor="0.6", label="measured (median)"),
                                Patch(facecolor="none", edgecolor="0.3", linestyle="--",
                                      label="ideal: gpus \u00d7 single")])
         _note_one_repetition(setup, shown, stats, notes)
-        ax.set_xlabel("throughput (images/s)")
-    _footer(figure, "Bars: median images/s over repetitions; error bars: \u00b11 sample standard "
-                    "deviation; efficiency = images/s / (gpus \u00d7 single's images/s).", notes, titles)
+        ax.set_xlabel(f"throughput ({setup.throughput_unit})")
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:,.0f}"))
+    unit = throughput_words(panels)
+    _footer(figure, f"Bars: median {unit} over repetitions; error bars: \u00b11 sample standard "
+                    f"deviation; efficiency = throughput / (gpus \u00d7 single's throughput).", notes, titles)
     return figure
+
+
+def throughput_words(setups) -> str:
+    """The throughput unit of the set-ups, each once: 'images/s', 'tokens/s', or where both kinds
+    of model are drawn 'images/s (tokens/s for language models)'."""
+    units = list(dict.fromkeys(setup.throughput_unit for setup in setups))
+    if len(units) == 1:
+        return units[0]
+    return "images/s (tokens/s for language models)"
 
 
 def _draw_memory(results, groups, notes):
@@ -398,22 +444,28 @@ def _machines(results):
     return text
 
 
-def _bars(ax, cases, widths, stddevs, texts, floor=None):
+def _symmetric(stddevs):
+    """Error bars of \u00b11 standard deviation, as _bars takes them."""
+    return [None if stddev is None else (stddev, stddev) for stddev in stddevs]
+
+
+def _bars(ax, cases, widths, errors, texts, floor=None):
     """One horizontal bar per case, error bars where there is a spread, and a text after each bar:
-    texts is a format for the width or one string per bar; floor, per bar, where the text may
-    start at the earliest."""
+    errors, per bar, (below, above) the bar's end or None (one repetition); texts is a format for
+    the width or one string per bar; floor, per bar, where the text may start at the earliest."""
     ys = range(len(cases))
     ax.barh(ys, widths, height=BAR_HEIGHT, color=[STRATEGY_COLORS.get(c.strategy, OTHER_COLOR) for c in cases],
             zorder=2)
-    spread = [(y, width, stddev) for y, width, stddev in zip(ys, widths, stddevs) if stddev is not None]
+    spread = [(y, width, error) for y, width, error in zip(ys, widths, errors) if error is not None]
     if spread:
-        y, width, stddev = zip(*spread)
-        ax.errorbar(width, y, xerr=stddev, fmt="none", ecolor="black", capsize=3, zorder=3)
+        y, width, error = zip(*spread)
+        ax.errorbar(width, y, xerr=[[below for below, _ in error], [above for _, above in error]], fmt="none",
+                    ecolor="black", capsize=3, zorder=3)
     if isinstance(texts, str):
         texts = [texts.format(width) for width in widths]
-    for y, width, stddev, text in zip(ys, widths, stddevs, texts):
-        end = max(width + (stddev or 0.0), floor[y] if floor else 0.0)
-        if stddev is None:
+    for y, width, error, text in zip(ys, widths, errors, texts):
+        end = max(width + (error[1] if error else 0.0), floor[y] if floor else 0.0)
+        if error is None:
             text += " (1 repetition)"
         ax.annotate(text, (end, y), xytext=(4, 0), textcoords="offset points", ha="left", va="center",
                     fontsize=9)

@@ -4,10 +4,12 @@
 
 Per set-up (model, batch, image, precision, data mode) it computes, over each case's
 per-repetition entries:
-  step time     median of step_ms; spread = sample standard deviation (min and max in the sweep)
-  images/s      median of items_per_second
+  step time     median of step_ms; spread = sample standard deviation, and min and max
+  throughput    images/s for an image model: median of items_per_second; tokens/s for a language
+                model (a set-up with a seq): median of tokens_per_second, its sequences/s
+                (items_per_second) among the details
   speedup       single's median step time / the case's median step time, same set-up
-  efficiency    images/s / (gpus x single's images/s)
+  efficiency    throughput / (gpus x single's throughput)
   peak memory   highest peak_mem_gib_dev<i> over repetitions, per device
   MFU           median mfu (datasheet peak) and mfu_gemm (GEMM probe's peak), GPU cases
   clocks        GPU runs (schema 1.5.0): repetitions flagged `throttled` per case (also in the
@@ -23,11 +25,11 @@ per-repetition entries:
                 beside parbench's JSON: each matched to the parbench case of the same fields, with
                 both median step times and their ratio; baselines with no match are listed too
 and states the findings (highest throughput, lowest step time, best split, every strategy ranked
-by images/s) in sentences built from those numbers. Multi-device cases that ran on CPU devices
-(no GPU visible) are called CPU stand-ins, at the top and in each finding: they show the code
-paths and the harness, not what the strategies achieve on GPUs. Skipped cases are listed once
-per reason, failed ones one by one with their errors. REPORT.md and the
-figures are written to a staging folder and moved into place, so an error leaves none behind;
+by throughput) in sentences built from those numbers, each set-up in its own unit. Multi-device
+cases that ran on CPU devices (no GPU visible) are called CPU stand-ins, at the top and in each
+finding: they show the code paths and the harness, not what the strategies achieve on GPUs.
+Skipped cases are listed once per reason, failed ones one by one with their errors. REPORT.md and
+the figures are written to a staging folder and moved into place, so an error leaves none behind;
 a file that is not readable parbench output exits with status 2 and one line on stderr.
 """
 from __future__ import annotations
@@ -51,9 +53,9 @@ from parbench_results import baselines as pb
 from parbench_results import cases as pr
 
 FIGURE_CAPTIONS = {
-    "step_time": "Step time per strategy (mean \u00b1 standard deviation over repetitions)",
+    "step_time": "Step time per strategy (median over repetitions, whiskers min\u2013max)",
     "split_size": "Pipeline speedup over single against split_size, with the ideal S\u00b7M/(M+S\u22121)",
-    "throughput": "Images/s per strategy against ideal scaling, with scaling efficiency",
+    "throughput": "Throughput ({unit}) per strategy against ideal scaling, with scaling efficiency",
     "memory": "Peak allocated memory per device",
     "prediction": "Predicted against measured step time (parbench --advise)",
 }
@@ -256,14 +258,17 @@ def build_report(results: pr.Results, rendered: plot.Rendered, generated: dateti
             sentences.append("These are CPU stand-ins: the code paths, not GPU performance.")
         lines.append(f"- **{setup.describe()}**: {' '.join(sentences)}")
     lines += ["", "## Summary", "",
-              "Step time is the median over repetitions with the sample standard deviation as its "
-              "spread; images/s is the median; speedup and scaling efficiency compare with the "
-              "single-GPU case of the same set-up; peak memory is the highest over repetitions, "
-              "per device; pipeline is shown at its best split_size "
+              "Step time is the median over repetitions, with the sample standard deviation and the "
+              f"min\u2013max as its spread; {throughput_sentence(groups)} speedup and scaling efficiency "
+              "compare with the single-GPU case of the same set-up; peak memory is the highest over "
+              "repetitions, per device; pipeline is shown at its best split_size "
               "(all splits under *Pipeline split sweep*)."]
-    if any(case.strategy == "ddp" and case.fields["scaling"] == "weak" for case in results.train_cases()):
+    weak = {case.setup for case in results.train_cases() if case.strategy == "ddp" and case.fields["scaling"] == "weak"}
+    if weak:
+        unit = plot.throughput_words(weak)
+        samples = " or ".join(dict.fromkeys(setup.samples for setup in weak))
         lines[-1] += (" Weak-scaling ddp keeps single's batch on each rank, so one of its steps "
-                      "trains gpus \u00d7 as many images: compare its images/s and efficiency, not its "
+                      f"trains gpus \u00d7 as many {samples}: compare its {unit} and efficiency, not its "
                       "step-time speedup.")
     lines.append("")
     for setup, cases in groups.items():
@@ -298,9 +303,10 @@ def build_report(results: pr.Results, rendered: plot.Rendered, generated: dateti
     if baselines:
         lines += pytorch_section(results, baselines)
     lines += ["## Figures", ""]
+    unit = plot.throughput_words(groups)
     for name in rendered.written:
-        lines += [f"![{FIGURE_CAPTIONS[name]}]({name}.png)", "",
-                  f"*{FIGURE_CAPTIONS[name]}* ([SVG]({name}.svg))", ""]
+        caption = FIGURE_CAPTIONS[name].format(unit=unit)
+        lines += [f"![{caption}]({name}.png)", "", f"*{caption}* ([SVG]({name}.svg))", ""]
     lines += [f"- No `{name}` figure: {reason}." for name, reason in rendered.skipped.items()]
     if rendered.skipped:
         lines.append("")
@@ -312,6 +318,17 @@ def build_report(results: pr.Results, rendered: plot.Rendered, generated: dateti
         lines += [f"The input also holds {len(others)} {families} case(s); this report does not "
                   "summarise them.", ""]
     return "\n".join(lines)
+
+
+def throughput_sentence(setups) -> str:
+    """How the summary's throughput column is given, for the set-ups' kinds of model."""
+    units = {setup.throughput_unit for setup in setups}
+    tokens = "(`tokens_per_second`; the sequences/s behind it is among the details);"
+    if units == {"images/s"}:
+        return "images/s is the median;"
+    if units == {"tokens/s"}:
+        return f"tokens/s is the median {tokens}"
+    return f"throughput is the median, in images/s for image models and in tokens/s for language models {tokens}"
 
 
 def pytorch_section(results: pr.Results, baselines: list[pb.Baseline]) -> list[str]:
@@ -377,28 +394,29 @@ def findings(cases: list[pr.Case]) -> list[str]:
     if not shown:
         return ["No case ran."]
     single = pr.single_reference(cases)
-    ips = {id(case): case.stats("items_per_second") for case in shown}
+    unit = shown[0].setup.throughput_unit
+    ips = {id(case): case.throughput() for case in shown}
     ranked = sorted(shown, key=lambda case: ips[id(case)].median, reverse=True)
     top = ranked[0]
     top_ips = ips[id(top)].median
     if single is None:
         sentences = [f"No single-GPU case ran, so there is no speedup reference; {_name(top)} has "
-                     f"the highest throughput, {top_ips:,.0f} images/s."]
+                     f"the highest throughput, {top_ips:,.0f} {unit}."]
     elif len(ranked) == 1:
         not_run = [case for case in cases if not case.ran]
         why = (f" ({len(not_run)} other case(s) did not run: {'; '.join(dict.fromkeys(r for c in not_run for r in c.reasons()))})"
                if not_run else "")
-        return [f"Only `single` ran{why}: {top_ips:,.0f} images/s at {single.stats('step_ms').median:.1f} ms "
+        return [f"Only `single` ran{why}: {top_ips:,.0f} {unit} at {single.stats('step_ms').median:.1f} ms "
                 "median step time, so there is nothing to compare it with."]
     elif top is single:
         runner_up = ranked[1]
-        sentences = [f"No multi-device strategy beat `single`'s {top_ips:,.0f} images/s; the closest, "
-                     f"{_name(runner_up)}, reaches {ips[id(runner_up)].median:,.0f} images/s "
+        sentences = [f"No multi-device strategy beat `single`'s {top_ips:,.0f} {unit}; the closest, "
+                     f"{_name(runner_up)}, reaches {ips[id(runner_up)].median:,.0f} {unit} "
                      f"({pr.scaling_efficiency(runner_up, single):.1%} scaling efficiency)."]
     else:
-        single_ips = single.stats("items_per_second").median
-        sentences = [f"{_name(top)} has the highest throughput, {top_ips:,.0f} images/s: "
-                     f"{top_ips / single_ips:.2f}\u00d7 `single`'s {single_ips:,.0f} images/s, "
+        single_ips = single.throughput().median
+        sentences = [f"{_name(top)} has the highest throughput, {top_ips:,.0f} {unit}: "
+                     f"{top_ips / single_ips:.2f}\u00d7 `single`'s {single_ips:,.0f} {unit}, "
                      f"{pr.scaling_efficiency(top, single):.1%} scaling efficiency on {top.device_count()}."]
     if len(ranked) > 1:
         runner_up = ranked[1]
@@ -407,7 +425,7 @@ def findings(cases: list[pr.Case]) -> list[str]:
             sentences[-1] += (f" Its lead over {_name(runner_up)} is within one standard deviation, "
                               "so their order is not settled.")
     if len(ranked) > 2:
-        sentences.append("By images/s: " + ", ".join(
+        sentences.append(f"By {unit}: " + ", ".join(
             f"{_short_name(case, shown)} {ips[id(case)].median:,.0f}" for case in ranked) + ".")
     fastest = min(shown, key=lambda case: case.stats("step_ms").median)
     step = fastest.stats("step_ms").median
@@ -462,7 +480,8 @@ def summary_table(cases: list[pr.Case]) -> list[str]:
             f"{step.count} ({throttled} throttled)" if throttled else str(step.count),
             f"{step.median:.2f}",
             _spread(step),
-            f"{case.stats('items_per_second').median:,.1f}",
+            f"{step.minimum:.2f}\u2013{step.maximum:.2f}",
+            f"{case.throughput().median:,.1f}",
             f"{pr.speedup(case, single):.2f}\u00d7" if compared else "no single",
             f"{pr.scaling_efficiency(case, single):.1%}" if compared else "no single",
             ", ".join(f"dev{device} {peak:.2f}" for device, peak in case.peak_memory_gib().items()) or "not measured",
@@ -471,8 +490,8 @@ def summary_table(cases: list[pr.Case]) -> list[str]:
             best_split,
             _details(case),
         ])
-    return _table(["strategy", "config", "reps", "step time median (ms)", "stddev (ms)",
-                   "images/s (median)", "speedup vs single", "scaling efficiency",
+    return _table(["strategy", "config", "reps", "step time median (ms)", "stddev (ms)", "min\u2013max (ms)",
+                   f"{shown[0].setup.throughput_unit} (median)", "speedup vs single", "scaling efficiency",
                    "peak memory (GiB)", "MFU", "bubble fraction", "best split", "details"], rows)
 
 
@@ -492,7 +511,7 @@ def sweep_table(cases: list[pr.Case], timelines: dict[str, CaseTimeline]) -> lis
             f"{step.median:.2f}",
             _spread(step),
             f"{step.minimum:.2f}\u2013{step.maximum:.2f}",
-            f"{case.stats('items_per_second').median:,.1f}",
+            f"{case.throughput().median:,.1f}",
             f"{pr.speedup(case, single):.2f}\u00d7" if single else "no single",
             f"{case.ideal_speedup():.2f}\u00d7",
             _per_device(case.busy_fractions()),
@@ -501,7 +520,8 @@ def sweep_table(cases: list[pr.Case], timelines: dict[str, CaseTimeline]) -> lis
             *_timeline_bubbles(timelines.get(case.name)),
         ])
     return _table(["schedule", "devices", "split_size", "reps", "step time median (ms)", "stddev (ms)",
-                   "min\u2013max (ms)", "images/s (median)", "speedup vs single", "ideal speedup S\u00b7vM/(vM+S-1)",
+                   "min\u2013max (ms)", f"{cases[0].setup.throughput_unit} (median)", "speedup vs single",
+                   "ideal speedup S\u00b7vM/(vM+S-1)",
                    "busy fraction (measured)", "bubble fraction (measured)", "ideal bubble (S-1)/(vM+S-1)",
                    "bubble, traced step (measured)", "bubble, simulator (predicted)"], rows)
 
@@ -528,7 +548,7 @@ def prediction_preamble(results: pr.Results) -> list[str]:
 
 
 def _global_batch(case: pr.Case) -> int:
-    """Images per step over every device and rank."""
+    """Samples (images or sequences) per step over every device and rank."""
     weak_ddp = case.strategy == "ddp" and case.fields.get("scaling") == "weak"
     return case.reference_batch * (case.gpus if weak_ddp else 1)
 
@@ -755,9 +775,8 @@ def _details(case: pr.Case) -> str:
     rank_spread = case.stats("step_ms_rank_spread")
     if rank_spread is not None:
         facts.append(f"rank spread {rank_spread.median:.1%}")
-    tokens = case.stats("tokens_per_second")
-    if tokens is not None:
-        facts.append(f"{tokens.median:,.0f} tokens/s")
+    if case.setup.language_model:  # the throughput column gives tokens/s: the per-sequence rate here
+        facts.append(f"{case.stats('items_per_second').median:,.1f} sequences/s")
     for counter, word in (("replicate_ms", "replicate"), ("broadcast_ms", "broadcast"), ("reduce_ms", "reduce")):
         stats = case.stats(counter)
         if stats is not None:

@@ -12,7 +12,9 @@ What it computes:
   lists them (1.4.0), else as STRATEGY_ORDER and SCHEDULE_ORDER, unknown ones last.
 - each case's set-up (model, batch, image, precision, data) and single-GPU reference, the
   speedup (single's median step time / the case's) and the scaling efficiency
-  (images/s / (gpus x single's images/s)), and the best pipeline split (lowest median step time).
+  (throughput / (gpus x single's throughput)), and the best pipeline split (lowest median step time).
+- each case's throughput in its set-up's unit: images/s for an image model, tokens/s for a
+  language model (a set-up with a seq); items_per_second counts sequences there.
 - what each case ran on: CUDA devices, or CPU devices (the label's `devices` fact, else the
   context's `devices`; files older than both ran only single without GPUs). Multi-device cases
   on CPU devices are stand-ins: they show the code paths and the harness, not GPU performance.
@@ -105,6 +107,22 @@ class Setup:
 
     def describe(self) -> str:
         return ", ".join(self.parts().values())
+
+    @property
+    def language_model(self) -> bool:
+        """A set-up of sequences (it has a seq), not of images."""
+        return self.seq > 0
+
+    @property
+    def samples(self) -> str:
+        """What items_per_second counts: 'sequences' for a language model, else 'images'."""
+        return "sequences" if self.language_model else "images"
+
+    @property
+    def throughput_unit(self) -> str:
+        """The unit the report and the figures give this set-up's throughput in: tokens/s for a
+        language model (what users compare GPTs by), images/s for an image model."""
+        return "tokens/s" if self.language_model else "images/s"
 
     def sort_key(self):
         return (self.model, self.batch, self.image, self.seq, _rank(self.precision, PRECISION_ORDER), self.data,
@@ -202,6 +220,16 @@ class Case:
     def stats(self, counter: str) -> Stats | None:
         values = [entry[counter] for entry in self.repetitions if counter in entry]
         return Stats.of(values) if values else None
+
+    def throughput(self) -> Stats:
+        """Throughput over the repetitions in the set-up's unit (Setup.throughput_unit): images/s
+        (items_per_second) for an image model; tokens/s for a language model, its
+        tokens_per_second counter, else items_per_second x seq."""
+        seq = int(self.fields.get("seq", 0))
+        if not seq:
+            return self.stats("items_per_second")
+        return Stats.of([entry.get("tokens_per_second", entry["items_per_second"] * seq)
+                         for entry in self.repetitions])
 
     def peak_memory_gib(self) -> dict[int, float]:
         """Device index -> highest peak_mem_gib_dev<i> over the repetitions (CUDA runs only)."""

@@ -747,7 +747,9 @@ def test_transformer_set_ups_name_the_sequence_and_rows_give_mfu(tmp_path):
     single = row(summary, "single")
     assert single["MFU"] == "25.0% of 495 TFLOP/s tf32 (datasheet); 30.0% of 412 (GEMM probe)"
     assert "attention=efficient_attention" in single["details"]
-    assert "tokens/s" in single["details"]
+    # tokens/s is the throughput column; the details give the sequences/s behind it.
+    assert number(single["tokens/s (median)"]) == pytest.approx(1024 * number(single["details"].split(
+        " sequences/s")[0].rsplit("; ", 1)[1]), rel=1e-3)
 
 
 def test_speedup_and_scaling_efficiency_from_fixed_medians():
@@ -815,3 +817,130 @@ def test_make_report_errors_are_one_line(tmp_path, make_input):
     message = result.stderr.strip()
     assert message.startswith("make_report.py: error: ") and "\n" not in message, result.stderr
     assert "Traceback" not in result.stderr
+
+
+# --- labels: each set-up in its own unit; the step-time figure draws the table's medians ---
+
+GPT_RUN = [REPORTS / "2026-11-26-2xh200" / "call2" / "ref_gpt.json"]
+GPT_BF16 = "gpt2-medium, batch 16, seq 1024, bf16, data on device"
+GPT_SMALL = "gpt2-small, batch 120, seq 1024, fp32, data on device"
+
+
+def figure_words(figure):
+    """Every text the figure shows, joined."""
+    return "\n".join(text.get_text() for text, _ in drawn_texts(figure))
+
+
+def test_a_language_model_report_gives_tokens_per_second_and_never_images(tmp_path):
+    result = run(MAKE_REPORT, tmp_path, GPT_RUN)
+    assert result.returncode == 0, result.stderr
+    report = (tmp_path / "REPORT.md").read_text(encoding="utf-8")
+    assert "images" not in report.lower(), [line for line in report.splitlines() if "images" in line.lower()]
+    reps = repetitions(GPT_RUN)
+    for title in ("Summary", "Pipeline split sweep"):
+        for heading, rows in tables(report, title).items():
+            assert heading.startswith(GPT_BF16), heading
+            assert "tokens/s (median)" in rows[0], rows[0]
+    summary = tables(report, "Summary")[GPT_BF16]
+    for name in ("train/single/gpt2-medium/batch:16/seq:1024/precision:bf16/data:device/manual_time",
+                 "train/data_parallel/gpt2-medium/batch:16/seq:1024/precision:bf16/data:device/gpus:2/"
+                 "replicate:broadcast/manual_time"):
+        entries = reps[name]
+        cells = row(summary, name.split("/")[1])
+        assert number(cells["tokens/s (median)"]) == pytest.approx(median(entries, "tokens_per_second"), abs=0.05)
+        # The per-sequence rate stays in sight, named for what it counts.
+        sequences = number(cells["details"].split(" sequences/s")[0].rsplit("; ", 1)[1])
+        assert sequences == pytest.approx(median(entries, "items_per_second"), abs=0.05)
+    finding = next(line for line in section(report, "Findings").splitlines() if f"**{GPT_BF16}**" in line)
+    assert "By tokens/s: " in finding
+    single = reps["train/single/gpt2-medium/batch:16/seq:1024/precision:bf16/data:device/manual_time"]
+    assert f"`single`'s {median(single, 'tokens_per_second'):,.0f} tokens/s" in finding
+    assert "![Throughput (tokens/s) per strategy" in report
+    assert "trains gpus \u00d7 as many sequences: compare its tokens/s" in section(report, "Summary")
+
+
+def test_language_model_figures_label_tokens_and_sequences():
+    figures = drawn_figures(GPT_RUN)
+    for name, figure in figures.items():
+        assert "images" not in figure_words(figure).lower(), name
+    throughput = figures["throughput"]
+    assert {ax.get_xlabel() for ax in throughput.axes} == {"throughput (tokens/s)"}
+    assert "median tokens/s" in figure_words(throughput)
+    assert {ax.get_xlabel() for ax in figures["split_size"].axes} == {
+        "split_size (sequences per micro-batch, log scale)"}
+    # The bars are tokens/s: single's is the median of its tokens_per_second.
+    single = repetitions(GPT_RUN)["train/single/gpt2-medium/batch:16/seq:1024/precision:bf16/data:device/manual_time"]
+    first_bar = min(throughput.axes[0].patches, key=lambda patch: patch.get_y())
+    assert first_bar.get_width() == pytest.approx(median(single, "tokens_per_second"))
+
+
+def test_a_report_mixing_image_and_language_models_labels_each_set_up_by_its_unit(tmp_path):
+    files = [GPU_RUN[0], as_transformer_run(GPU_RUN[0], tmp_path / "gpt_run.json")]
+    result = run(MAKE_REPORT, tmp_path / "out", files)
+    assert result.returncode == 0, result.stderr
+    report = (tmp_path / "out" / "REPORT.md").read_text(encoding="utf-8")
+    summary = tables(report, "Summary")
+    assert "images/s (median)" in summary[FP32][0] and "tokens/s (median)" not in summary[FP32][0]
+    assert "tokens/s (median)" in summary[GPT_SMALL][0] and "images/s (median)" not in summary[GPT_SMALL][0]
+    sweep = tables(report, "Pipeline split sweep")
+    assert "images/s (median)" in sweep[FP32][0] and "tokens/s (median)" in sweep[GPT_SMALL][0]
+    findings = section(report, "Findings").splitlines()
+    resnet = next(line for line in findings if f"**{FP32}**" in line)
+    gpt = next(line for line in findings if f"**{GPT_SMALL}**" in line)
+    assert "images/s" in resnet and "tokens/s" not in resnet
+    assert "tokens/s" in gpt and "images/s" not in gpt
+    assert "in images/s for image models and in tokens/s for language models" in section(report, "Summary")
+    figures = drawn_figures(files)
+    labels = {ax.get_title(loc="left"): ax.get_xlabel() for ax in figures["throughput"].axes}
+    assert labels == {"resnet50, image 128\u00d7128, fp32": "throughput (images/s)",
+                      "resnet50, image 128\u00d7128, bf16": "throughput (images/s)",
+                      "gpt2-small, seq 1024, fp32": "throughput (tokens/s)"}, labels
+    assert "images/s (tokens/s for language models)" in figure_words(figures["throughput"])
+    assert "split_size (sequences per micro-batch, log scale)" in {ax.get_xlabel() for ax in figures["split_size"].axes}
+    assert "split_size (images per micro-batch, log scale)" in {ax.get_xlabel() for ax in figures["split_size"].axes}
+
+
+def test_language_model_throughput_falls_back_to_sequences_times_seq(tmp_path):
+    path = as_transformer_run(GPU_RUN[0], tmp_path / "gpt_run.json")
+    data = json.loads(path.read_text())
+    for entry in data["benchmarks"]:
+        entry.pop("tokens_per_second", None)
+    path.write_text(json.dumps(data))
+    [setup] = pr.load([str(path)]).by_setup()
+    single = next(case for case in pr.load([str(path)]).train_cases() if case.strategy == "single" and case.ran)
+    assert setup.throughput_unit == "tokens/s" and setup.samples == "sequences"
+    assert single.throughput().median == pytest.approx(1024 * single.stats("items_per_second").median)
+    image = next(case for case in pr.load([str(GPU_RUN[0])]).train_cases() if case.strategy == "single")
+    assert image.setup.throughput_unit == "images/s" and image.setup.samples == "images"
+    assert image.throughput() == image.stats("items_per_second")
+
+
+@pytest.mark.parametrize("files", [GPU_RUN, GPT_RUN], ids=["gpu_fixture", "gpt_report"])
+def test_step_time_bars_are_the_tables_medians_with_its_min_max(tmp_path, files):
+    result = run(MAKE_REPORT, tmp_path, files)
+    assert result.returncode == 0, result.stderr
+    summary = tables((tmp_path / "REPORT.md").read_text(encoding="utf-8"), "Summary")
+    # Means and medians differ here, so a figure of means fails.
+    reps = repetitions(files)
+    assert any(abs(statistics.fmean(e["step_ms"] for e in entries) - median(entries, "step_ms")) > 0.05
+               for entries in reps.values() if entries[0]["run_name"].startswith("train/"))
+    results = pr.load([str(path) for path in files])
+    bars = plot.step_time_bars(results.by_setup())
+    figure = drawn_figures(files)["step_time"]
+    assert len(figure.axes) == len(bars) == len(summary)
+    for ax, (setup, drawn), (heading, rows) in zip(figure.axes, bars.items(), summary.items()):
+        assert heading == setup.describe()
+        table = [value for r in rows for value in (number(r["step time median (ms)"]),
+                 *map(float, r["min\u2013max (ms)"].replace(",", "").split("\u2013")))]
+        assert [value for bar in drawn for value in (bar.median_ms, bar.min_ms, bar.max_ms)] == pytest.approx(
+            table, abs=0.005)
+        # What is drawn is that data: bar lengths, and whiskers from min to max.
+        patches = sorted(ax.patches, key=lambda patch: patch.get_y())
+        assert [patch.get_width() for patch in patches] == pytest.approx([bar.median_ms for bar in drawn])
+        [container] = ax.containers[1:]  # after the bars, the error bars
+        segments = sorted(container.lines[2][0].get_segments(), key=lambda segment: segment[0][1])
+        spread = [bar for bar in drawn if bar.repetitions > 1]
+        assert [x for segment in segments for x in (segment[0][0], segment[1][0])] == pytest.approx(
+            [x for bar in spread for x in (bar.min_ms, bar.max_ms)])
+    assert "median step time over repetitions" in figure_words(figure)
+    assert "min\u2013max" in figure_words(figure)
