@@ -73,24 +73,37 @@ std::vector<PciAddress> visible_cuda_pci_addresses() {
   return addresses;
 }
 
+// Loads NVML into `library` and initialises it: "ok", or "unavailable: <why>".
+std::string open_nvml(LibraryHandle& library) {
+  constexpr const char* kLibrary = "libnvidia-ml.so.1";
+  library.reset(dlopen(kLibrary, RTLD_NOW | RTLD_LOCAL));
+  if (!library) {
+    const char* why = dlerror();
+    return std::string("unavailable: ") + (why != nullptr ? why : kLibrary);
+  }
+  if (!Nvml(library.get()).call("nvmlInit_v2")) return "unavailable: nvmlInit_v2 failed (no driver loaded?)";
+  return "ok";
+}
+
+// The visible CUDA device at NVML's PCI address, if any: NVML numbers its GPUs in its own order,
+// whatever CUDA_VISIBLE_DEVICES says.
+std::optional<size_t> cuda_index_of(const NvmlPciInfo& pci, const std::vector<PciAddress>& cuda_devices) {
+  for (size_t cuda = 0; cuda < cuda_devices.size(); ++cuda) {
+    const auto& address = cuda_devices[cuda];
+    if (address.domain == pci.domain && address.bus == pci.bus && address.device == pci.device) return cuda;
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 NvmlReport read_nvml(const std::vector<PciAddress>& cuda_devices) {
   NvmlReport report;
   report.driver_version = "unknown";
-  constexpr const char* kLibrary = "libnvidia-ml.so.1";
-  LibraryHandle library(dlopen(kLibrary, RTLD_NOW | RTLD_LOCAL), dlclose);
-  if (!library) {
-    const char* why = dlerror();
-    report.status = std::string("unavailable: ") + (why != nullptr ? why : kLibrary);
-    return report;
-  }
+  LibraryHandle library(nullptr, dlclose);
+  report.status = open_nvml(library);
+  if (report.status != "ok") return report;
   const Nvml nvml(library.get());
-  if (!nvml.call("nvmlInit_v2")) {
-    report.status = std::string("unavailable: nvmlInit_v2 failed (no driver loaded?)");
-    return report;
-  }
-  report.status = "ok";
   char version[96] = {};
   if (nvml.call("nvmlSystemGetDriverVersion", static_cast<char*>(version), static_cast<unsigned>(sizeof version))) {
     report.driver_version = version;
@@ -110,12 +123,7 @@ NvmlReport read_nvml(const std::vector<PciAddress>& cuda_devices) {
     gpu["cuda_index"] = nullptr;
     if (nvml.call("nvmlDeviceGetPciInfo_v3", device, &pci)) {
       gpu["pci_bus_id"] = pci.bus_id;
-      for (size_t cuda = 0; cuda < cuda_devices.size(); ++cuda) {
-        const auto& address = cuda_devices[cuda];
-        if (address.domain == pci.domain && address.bus == pci.bus && address.device == pci.device) {
-          gpu["cuda_index"] = cuda;
-        }
-      }
+      if (const auto cuda = cuda_index_of(pci, cuda_devices)) gpu["cuda_index"] = *cuda;
     }
     gpu["sm_clock_mhz"] = nvml.clock("nvmlDeviceGetClockInfo", device, kNvmlClockSm);
     gpu["sm_clock_max_mhz"] = nvml.clock("nvmlDeviceGetMaxClockInfo", device, kNvmlClockSm);
@@ -210,22 +218,11 @@ ClockSampler& ClockSampler::instance() {
 ClockSampler::~ClockSampler() = default;
 
 ClockSampler::ClockSampler() : library_(std::make_unique<Library>()) {
-  constexpr const char* kLibrary = "libnvidia-ml.so.1";
-  library_->handle.reset(dlopen(kLibrary, RTLD_NOW | RTLD_LOCAL));
-  if (!library_->handle) {
-    const char* why = dlerror();
-    status_ = std::string("unavailable: ") + (why != nullptr ? why : kLibrary);
-    return;
-  }
+  status_ = open_nvml(library_->handle);
+  if (status_ != "ok") return;
   library_->nvml = std::make_unique<Nvml>(library_->handle.get());
   const auto& nvml = *library_->nvml;
-  if (!nvml.call("nvmlInit_v2")) {
-    status_ = "unavailable: nvmlInit_v2 failed (no driver loaded?)";
-    return;
-  }
   library_->initialised = true;
-  status_ = "ok";
-  // NVML numbers its GPUs in its own order, whatever CUDA_VISIBLE_DEVICES says: match by PCI address.
   const auto cuda_devices = visible_cuda_pci_addresses();
   by_cuda_index_.assign(cuda_devices.size(), nullptr);
   unsigned count = 0;
@@ -235,12 +232,7 @@ ClockSampler::ClockSampler() : library_(std::make_unique<Library>()) {
     NvmlPciInfo pci{};
     if (!nvml.call("nvmlDeviceGetHandleByIndex_v2", index, &device)) continue;
     if (!nvml.call("nvmlDeviceGetPciInfo_v3", device, &pci)) continue;
-    for (size_t cuda = 0; cuda < cuda_devices.size(); ++cuda) {
-      const auto& address = cuda_devices[cuda];
-      if (address.domain == pci.domain && address.bus == pci.bus && address.device == pci.device) {
-        by_cuda_index_[cuda] = device;
-      }
-    }
+    if (const auto cuda = cuda_index_of(pci, cuda_devices)) by_cuda_index_[*cuda] = device;
   }
   // A test hook (docs/DISTRIBUTED.md): CPU devices sample this NVML device, so that the fake
   // library's GPU (tests/fake_nvml.cpp) is sampled by runs without a GPU.

@@ -68,12 +68,6 @@ double parse_double(const std::string& flag, const std::string& text, double min
 
 constexpr int64_t kMostRepetitions = 100000;
 
-int64_t parse_at_most(const std::string& flag, const std::string& text, int64_t minimum, int64_t maximum) {
-  const auto value = parse_int(flag, text, minimum);
-  if (value > maximum) throw UsageError("--" + flag + "=" + text + " must be at most " + std::to_string(maximum));
-  return value;
-}
-
 // --max-noise=0.5% (or 0.5): a percentage, finite and above 0, as a fraction.
 double parse_percentage(const std::string& flag, const std::string& text) {
   std::string number = text;
@@ -391,16 +385,16 @@ Options parse_options(int argc, char** argv, bool has_gpu, std::vector<char*>* b
       {"iterations", [&](auto& f, auto& v) { options.iterations = parse_int(f, v, 1); }},
       {"max-noise", [&](auto& f, auto& v) { options.max_noise = parse_percentage(f, v); }},
       {"min-repetitions", [&](auto& f, auto& v) {
-         options.min_repetitions = static_cast<int>(parse_at_most(f, v, 2, kMostRepetitions));
+         options.min_repetitions = static_cast<int>(parse_int(f, v, 2, kMostRepetitions));
          noise_bounds_given = true;
        }},
       {"max-repetitions", [&](auto& f, auto& v) {
-         options.max_repetitions = static_cast<int>(parse_at_most(f, v, 2, kMostRepetitions));
+         options.max_repetitions = static_cast<int>(parse_int(f, v, 2, kMostRepetitions));
          noise_bounds_given = true;
        }},
       {"throttle-threshold", [&](auto& f, auto& v) {
          options.throttle_threshold = parse_double(f, v, 0.0, std::numeric_limits<double>::max());
-         if (!std::isfinite(options.throttle_threshold) || options.throttle_threshold > 1) {
+         if (options.throttle_threshold > 1) {
            throw UsageError("--" + f + "=" + v + " must be above 0 and at most 1 (a fraction of the maximum SM clock)");
          }
        }},
