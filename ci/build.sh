@@ -14,9 +14,12 @@ benchmark_prefix=${PARBENCH_BENCHMARK_PREFIX:-$PWD/.deps/benchmark-release}
 # CMake's and LibTorch's configure messages (a hundred lines, on every run) go to the log, which
 # is shown only when the build fails.
 log=${BUILD_LOG:-$build_dir/build.log}
+# ccache, where installed, lets worktrees of one checkout share their object files.
+launcher=()
+if command -v ccache >/dev/null; then launcher=("-DCMAKE_CXX_COMPILER_LAUNCHER=ccache"); fi
 mkdir -p "$build_dir" "$(dirname "$log")"
 if ! { cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release "-DCMAKE_PREFIX_PATH=$torch_prefix${EXTRA_PREFIX_PATH:+;$EXTRA_PREFIX_PATH}" \
-         "-Dbenchmark_DIR=$benchmark_prefix/lib/cmake/benchmark" "-DPython3_EXECUTABLE=$python" "$@" &&
+         "-Dbenchmark_DIR=$benchmark_prefix/lib/cmake/benchmark" "-DPython3_EXECUTABLE=$python" "${launcher[@]}" "$@" &&
        cmake --build "$build_dir" -j "$(nproc)"; } >"$log" 2>&1; then
   tail -n 40 "$log" >&2
   echo "build: failed; the whole log is $log" >&2
