@@ -8,7 +8,8 @@
 #                             before_after (1 GPU; PARBENCH_BEFORE_BINARY), advise_schedules, trace_pairs (1 GPU),
 #                             clocks (1 GPU: clocks and throttling per repetition, idle and under a
 #                             second process's GEMMs, and the stopping rule by noise),
-#                             ref_* (issue 35's 2-GPU reference run: see reference_args);
+#                             ref_* (issue 35's 2-GPU reference run: see reference_args),
+#                             timer_gpu (the event timer on every GPU, and a mutant of it: PARBENCH_MUTANT_TESTS);
 #                             prebuilt instead of build: see step_prebuilt
 # PARBENCH_BENCH_TIMEOUT=SECONDS: each parbench run of a step is killed after that long, so that
 # one hang cannot take a whole device call.
@@ -230,6 +231,25 @@ for path in sys.argv[1:]:
 print("every repetition has its clocks" if ok else "FAIL: a repetition lacks a clock counter")
 sys.exit(0 if ok else 1)
 PY
+  return $status
+}
+
+# The CUDA-event timer across every GPU (issue 40): DeviceTimerGpu.* from the prebuilt test binary,
+# then, where PARBENCH_MUTANT_TESTS names a test binary built with a mutant of core/device_timer.cpp
+# (e.g. the timer reading device 0 only), the same tests from it, which must fail.
+step_timer_gpu() {
+  local binary=${gtest_binary:-./build-gpu/tests/parbench_tests} status=0
+  "$binary" --gtest_filter='DeviceTimerGpu.*' >"$results/timer_gpu.log" 2>&1 || status=1
+  grep -E "^\[ +(OK|FAILED|SKIPPED) +\]|PASSED|FAILED  " "$results/timer_gpu.log" | sort -u
+  if [[ -n ${PARBENCH_MUTANT_TESTS:-} ]]; then
+    if "$PARBENCH_MUTANT_TESTS" --gtest_filter='DeviceTimerGpu.*' >"$results/timer_gpu_mutant.log" 2>&1; then
+      echo "timer_gpu: FAIL: the mutant's DeviceTimerGpu tests passed"
+      status=1
+    else
+      echo "timer_gpu: the mutant is caught:"
+      grep -E "^\[  FAILED  \]|Expected|Which is|work on GPU" "$results/timer_gpu_mutant.log" | head -n 12
+    fi
+  fi
   return $status
 }
 
