@@ -180,7 +180,7 @@ CutProfile profile_cut(const CaseSpec& spec, const std::vector<torch::Device>& p
   Cut cut;
   const auto parts = partition_model(*model, part_devices, config, config.batch_size, &cut);
   CutProfile profile;
-  profile.cut = format_cut(cut);
+  profile.cut = format_cut(cut, model->stage_groups());
   auto times = time_parts(*model, parts, config, sizes, graphed, /*copies=*/true, halves);
   profile.forward_ms = std::move(times.forward_ms);
   profile.backward_ms = std::move(times.backward_ms);

@@ -296,8 +296,9 @@ Google Benchmark's own flags all work: --benchmark_filter=REGEX, --benchmark_rep
                          host's dispatch cost leaves the step (every strategy but data_parallel's
                          clone variant; on GPUs); default off
 @STRATEGY_OPTIONS@  --cut=SPEC             stage placement for model_parallel/pipeline: balanced, or stages per device
-                         such as stem,layer1,layer2|layer3,layer4,head; default the tutorial's cut on
-                         2 devices, balanced otherwise
+                         such as stem,layer1,layer2|layer3,layer4,head (a ResNet's stages are its
+                         blocks, layer3.0, ...; a layer's name stands for its blocks); default the
+                         tutorial's cut on 2 devices, balanced otherwise
   --dist-timeout=SECONDS ddp: how long any rank waits for the others before failing; default 60
   --allreduce=on|off     run the comm/allreduce sweep with ddp; default on
   --advise=N|all         profile each set-up briefly, predict the step time of every single,
@@ -450,6 +451,7 @@ Options parse_options(int argc, char** argv, bool has_gpu, std::vector<char*>* b
   const size_t cut_parts = std::count(options.cut.begin(), options.cut.end(), '|') + 1;
   for (const auto& model : options.models) {
     std::vector<std::string> stage_names;
+    std::vector<StageGroup> stage_groups;
     if (const auto* gpt = find_gpt_config(model)) {
       // Checked without building it: gpt2-large holds 3 GB of weights.
       for (auto seq : options.seq_lens) {
@@ -474,10 +476,11 @@ Options parse_options(int argc, char** argv, bool has_gpu, std::vector<char*>* b
         }
       }
       for (const auto& stage : instance->stages()) stage_names.push_back(stage.name);
+      stage_groups = instance->stage_groups();
     }
     if (explicit_cut) {
       try {
-        parse_cut(options.cut, stage_names, cut_parts);
+        parse_cut(options.cut, stage_names, cut_parts, stage_groups);
       } catch (const std::invalid_argument& error) {
         throw UsageError(error.what());
       }

@@ -9,7 +9,8 @@
 #                             clocks (1 GPU: clocks and throttling per repetition, idle and under a
 #                             second process's GEMMs, and the stopping rule by noise),
 #                             ref_* (issue 35's 2-GPU reference run: see reference_args),
-#                             timer_gpu (the event timer on every GPU, and a mutant of it: PARBENCH_MUTANT_TESTS);
+#                             timer_gpu (the event timer on every GPU, and a mutant of it: PARBENCH_MUTANT_TESTS),
+#                             cuts (4 GPUs: block-level cuts, interleaved-1f1b on 4 x 2 chunks);
 #                             prebuilt instead of build: see step_prebuilt
 # PARBENCH_BENCH_TIMEOUT=SECONDS: each parbench run of a step is killed after that long, so that
 # one hang cannot take a whole device call.
@@ -311,6 +312,26 @@ step_schedules() {
                 --benchmark_min_time=0.2 --schedules=1f1b,interleaved-1f1b,zb-h1 --chunks=2,3)
   bench schedules_128 "${common[@]}" --split-sizes=10,12,15,20,30,60 || status=1
   bench schedules_224 "${common[@]}" --image=224 --batch=128 --split-sizes=8,16,32,64 || status=1
+  return $status
+}
+
+# Issue 42: cuts at block granularity, on 4 GPUs. interleaved-1f1b on 4 GPUs x 2 chunks (8 stages
+# of ResNet-50's 18), 1f1b, zb-h1 and model_parallel on 4, all with the balanced cut, beside single,
+# graphed, at both set-ups (splits whose micro-batches fill whole rounds of 4 devices); a plain
+# pipeline of 8 stages, two on each GPU; and --advise, whose profile now times 18 stages
+# (its "profiled in N s" lines say what that costs).
+step_cuts() {
+  local status=0
+  local common=(--gpus=4 --strategies=single,model_parallel,pipeline --precision=fp32 --cuda-graph=on
+                --repetitions=5 --benchmark_min_time=0.2 --schedules=1f1b,interleaved-1f1b,zb-h1 --chunks=2)
+  bench cuts_128 "${common[@]}" --split-sizes=10,15,30 || status=1
+  bench cuts_224 "${common[@]}" --image=224 --batch=128 --split-sizes=8,16,32 || status=1
+  bench cuts_8_stages --devices=0,1,2,3,0,1,2,3 --strategies=pipeline --schedules=gpipe,1f1b --precision=fp32 \
+    --split-sizes=15 --repetitions=3 --benchmark_min_time=0.2 || status=1
+  bench cuts_advise --gpus=4 --strategies=single,model_parallel,pipeline --precision=fp32 --cuda-graph=on \
+    --schedules=1f1b,interleaved-1f1b --chunks=2 --split-sizes=10,15,30 --advise=3 --repetitions=3 \
+    --benchmark_min_time=0.2 || status=1
+  grep -h "parbench advise:.*profiled" "$results/cuts_advise.txt" "$results/cuts_advise.stderr" 2>/dev/null | head -n 5
   return $status
 }
 

@@ -24,6 +24,11 @@ double conv_macs(int64_t out_side, int64_t in_channels, int64_t out_channels, in
   return static_cast<double>(out_side) * out_side * in_channels * out_channels * kernel_size * kernel_size;
 }
 
+// A block's stage name, its module path as torchvision writes it: "layer1.0" for layer 0, block 0.
+std::string block_name(size_t layer, size_t block) {
+  return "layer" + std::to_string(layer + 1) + "." + std::to_string(block);
+}
+
 }  // namespace
 
 BasicBlockImpl::BasicBlockImpl(int64_t in_planes, int64_t planes, int64_t stride)
@@ -140,20 +145,40 @@ void ResNetImpl::initialize_like_torchvision() {
 }
 
 std::vector<Stage> ResNetImpl::stages() {
-  return {
-      {"stem", {conv1.ptr(), bn1.ptr()},
-       [this](const torch::Tensor& x) {
-         return torch::max_pool2d(torch::relu(bn1(conv1(x))), /*kernel_size=*/3, /*stride=*/2, /*padding=*/1);
-       }},
-      {"layer1", {layer1.ptr()}, [this](const torch::Tensor& x) { return layer1->forward(x); }},
-      {"layer2", {layer2.ptr()}, [this](const torch::Tensor& x) { return layer2->forward(x); }},
-      {"layer3", {layer3.ptr()}, [this](const torch::Tensor& x) { return layer3->forward(x); }},
-      {"layer4", {layer4.ptr()}, [this](const torch::Tensor& x) { return layer4->forward(x); }},
-      {"head", {fc.ptr()},
-       [this](const torch::Tensor& x) {
-         return fc(torch::flatten(torch::adaptive_avg_pool2d(x, {1, 1}), /*start_dim=*/1));
-       }},
-  };
+  std::vector<Stage> stages;
+  stages.push_back({"stem", {conv1.ptr(), bn1.ptr()}, [this](const torch::Tensor& x) {
+                      return torch::max_pool2d(torch::relu(bn1(conv1(x))), /*kernel_size=*/3, /*stride=*/2,
+                                               /*padding=*/1);
+                    }});
+  const std::array<torch::nn::Sequential*, 4> layers = {&layer1, &layer2, &layer3, &layer4};
+  for (size_t layer = 0; layer < layers.size(); ++layer) {
+    const auto& blocks = *layers[layer];
+    for (size_t index = 0; index < blocks->size(); ++index) {
+      std::function<torch::Tensor(const torch::Tensor&)> forward;
+      if (variant_.block == BlockKind::kBottleneck) {
+        forward = [block = blocks->ptr<BottleneckImpl>(index)](const torch::Tensor& x) { return block->forward(x); };
+      } else {
+        forward = [block = blocks->ptr<BasicBlockImpl>(index)](const torch::Tensor& x) { return block->forward(x); };
+      }
+      stages.push_back({block_name(layer, index), {blocks->ptr(index)}, std::move(forward)});
+    }
+  }
+  stages.push_back({"head", {fc.ptr()}, [this](const torch::Tensor& x) {
+                      return fc(torch::flatten(torch::adaptive_avg_pool2d(x, {1, 1}), /*start_dim=*/1));
+                    }});
+  return stages;
+}
+
+std::vector<StageGroup> ResNetImpl::stage_groups() const {
+  std::vector<StageGroup> groups;
+  for (size_t layer = 0; layer < variant_.blocks_per_layer.size(); ++layer) {
+    StageGroup group{"layer" + std::to_string(layer + 1), {}};
+    for (int64_t block = 0; block < variant_.blocks_per_layer[layer]; ++block) {
+      group.stages.push_back(block_name(layer, static_cast<size_t>(block)));
+    }
+    groups.push_back(std::move(group));
+  }
+  return groups;
 }
 
 double ResNetImpl::forward_flops_per_sample(int64_t image_size) const {

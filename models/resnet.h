@@ -54,7 +54,10 @@ class ResNetImpl : public StagedModule<ResNetImpl> {
   std::shared_ptr<ResNetImpl> same_architecture() const;
 
   std::string name() const override { return variant_.name; }
+  // The stem, each block (layer1.0, ..., layer4.2 for resnet50) and the head.
   std::vector<Stage> stages() override;
+  // layer1..layer4, each of its blocks.
+  std::vector<StageGroup> stage_groups() const override;
   double forward_flops_per_sample(int64_t image_size) const override;
   // The network's total stride: smaller inputs collapse to 1x1 before layer4.
   int64_t min_image_size() const override { return 32; }

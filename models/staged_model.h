@@ -14,12 +14,20 @@
 
 namespace parbench {
 
-// One top-level stage (for ResNet: stem, layer1..layer4, head). The modules are the model's
-// own submodules, so moving them moves the model's parameters.
+// One stage: the smallest unit a cut places on a device (for ResNet: the stem, each residual
+// block, named by its module path as layer1.0, and the head). The modules are the model's own
+// submodules, so moving them moves the model's parameters.
 struct Stage {
   std::string name;
   std::vector<std::shared_ptr<torch::nn::Module>> modules;
   std::function<torch::Tensor(const torch::Tensor&)> forward;
+};
+
+// A named run of consecutive stages (ResNet's layer1: layer1.0..layer1.2), which a cut may name
+// instead of its stages, and which format_cut writes by its name when a part holds all of it.
+struct StageGroup {
+  std::string name;
+  std::vector<std::string> stages;  // in order
 };
 
 // Autocast for the enclosed forward code on one device type; a no-op without a dtype.
@@ -45,6 +53,8 @@ class StagedModel {
 
   virtual std::string name() const = 0;
   virtual std::vector<Stage> stages() = 0;
+  // Groups of consecutive stages, in order, none overlapping; none by default.
+  virtual std::vector<StageGroup> stage_groups() const { return {}; }
   virtual torch::nn::Module& module() = 0;
   // Whole-model forward under the model's autocast setting (see set_autocast).
   virtual torch::Tensor forward(torch::Tensor input) = 0;

@@ -21,7 +21,7 @@ class ModelParallel final : public StagedStrategy {
     return executor_->train_step(batch, /*split_size=*/batch.inputs.size(0), programs_);
   }
 
-  std::map<std::string, std::string> describe() const override { return {{"cut", format_cut(cut_)}}; }
+  std::map<std::string, std::string> describe() const override { return {{"cut", cut_text()}}; }
 
 };
 

@@ -15,7 +15,7 @@ namespace parbench {
 namespace {
 
 // PyTorch's model-parallel tutorial: stem to layer2 on the first GPU, the rest on the second.
-const Cut kTutorialCut = {{"stem", "layer1", "layer2"}, {"layer3", "layer4", "head"}};
+const char kTutorialCut[] = "stem,layer1,layer2|layer3,layer4,head";
 
 std::vector<std::string> split(const std::string& text, char separator) {
   std::vector<std::string> parts;
@@ -30,6 +30,44 @@ std::vector<std::string> names_of(const std::vector<Stage>& stages) {
   std::vector<std::string> names;
   for (const auto& stage : stages) names.push_back(stage.name);
   return names;
+}
+
+const StageGroup* find_group(const std::vector<StageGroup>& groups, const std::string& name) {
+  for (const auto& group : groups) {
+    if (group.name == name) return &group;
+  }
+  return nullptr;
+}
+
+// "stem, layer1 (layer1.0..layer1.2), ..., head": the stages in order, each group's by its name.
+std::string stages_in_order(const std::vector<std::string>& stage_names, const std::vector<StageGroup>& groups) {
+  std::vector<std::string> items;
+  for (size_t i = 0; i < stage_names.size();) {
+    const auto group = std::find_if(groups.begin(), groups.end(), [&](const StageGroup& g) {
+      return !g.stages.empty() && g.stages.front() == stage_names[i];
+    });
+    if (group == groups.end()) {
+      items.push_back(stage_names[i++]);
+      continue;
+    }
+    const auto& members = group->stages;
+    items.push_back(group->name + " (" + members.front() +
+                    (members.size() > 1 ? ".." + members.back() : std::string()) + ")");
+    i += members.size();
+  }
+  return joined(items);
+}
+
+// The tutorial's cut where the model is a ResNet: stem, layer1..layer4's blocks, head.
+bool tutorial_cut_fits(const std::vector<std::string>& stage_names, const std::vector<StageGroup>& groups) {
+  std::vector<std::string> expected = {"stem"};
+  std::vector<std::string> group_names;
+  for (const auto& group : groups) {
+    group_names.push_back(group.name);
+    expected.insert(expected.end(), group.stages.begin(), group.stages.end());
+  }
+  expected.push_back("head");
+  return group_names == std::vector<std::string>{"layer1", "layer2", "layer3", "layer4"} && stage_names == expected;
 }
 
 }  // namespace
@@ -49,14 +87,32 @@ std::vector<torch::Tensor> Partition::parameters() const {
   return parameters;
 }
 
-std::string format_cut(const Cut& cut) {
-  return joined(cut, "|", [](const std::vector<std::string>& part) { return joined(part, ","); });
+std::string format_cut(const Cut& cut, const std::vector<StageGroup>& groups) {
+  return joined(cut, "|", [&](const std::vector<std::string>& part) {
+    std::vector<std::string> names;
+    for (size_t i = 0; i < part.size();) {
+      const auto whole_group = std::find_if(groups.begin(), groups.end(), [&](const StageGroup& group) {
+        return !group.stages.empty() && i + group.stages.size() <= part.size() &&
+               std::equal(group.stages.begin(), group.stages.end(), part.begin() + static_cast<std::ptrdiff_t>(i));
+      });
+      if (whole_group == groups.end()) {
+        names.push_back(part[i++]);
+      } else {
+        names.push_back(whole_group->name);
+        i += whole_group->stages.size();
+      }
+    }
+    return joined(names, ",");
+  });
 }
 
-Cut parse_cut(const std::string& spec, const std::vector<std::string>& stage_names, size_t num_devices) {
+Cut parse_cut(const std::string& spec, const std::vector<std::string>& stage_names, size_t num_parts,
+              const std::vector<StageGroup>& groups) {
   const auto bad = [&](const std::string& what) {
     return std::invalid_argument("bad --cut '" + spec + "': " + what + " (stages in order: " +
-                                 joined(stage_names) + "; devices separated by '|')");
+                                 stages_in_order(stage_names, groups) +
+                                 (groups.empty() ? "" : "; a group's name stands for its stages") +
+                                 "; parts separated by '|')");
   };
   Cut cut;
   size_t next_stage = 0;
@@ -64,41 +120,46 @@ Cut parse_cut(const std::string& spec, const std::vector<std::string>& stage_nam
     std::vector<std::string> names;
     for (const auto& name : split(part, ',')) {
       if (name.empty()) continue;
-      auto it = std::find(stage_names.begin(), stage_names.end(), name);
-      if (it == stage_names.end()) throw bad("unknown stage '" + name + "'");
-      const size_t index = it - stage_names.begin();
-      if (index != next_stage) {
-        throw bad("stage '" + name + "' is out of order, repeated, or skips '" +
-                  (next_stage < stage_names.size() ? stage_names[next_stage] : name) + "'");
+      std::vector<std::string> members = {name};
+      if (std::find(stage_names.begin(), stage_names.end(), name) == stage_names.end()) {
+        const auto* group = find_group(groups, name);
+        if (!group) throw bad("unknown stage '" + name + "'");
+        members = group->stages;
       }
-      ++next_stage;
-      names.push_back(name);
+      for (const auto& member : members) {
+        if (next_stage >= stage_names.size() || stage_names[next_stage] != member) {
+          throw bad("'" + name + "' is out of order, repeated, or skips '" +
+                    (next_stage < stage_names.size() ? stage_names[next_stage] : name) + "'");
+        }
+        ++next_stage;
+        names.push_back(member);
+      }
     }
-    if (names.empty()) throw bad("device " + std::to_string(cut.size()) + " has no stage");
+    if (names.empty()) throw bad("part " + std::to_string(cut.size()) + " has no stage");
     cut.push_back(names);
   }
-  if (next_stage != stage_names.size()) throw bad("stage '" + stage_names[next_stage] + "' is on no device");
-  if (cut.size() != num_devices) {
-    throw bad(std::to_string(cut.size()) + " parts for " + std::to_string(num_devices) + " devices");
+  if (next_stage != stage_names.size()) throw bad("stage '" + stage_names[next_stage] + "' is in no part");
+  if (cut.size() != num_parts) {
+    throw bad(std::to_string(cut.size()) + " parts where " + std::to_string(num_parts) + " are asked for");
   }
   return cut;
 }
 
 Cut balanced_cut(const std::vector<std::string>& stage_names, const std::vector<double>& stage_seconds,
-                 size_t num_devices) {
+                 size_t num_parts) {
   const size_t n = stage_names.size();
-  if (num_devices == 0 || num_devices > n) {
-    throw std::invalid_argument("cannot cut " + std::to_string(n) + " stages across " +
-                                std::to_string(num_devices) + " devices: every device needs a stage");
+  if (num_parts == 0 || num_parts > n) {
+    throw std::invalid_argument("cannot cut " + std::to_string(n) + " stages into " + std::to_string(num_parts) +
+                                " parts: every part needs a stage");
   }
   std::vector<double> prefix(n + 1, 0.0);
   for (size_t i = 0; i < n; ++i) prefix[i + 1] = prefix[i] + stage_seconds[i];
-  // best[k][i]: the smallest possible slowest part when stages [0, i) go to k devices.
+  // best[k][i]: the smallest possible slowest part when stages [0, i) go to k parts.
   const double kInf = std::numeric_limits<double>::infinity();
-  std::vector<std::vector<double>> best(num_devices + 1, std::vector<double>(n + 1, kInf));
-  std::vector<std::vector<size_t>> start(num_devices + 1, std::vector<size_t>(n + 1, 0));
+  std::vector<std::vector<double>> best(num_parts + 1, std::vector<double>(n + 1, kInf));
+  std::vector<std::vector<size_t>> start(num_parts + 1, std::vector<size_t>(n + 1, 0));
   best[0][0] = 0;
-  for (size_t k = 1; k <= num_devices; ++k) {
+  for (size_t k = 1; k <= num_parts; ++k) {
     for (size_t i = k; i <= n; ++i) {
       for (size_t j = k - 1; j < i; ++j) {
         const double slowest = std::max(best[k - 1][j], prefix[i] - prefix[j]);
@@ -109,9 +170,9 @@ Cut balanced_cut(const std::vector<std::string>& stage_names, const std::vector<
       }
     }
   }
-  Cut cut(num_devices);
+  Cut cut(num_parts);
   size_t end = n;
-  for (size_t k = num_devices; k >= 1; --k) {
+  for (size_t k = num_parts; k >= 1; --k) {
     const size_t begin = start[k][end];
     cut[k - 1].assign(stage_names.begin() + begin, stage_names.begin() + end);
     end = begin;
@@ -122,20 +183,17 @@ Cut balanced_cut(const std::vector<std::string>& stage_names, const std::vector<
 std::vector<Partition> partition_model(StagedModel& model, const std::vector<torch::Device>& devices,
                                        const RunConfig& config, int64_t measure_batch, Cut* cut_used) {
   const auto stage_names = names_of(model.stages());
+  const auto groups = model.stage_groups();
   if (devices.size() > stage_names.size()) {
     throw std::invalid_argument(model.name() + " has " + std::to_string(stage_names.size()) +
-                                " stages, fewer than the " + std::to_string(devices.size()) + " devices asked for");
+                                " stages, fewer than the " + std::to_string(devices.size()) + " stages asked for");
   }
   std::string spec = config.cut;
-  if (spec.empty()) {
-    const bool tutorial_fits = devices.size() == 2 && stage_names == std::vector<std::string>{
-                                   "stem", "layer1", "layer2", "layer3", "layer4", "head"};
-    spec = tutorial_fits ? format_cut(kTutorialCut) : "balanced";
-  }
+  if (spec.empty()) spec = devices.size() == 2 && tutorial_cut_fits(stage_names, groups) ? kTutorialCut : "balanced";
   Cut cut = spec == "balanced"
                 ? balanced_cut(stage_names, measure_stage_seconds(model, config, measure_batch, devices.front()),
                                devices.size())
-                : parse_cut(spec, stage_names, devices.size());
+                : parse_cut(spec, stage_names, devices.size(), groups);
 
   auto stages = model.stages();
   std::vector<Partition> partitions;

@@ -13,23 +13,26 @@ struct Partition {
   std::vector<torch::Tensor> parameters() const;  // of every module of its stages, in order
 };
 
-// Stage names per device, in order.
+// Stage names per part (device, or a device's chunk), in order.
 using Cut = std::vector<std::vector<std::string>>;
 
-// "stem,layer1|layer2,head" for a cut.
-std::string format_cut(const Cut& cut);
+// "stem,layer1.0|layer1.1,head" for a cut; with the model's groups, a group whose stages all lie
+// in one part is written by its name: "stem,layer1|layer2,head".
+std::string format_cut(const Cut& cut, const std::vector<StageGroup>& groups = {});
 
-// Parses a cut spec (see RunConfig::cut) against the model's stage names. Throws
-// std::invalid_argument for an unknown or repeated stage, stages out of order or left out,
-// an empty device, or more parts than devices.
-Cut parse_cut(const std::string& spec, const std::vector<std::string>& stage_names, size_t num_devices);
+// Parses a cut spec (see RunConfig::cut) against the model's stage names, a group's name standing
+// for its stages. Throws std::invalid_argument for an unknown or repeated stage or group, stages
+// out of order or left out, an empty part, or parts other than num_parts.
+Cut parse_cut(const std::string& spec, const std::vector<std::string>& stage_names, size_t num_parts,
+              const std::vector<StageGroup>& groups = {});
 
-// The cut minimising the slowest part, from per-stage times (contiguous parts, one per device).
+// The cut into `num_parts` contiguous parts minimising the slowest part, from per-stage times.
 Cut balanced_cut(const std::vector<std::string>& stage_names, const std::vector<double>& stage_seconds,
-                 size_t num_devices);
+                 size_t num_parts);
 
 // Chooses the cut (`config.cut`, or the default: the tutorial's split of ResNet over two
-// devices where it applies, else "balanced") and moves each part's modules to its device.
+// devices, stem,layer1,layer2|layer3,layer4,head, where it applies, else "balanced") and moves
+// each part's modules to its device (one part per entry of `devices`).
 // `measure_batch` is the batch size that per-stage timing uses for "balanced".
 std::vector<Partition> partition_model(StagedModel& model, const std::vector<torch::Device>& devices,
                                        const RunConfig& config, int64_t measure_batch, Cut* cut_used);

@@ -36,7 +36,7 @@ class Pipeline final : public StagedStrategy {
 
   std::map<std::string, std::string> describe() const override {
     std::map<std::string, std::string> facts = {
-        {"cut", format_cut(cut_)}, {"schedule", config_.schedule}, {"lanes", std::to_string(config_.stage_lanes)}};
+        {"cut", cut_text()}, {"schedule", config_.schedule}, {"lanes", std::to_string(config_.stage_lanes)}};
     if (schedule_info(config_.schedule).uses_chunks) facts["chunks"] = std::to_string(config_.chunks);
     return facts;
   }

@@ -436,6 +436,8 @@ void StagedStrategy::set_up_stages(const ModelFactory& make_model, const std::ve
                                               model_->autocast_dtype(), lanes, devices.size());
 }
 
+std::string StagedStrategy::cut_text() const { return format_cut(cut_, model_->stage_groups()); }
+
 std::map<std::string, double> StageExecutor::host_counters() const {
   std::map<std::string, double> counters;
   if (impl_->steps == 0) return counters;

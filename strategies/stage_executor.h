@@ -70,6 +70,8 @@ class StagedStrategy : public Strategy {
   // streams per device.
   void set_up_stages(const ModelFactory& make_model, const std::vector<torch::Device>& devices,
                      const RunConfig& config, int64_t micro_batch, int lanes, size_t chunks = 1);
+  // The cut used, as the label writes it: a part holding a whole group of stages names the group.
+  std::string cut_text() const;
 
   RunConfig config_;
   Cut cut_;

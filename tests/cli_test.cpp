@@ -436,6 +436,11 @@ INSTANTIATE_TEST_SUITE_P(
                       BadInput{"--cuda-graph=yes", "on, off"},
                       BadInput{"--advise=0", "at least 1"},
                       BadInput{"'--cut=stem,layer9|head'", "unknown stage 'layer9'"},
+                      // ResNet-50's stages are its blocks; a layer's name stands for its blocks.
+                      BadInput{"'--cut=stem,layer1.3|layer2,layer3,layer4,head'",
+                               "unknown stage 'layer1.3' (stages in order: stem, layer1 (layer1.0..layer1.2), "},
+                      BadInput{"'--cut=stem,layer2|layer1,layer3,layer4,head'",
+                               "'layer2' is out of order, repeated, or skips 'layer1.0'"},
                       BadInput{"--preset=fast", "default, tutorial, cpu"},
                       BadInput{"--devices=99", "--devices=99"},
                       BadInput{"--devices=a", "not a whole number"},

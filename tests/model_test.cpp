@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include <fstream>
+#include <map>
 
 namespace parbench {
 namespace {
@@ -65,8 +66,48 @@ TEST(ResNet, OutputShapeAndStagesComposeToForward) {
     names.push_back(stage.name);
     x = stage.forward(x);
   }
-  EXPECT_EQ(names, (std::vector<std::string>{"stem", "layer1", "layer2", "layer3", "layer4", "head"}));
+  // A stage per block, named by its module path, so that a cut may place each block.
+  std::vector<std::string> expected = {"stem"};
+  const std::vector<int> blocks = {3, 4, 6, 3};
+  for (size_t layer = 0; layer < blocks.size(); ++layer) {
+    for (int block = 0; block < blocks[layer]; ++block) {
+      expected.push_back("layer" + std::to_string(layer + 1) + "." + std::to_string(block));
+    }
+  }
+  expected.push_back("head");
+  EXPECT_EQ(names, expected);
   EXPECT_TRUE(torch::allclose(x, output));
+}
+
+// Each layer is a group of its blocks, in order, and every parameter lies in exactly one stage.
+TEST(ResNet, LayersGroupTheirBlocksAndStagesHoldEveryParameterOnce) {
+  for (const std::string name : {"resnet18", "resnet50"}) {
+    auto model = make_model(name, /*num_classes=*/10);
+    const auto stages = model->stages();
+    std::vector<std::string> stage_names;
+    for (const auto& stage : stages) stage_names.push_back(stage.name);
+    std::vector<std::string> grouped = {"stem"};
+    std::vector<std::string> group_names;
+    for (const auto& group : model->stage_groups()) {
+      group_names.push_back(group.name);
+      for (const auto& member : group.stages) EXPECT_EQ(member.rfind(group.name + ".", 0), 0u) << name << " " << member;
+      grouped.insert(grouped.end(), group.stages.begin(), group.stages.end());
+    }
+    grouped.push_back("head");
+    EXPECT_EQ(group_names, (std::vector<std::string>{"layer1", "layer2", "layer3", "layer4"})) << name;
+    EXPECT_EQ(grouped, stage_names) << name;
+    EXPECT_EQ(stages.size(), name == "resnet18" ? 10u : 18u) << name;
+
+    std::map<const c10::TensorImpl*, int> owners;
+    for (const auto& stage : stages) {
+      for (const auto& module : stage.modules) {
+        for (const auto& parameter : module->parameters()) ++owners[parameter.unsafeGetTensorImpl()];
+      }
+    }
+    const auto parameters = model->module().parameters();
+    EXPECT_EQ(owners.size(), parameters.size()) << name;
+    for (const auto& parameter : parameters) EXPECT_EQ(owners[parameter.unsafeGetTensorImpl()], 1) << name;
+  }
 }
 
 TEST(ResNet, InitialisationFollowsTorchvision) {

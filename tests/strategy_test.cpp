@@ -10,6 +10,10 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
+#include <limits>
+#include <numeric>
+
 namespace parbench {
 namespace {
 
@@ -355,6 +359,87 @@ TEST(Cut, ParsesAndRejectsBadSpecs) {
   EXPECT_THROW(parse_cut("stem,layer1|layer2,layer3,layer4", stages, 2), std::invalid_argument);       // head left out
 }
 
+// ResNet-50's stages (a block each) and groups (its layers), as the model declares them.
+struct ResNetStages {
+  std::vector<std::string> names;
+  std::vector<StageGroup> groups;
+};
+
+ResNetStages resnet50_stages() {
+  auto model = make_model("resnet50", /*num_classes=*/10);
+  ResNetStages stages;
+  for (const auto& stage : model->stages()) stages.names.push_back(stage.name);
+  stages.groups = model->stage_groups();
+  return stages;
+}
+
+// The message of the std::invalid_argument that `parse` throws, or "" where it throws none.
+std::string cut_error(const std::function<void()>& parse) {
+  try {
+    parse();
+  } catch (const std::invalid_argument& error) {
+    return error.what();
+  }
+  return "";
+}
+
+TEST(Cut, GroupsStandForTheirStagesAndAreWrittenByName) {
+  const auto resnet = resnet50_stages();
+  const auto& names = resnet.names;
+  const auto& groups = resnet.groups;
+  const auto parse = [&](const std::string& spec, size_t parts) { return parse_cut(spec, names, parts, groups); };
+  // The tutorial's cut: layer names stand for their blocks, and are written back as they were.
+  const auto tutorial = parse("stem,layer1,layer2|layer3,layer4,head", 2);
+  ASSERT_EQ(tutorial.size(), 2u);
+  EXPECT_EQ(tutorial[0], (std::vector<std::string>{"stem", "layer1.0", "layer1.1", "layer1.2", "layer2.0", "layer2.1",
+                                                   "layer2.2", "layer2.3"}));
+  EXPECT_EQ(tutorial[1].front(), "layer3.0");
+  EXPECT_EQ(tutorial[1].size(), 6u + 3u + 1u);
+  EXPECT_EQ(format_cut(tutorial, groups), "stem,layer1,layer2|layer3,layer4,head");
+  EXPECT_EQ(format_cut(tutorial).rfind("stem,layer1.0,layer1.1,layer1.2,layer2.0,", 0), 0u);  // no groups: blocks
+  EXPECT_EQ(parse(format_cut(tutorial), 2), tutorial);
+  // Blocks and layers mixed, a layer across two parts: a part writes a layer by name only whole.
+  for (const std::string spec : {"stem,layer1,layer2.0|layer2.1,layer2.2,layer2.3,layer3.0|layer3.1,layer3.2,layer3."
+                                 "3,layer3.4|layer3.5,layer4,head",
+                                 "stem|layer1|layer2|layer3.0,layer3.1|layer3.2,layer3.3|layer3.4,layer3.5|layer4.0|"
+                                 "layer4.1,layer4.2,head"}) {
+    const auto parts = static_cast<size_t>(std::count(spec.begin(), spec.end(), '|')) + 1;
+    const auto cut = parse(spec, parts);
+    EXPECT_EQ(format_cut(cut, groups), spec);
+    size_t stages = 0;
+    for (const auto& part : cut) stages += part.size();
+    EXPECT_EQ(stages, names.size()) << spec;
+  }
+  // Every stage a part of its own: 18.
+  std::string each = "stem";
+  for (size_t i = 1; i < names.size(); ++i) each += "|" + names[i];
+  EXPECT_EQ(parse(each, 18).size(), 18u);
+
+  // Bad specs: one line naming what was wrong and the stages and groups allowed.
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"stem,layer1.3,layer2|layer3,layer4,head", "unknown stage 'layer1.3'"},     // layer1 has 3 blocks
+      {"stem,layer5|layer3,layer4,head", "unknown stage 'layer5'"},
+      {"stem,layer2|layer1,layer3,layer4,head", "'layer2' is out of order, repeated, or skips 'layer1.0'"},
+      {"stem,layer1,layer1.2|layer2,layer3,layer4,head", "'layer1.2' is out of order, repeated, or skips 'layer2.0'"},
+      {"stem,layer1.0,layer1|layer2,layer3,layer4,head", "'layer1' is out of order, repeated, or skips 'layer1.1'"},
+      {"stem,layer1,layer2|layer3,layer4.0,layer4.1", "stage 'layer4.2' is in no part"},
+      {"stem,layer1||layer2,layer3,layer4,head", "part 1 has no stage"},
+  };
+  for (const auto& [spec, what] : bad) {
+    const auto parts = static_cast<size_t>(std::count(spec.begin(), spec.end(), '|')) + 1;
+    const auto message = cut_error([&] { parse(spec, parts); });
+    EXPECT_NE(message.find("bad --cut '" + spec + "': " + what), std::string::npos) << message;
+    EXPECT_NE(message.find("stages in order: stem, layer1 (layer1.0..layer1.2), layer2 (layer2.0..layer2.3), layer3 "
+                           "(layer3.0..layer3.5), layer4 (layer4.0..layer4.2), head; a group's name stands for its "
+                           "stages; parts separated by '|'"),
+              std::string::npos)
+        << message;
+    EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+  }
+  EXPECT_NE(cut_error([&] { parse("stem,layer1,layer2|layer3,layer4,head", 4); }).find("2 parts where 4 are asked for"),
+            std::string::npos);
+}
+
 TEST(Cut, StrategiesRejectABadCutAndTooManyDevices) {
   RunConfig config;
   config.model = "tinycnn";
@@ -365,9 +450,11 @@ TEST(Cut, StrategiesRejectABadCutAndTooManyDevices) {
                std::invalid_argument);
   config.cut = "";
   // tinycnn has 4 stages: 5 devices would leave one empty.
-  EXPECT_THROW(StrategyRegistry::instance().get("model_parallel").create()->setup(
-                   factory, std::vector<torch::Device>(5, torch::kCPU), config),
-               std::invalid_argument);
+  EXPECT_EQ(cut_error([&] {
+              StrategyRegistry::instance().get("model_parallel").create()->setup(
+                  factory, std::vector<torch::Device>(5, torch::kCPU), config);
+            }),
+            "tinycnn has 4 stages, fewer than the 5 stages asked for");
 }
 
 // --chunks places several stages on each device: too many for the model is said in stages.
@@ -422,6 +509,72 @@ TEST(Cut, BalancedMinimisesTheSlowestPart) {
   EXPECT_THROW(balanced_cut(stages, {1, 1, 1, 1, 1, 1}, 7), std::invalid_argument);
 }
 
+// The slowest part of the best contiguous cut of `seconds` into `parts`, by trying every cut.
+double best_slowest_part(const std::vector<double>& seconds, size_t begin, size_t parts) {
+  if (parts == 1) return std::accumulate(seconds.begin() + static_cast<std::ptrdiff_t>(begin), seconds.end(), 0.0);
+  double best = std::numeric_limits<double>::infinity(), first = 0;
+  for (size_t end = begin + 1; end + parts - 1 <= seconds.size(); ++end) {
+    first += seconds[end - 1];
+    best = std::min(best, std::max(first, best_slowest_part(seconds, end, parts - 1)));
+  }
+  return best;
+}
+
+// ResNet-50's 18 stages into 4, 8 and 16 parts (pipelines of 4 devices, 4 devices x 2 chunks, 16
+// devices): every stage once, in order, and the slowest part as small as any cut makes it.
+TEST(Cut, BalancesBlocksIntoAnyNumberOfParts) {
+  const auto names = resnet50_stages().names;
+  // Made-up times of ResNet-50's shape: a light stem and head, blocks of unequal weight.
+  std::vector<double> seconds = {0.5};
+  for (size_t i = 1; i + 1 < names.size(); ++i) seconds.push_back(1.0 + 0.37 * static_cast<double>((i * 7) % 5));
+  seconds.push_back(0.1);
+  for (size_t parts : {4u, 8u, 16u, 18u}) {
+    const auto cut = balanced_cut(names, seconds, parts);
+    ASSERT_EQ(cut.size(), parts);
+    std::vector<std::string> in_order;
+    double slowest = 0;
+    size_t next = 0;
+    for (const auto& part : cut) {
+      EXPECT_FALSE(part.empty()) << parts;
+      double part_seconds = 0;
+      for (const auto& name : part) {
+        in_order.push_back(name);
+        part_seconds += seconds[next++];
+      }
+      slowest = std::max(slowest, part_seconds);
+    }
+    EXPECT_EQ(in_order, names) << parts;
+    EXPECT_DOUBLE_EQ(slowest, best_slowest_part(seconds, 0, parts)) << parts;
+  }
+  EXPECT_EQ(cut_error([&] { balanced_cut(names, seconds, 19); }),
+            "cannot cut 18 stages into 19 parts: every part needs a stage");
+}
+
+// Pipelines longer than ResNet's layers: 8 stages of blocks on 8 devices, and interleaved-1f1b
+// with 2 chunks on each of 4 devices, train as single does (CPU devices, as SplitEquivalence).
+TEST(Cut, BlockLevelPipelinesOfEightStagesMatchSingleDevice) {
+  torch::manual_seed(7);
+  RunConfig config;
+  config.model = "resnet50";
+  config.num_classes = 10;
+  config.batch_size = 4;  // 4 micro-batches of 1: whole rounds of 4 devices
+  config.image_size = 32;
+  config.learning_rate = 0.1;
+  const auto batch = make_random_batch(config, config.batch_size, torch::kCPU, torch::kCPU);
+  const auto reference = train("single", config, 1, batch, /*eval_mode=*/true);
+
+  config.split_size = 1;
+  config.schedule = "1f1b";
+  config.cut = "stem,layer1.0,layer1.1|layer1.2,layer2.0|layer2.1,layer2.2|layer2.3,layer3.0|layer3.1,layer3.2|"
+               "layer3.3,layer3.4|layer3.5,layer4.0|layer4.1,layer4.2,head";
+  expect_same_step(train("pipeline", config, 8, batch, /*eval_mode=*/true), reference, "1f1b on 8 devices");
+  config.cut = "balanced";
+  config.schedule = "interleaved-1f1b";
+  config.chunks = 2;
+  expect_same_step(train("pipeline", config, 4, batch, /*eval_mode=*/true), reference,
+                   "interleaved-1f1b on 4 devices x 2 chunks");
+}
+
 TEST(Cut, DefaultIsTheTutorialsOnTwoDevicesAndBalancedOnFour) {
   RunConfig config;
   config.num_classes = 10;
@@ -431,9 +584,14 @@ TEST(Cut, DefaultIsTheTutorialsOnTwoDevicesAndBalancedOnFour) {
   auto model = make_model(config.model, config.num_classes);
   Cut cut;
   partition_model(*model, {torch::kCPU, torch::kCPU}, config, 2, &cut);
-  EXPECT_EQ(format_cut(cut), "stem,layer1,layer2|layer3,layer4,head");
+  EXPECT_EQ(format_cut(cut, model->stage_groups()), "stem,layer1,layer2|layer3,layer4,head");
   partition_model(*model, std::vector<torch::Device>(4, torch::kCPU), config, 2, &cut);
   EXPECT_EQ(cut.size(), 4u);
+  // tinycnn has no layers: balanced on two devices too.
+  config.model = "tinycnn";
+  auto tiny = make_model(config.model, config.num_classes);
+  partition_model(*tiny, {torch::kCPU, torch::kCPU}, config, 2, &cut);
+  EXPECT_EQ(cut.size(), 2u);
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 """The models parbench trains, in PyTorch: ResNet-50 (torchvision's, which models/resnet.cpp
 copies) and the GPT-2-style model of models/gpt.cpp, each also as parbench's named stages
-(stem, layer1..layer4, head; embed, h.0..h.<L-1>, head) so that pipelines cut them where
-parbench does."""
+(stem, layer1.0..layer4.2 (a block each; layerN names layer N's blocks), head; embed,
+h.0..h.<L-1>, head) so that pipelines cut them where parbench does."""
 from __future__ import annotations
 
 import math
@@ -190,29 +190,42 @@ def named_stages(model_name: str, model: nn.Module) -> list[tuple[str, nn.Module
         return ([("embed", Embed(model.wte, model.wpe))]
                 + [(f"h.{i}", block) for i, block in enumerate(model.h)]
                 + [("head", Head(model.ln_f, model.lm_head))])
-    return [("stem", nn.Sequential(model.conv1, model.bn1, model.relu, model.maxpool)),
-            ("layer1", model.layer1), ("layer2", model.layer2), ("layer3", model.layer3), ("layer4", model.layer4),
-            ("head", nn.Sequential(model.avgpool, nn.Flatten(1), model.fc))]
+    layers = [model.layer1, model.layer2, model.layer3, model.layer4]
+    return ([("stem", nn.Sequential(model.conv1, model.bn1, model.relu, model.maxpool))]
+            + [(f"layer{n}.{i}", block) for n, layer in enumerate(layers, 1) for i, block in enumerate(layer)]
+            + [("head", nn.Sequential(model.avgpool, nn.Flatten(1), model.fc))])
+
+
+def stage_groups(model_name: str) -> dict[str, list[str]]:
+    """parbench's named runs of stages (ResNet's layers, each its blocks), which a cut may name."""
+    if model_name in GPT_CONFIGS:
+        return {}
+    return {f"layer{n}": [f"layer{n}.{i}" for i in range(blocks)]
+            for n, blocks in enumerate(RESNET_LAYERS[model_name], 1)}
 
 
 def stage_names(model_name: str) -> list[str]:
     if model_name in GPT_CONFIGS:
         return ["embed", *(f"h.{i}" for i in range(GPT_CONFIGS[model_name]["layers"])), "head"]
-    return ["stem", "layer1", "layer2", "layer3", "layer4", "head"]
+    return ["stem", *(name for blocks in stage_groups(model_name).values() for name in blocks), "head"]
 
 
-def parse_cut(spec: str, names: list[str], parts: int) -> list[list[str]]:
-    """parbench's --cut syntax (strategies/partition.cpp): stage names in order, ',' within a
-    part, '|' between parts; every stage once. ValueError says what is wrong."""
+def parse_cut(spec: str, names: list[str], parts: int, groups: dict[str, list[str]] | None = None) -> list[list[str]]:
+    """parbench's --cut syntax (strategies/partition.cpp): stage names in order, a group's name
+    standing for its stages, ',' within a part, '|' between parts; every stage once. ValueError
+    says what is wrong."""
+    groups = groups or {}
     cut, next_stage = [], 0
     for part in spec.split("|"):
-        chosen = [name for name in part.split(",") if name]
-        for name in chosen:
-            if name not in names:
+        chosen = []
+        for name in (name for name in part.split(",") if name):
+            if name not in names and name not in groups:
                 raise ValueError(f"bad cut '{spec}': unknown stage '{name}'")
-            if names.index(name) != next_stage:
-                raise ValueError(f"bad cut '{spec}': stage '{name}' is out of order, repeated or skips one")
-            next_stage += 1
+            for member in [name] if name in names else groups[name]:
+                if next_stage >= len(names) or names[next_stage] != member:
+                    raise ValueError(f"bad cut '{spec}': '{name}' is out of order, repeated or skips one")
+                next_stage += 1
+                chosen.append(member)
         if not chosen:
             raise ValueError(f"bad cut '{spec}': part {len(cut)} has no stage")
         cut.append(chosen)
@@ -223,24 +236,38 @@ def parse_cut(spec: str, names: list[str], parts: int) -> list[list[str]]:
     return cut
 
 
+def format_cut(cut: list[list[str]], groups: dict[str, list[str]] | None = None) -> str:
+    """parbench's format_cut: a group whose stages all lie in one part is written by its name."""
+    texts = []
+    for part in cut:
+        names, i = [], 0
+        while i < len(part):
+            whole = next((group for group, members in (groups or {}).items()
+                          if part[i:i + len(members)] == members), None)
+            names.append(whole or part[i])
+            i += len(groups[whole]) if whole else 1
+        texts.append(",".join(names))
+    return "|".join(texts)
+
+
 def default_cut(model_name: str, parts: int) -> str:
-    """The cut parbench uses on 2 GPUs where it is fixed: the tutorial's for ResNet; for 4 parts
-    (interleaved-1f1b, 2 chunks on 2 GPUs) the one its balanced cut chose on H200s
-    (stem,layer1|layer2|layer3|layer4,head). A GPT's balanced cut is measured at run time: these
-    split the blocks evenly, the embedding with the first part and the head with the last; pass
-    parbench's label `cut` of the same call to match it exactly."""
-    if model_name not in GPT_CONFIGS:
-        if parts == 2:
-            return "stem,layer1,layer2|layer3,layer4,head"
-        if parts == 4:
-            return "stem,layer1|layer2|layer3|layer4,head"
-        raise ValueError(f"no default cut of {model_name} into {parts} parts")
-    layers = GPT_CONFIGS[model_name]["layers"]
-    bounds = [round(layers * k / parts) for k in range(parts + 1)]
-    groups = [[f"h.{i}" for i in range(bounds[k], bounds[k + 1])] for k in range(parts)]
-    groups[0].insert(0, "embed")
-    groups[-1].append("head")
-    return "|".join(",".join(group) for group in groups)
+    """The cut parbench uses where it is fixed: the tutorial's for ResNet on 2 parts. Elsewhere
+    parbench's cut is balanced by measured times; these put the first stage (stem, embed) with the
+    first part, the last (head) with the last, and the blocks between in equal parts (ResNet-50's
+    bottleneck blocks are of similar FLOPs). Pass parbench's label `cut` of the same call
+    (--cuts-from) to match it exactly."""
+    names = stage_names(model_name)
+    if model_name not in GPT_CONFIGS and parts == 2:
+        return "stem,layer1,layer2|layer3,layer4,head"
+    blocks = names[1:-1]
+    bounds = [round(len(blocks) * k / parts) for k in range(parts + 1)] if parts > 0 else [0]
+    cut = [blocks[bounds[k]:bounds[k + 1]] for k in range(parts)]
+    if cut:
+        cut[0].insert(0, names[0])
+        cut[-1].append(names[-1])
+    if not cut or not all(cut):
+        raise ValueError(f"no default cut of {model_name} into {parts} parts: it has {len(names)} stages")
+    return format_cut(cut, stage_groups(model_name))
 
 
 def cut_modules(model_name: str, model: nn.Module, cut: list[list[str]]) -> list[nn.Sequential]:

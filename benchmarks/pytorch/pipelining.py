@@ -22,7 +22,8 @@ import torch.distributed as dist
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
 
 import baseline_common as bc
-from baseline_models import RESNET_SOURCE, cut_modules, default_cut, make_model, parse_cut, stage_names
+from baseline_models import (RESNET_SOURCE, cut_modules, default_cut, format_cut, make_model, parse_cut, stage_groups,
+                             stage_names)
 from ddp import combine, gather_times, init_distributed, line_up
 
 SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B, "interleaved-1f1b": ScheduleInterleaved1F1B}
@@ -37,10 +38,10 @@ def parse(argv):
                         help="micro-batch sizes; default 20 (language models 4)")
     parser.add_argument("--chunks", type=bc.positive_int, default=2, help="interleaved-1f1b: stages per rank")
     parser.add_argument("--cut", default=None, help="stages per rank in parbench's --cut syntax; default the "
-                        "tutorial's cut for ResNet, the blocks halved for a GPT")
+                        "tutorial's cut for ResNet on 2 ranks, else the blocks in equal parts")
     parser.add_argument("--interleaved-cut", default=None,
-                        help="the same for interleaved-1f1b's ranks x chunks parts; default "
-                             "stem,layer1|layer2|layer3|layer4,head for ResNet, the blocks in equal parts for a GPT")
+                        help="the same for interleaved-1f1b's ranks x chunks parts; default the blocks in "
+                             "equal parts, the first stage with the first and the head with the last")
     parser.add_argument("--cuts-from", type=Path, default=None, metavar="PARBENCH_JSON",
                         help="take each cut from the label of parbench's matching pipeline case in this "
                              "file (same model, precision and GPUs; interleaved-1f1b's with the same chunks), "
@@ -95,7 +96,7 @@ def cut_for(args, parts: int, interleaved: bool, precision: str | None = None) -
     if not spec:
         spec, source = default_cut(args.model, parts), "default"
     try:
-        return parse_cut(spec, stage_names(args.model), parts), source
+        return parse_cut(spec, stage_names(args.model), parts, stage_groups(args.model)), source
     except ValueError as error:
         raise bc.UsageError(f"{error} (from {source})") from None
 
@@ -184,7 +185,7 @@ def run_case(args, rank, world, device, batch, precision, split, schedule):
     return bc.result(name, BASELINE, "pipeline", schedule, fields, "event", repetitions, batch, args,
                      devices=[device], flops=bc.forward_flops_per_sample(args), gpus_used=world, peak_mem=peaks,
                      details={"backend": dist.get_backend(), "micro_batches": micro_batches,
-                              "cut": "|".join(",".join(part) for part in cut), "cut_source": cut_source,
+                              "cut": format_cut(cut, stage_groups(args.model)), "cut_source": cut_source,
                               "step_ms_rank_spread": rank_spread,
                               "rank_median_step_ms": rank_medians, "resnet_source": RESNET_SOURCE})
 

@@ -166,7 +166,7 @@ def test_bad_input_is_refused(module, args, message):
     parse = __import__(module).parse
     if message is None:  # parses; the cut is checked against the stages, as every rank does first
         args = parse(["--device", "cpu", "--out", "x.json", *args])
-        with pytest.raises(bc.UsageError, match="stage 'layer3' is in no part"):
+        with pytest.raises(bc.UsageError, match="stage 'layer3.0' is in no part"):
             __import__(module).cut_for(args, 2, interleaved=False, precision="fp32")
         return
     with pytest.raises(bc.UsageError, match=re.escape(message)):
@@ -212,15 +212,33 @@ def test_flops_and_datasheet_peaks_are_parbenchs():
 
 
 def test_cuts_are_parbenchs():
-    names = bm.stage_names("resnet50")
-    assert bm.parse_cut(bm.default_cut("resnet50", 2), names, 2) == [["stem", "layer1", "layer2"],
-                                                                     ["layer3", "layer4", "head"]]
-    assert bm.default_cut("resnet50", 4) == "stem,layer1|layer2|layer3|layer4,head"
+    # parbench's stages (models/resnet.cpp): the stem, each block by its module path, the head;
+    # a layer's name stands for its blocks, and a part holding a whole layer writes its name.
+    names, groups = bm.stage_names("resnet50"), bm.stage_groups("resnet50")
+    assert len(names) == 18 and names[:3] == ["stem", "layer1.0", "layer1.1"] and names[-2:] == ["layer4.2", "head"]
+    model = bm.make_model("resnet50")
+    assert [name for name, _ in bm.named_stages("resnet50", model)] == names
+    tutorial = bm.parse_cut(bm.default_cut("resnet50", 2), names, 2, groups)
+    assert tutorial[0] == ["stem", *groups["layer1"], *groups["layer2"]]
+    assert tutorial[1] == [*groups["layer3"], *groups["layer4"], "head"]
+    assert bm.format_cut(tutorial, groups) == "stem,layer1,layer2|layer3,layer4,head"
+    # Where parbench's cut is measured: the blocks in equal parts, for 4 ranks and 4 ranks x 2 chunks.
+    assert bm.default_cut("resnet50", 4) == ("stem,layer1,layer2.0|layer2.1,layer2.2,layer2.3,layer3.0|"
+                                             "layer3.1,layer3.2,layer3.3,layer3.4|layer3.5,layer4,head")
+    for parts in (4, 8, 16):
+        cut = bm.parse_cut(bm.default_cut("resnet50", parts), names, parts, groups)
+        assert [name for part in cut for name in part] == names
+        assert max(map(len, cut)) - min(map(len, cut)) <= 2  # the stem and head ride along
+    mixed = "stem,layer1,layer2.0|layer2.1,layer2.2,layer2.3,layer3|layer4,head"
+    assert bm.format_cut(bm.parse_cut(mixed, names, 3, groups), groups) == mixed
     medium = bm.default_cut("gpt2-medium", 2).split("|")
     assert medium[0].startswith("embed,h.0,") and medium[0].endswith(",h.11") and medium[1].endswith(",h.23,head")
-    for bad in ("stem,layer1|layer3,layer2,layer4,head", "stem,layer1,layer2,layer3,layer4,head", "stem|x"):
+    for bad in ("stem,layer1|layer3,layer2,layer4,head", "stem,layer1,layer2,layer3,layer4,head", "stem|x",
+                "stem,layer1,layer1.2,layer2|layer3,layer4,head", "stem,layer1.3|layer2,layer3,layer4,head"):
         with pytest.raises(ValueError):
-            bm.parse_cut(bad, names, 2)
+            bm.parse_cut(bad, names, 2, groups)
+    with pytest.raises(ValueError, match="no default cut of resnet50 into 17 parts"):
+        bm.default_cut("resnet50", 17)
 
 
 def test_pipelining_takes_parbenchs_cut_from_its_json():
