@@ -18,7 +18,8 @@ per-repetition entries:
   best split    pipeline: the split_size with the lowest median step time, per schedule
   scaling       a run at several device counts (parbench --gpus=LIST): per set-up, each strategy's
                 case of highest median throughput at each count (ddp weak and strong apart), its
-                ideal (gpus x single's throughput) and scaling efficiency, in a table and a figure
+                ideal (gpus x single's throughput) and scaling efficiency, in a table and a figure;
+                --advise's predictions compared per count, as it ranks them
   all-reduce    comm/allreduce: median time, algbw and busbw per size and rank count
   timelines     pipeline cases run with --trace: the measured timeline of the traced step beside
                 the schedule simulator's (plots/pipeline_timeline.py), drawn for each schedule's
@@ -295,15 +296,12 @@ def build_report(results: pr.Results, rendered: plot.Rendered, generated: dateti
                   "algbw = size / time, busbw = algbw × 2(n-1)/n (docs/METRICS.md).", "",
                   *allreduce_table(allreduces), ""]
     # --advise ranks the cases of one global batch together: weak-scaling ddp ranks apart from single.
-    predicted: dict[tuple, list[pr.Case]] = {}
-    for setup, cases in groups.items():
-        for case in cases:
-            if case.ran and case.stats("predicted_step_ms"):
-                predicted.setdefault((setup, _global_batch(case)), []).append(case)
+    predicted = prediction_groups(groups)
     if predicted:
         lines += ["## Predicted vs measured", "", *prediction_preamble(results), ""]
-        for (setup, global_batch), cases in predicted.items():
+        for (setup, global_batch, count), cases in predicted.items():
             heading = setup.describe() + ("" if global_batch == setup.batch else f", global batch {global_batch}")
+            heading += f", {count} GPUs" if count else ""
             lines += [f"### {heading}", "", *prediction_table(cases), "", prediction_summary(cases), ""]
     if baselines:
         lines += pytorch_section(results, baselines)
@@ -590,6 +588,28 @@ def _global_batch(case: pr.Case) -> int:
 def _prediction_error(case: pr.Case) -> float:
     measured = case.stats("step_ms").median
     return (case.stats("predicted_step_ms").median - measured) / measured
+
+
+def prediction_groups(groups: dict[pr.Setup, list[pr.Case]]) -> dict[tuple, list[pr.Case]]:
+    """The predicted cases that ran, as --advise ranked them: by set-up and global batch and, where
+    a scaling run (--gpus=LIST) has its multi-device cases at several counts, by count, single in
+    each count's group (its predicted rank then is its rank at the first count). Keys:
+    (set-up, global batch, count or 0)."""
+    ranked: dict[tuple, list[pr.Case]] = {}
+    for setup, cases in groups.items():
+        for case in cases:
+            if case.ran and case.stats("predicted_step_ms"):
+                ranked.setdefault((setup, _global_batch(case)), []).append(case)
+    predicted: dict[tuple, list[pr.Case]] = {}
+    for (setup, global_batch), cases in ranked.items():
+        counts = sorted({case.gpus for case in cases if case.strategy != "single"})
+        if len(counts) < 2:
+            predicted[setup, global_batch, 0] = cases
+            continue
+        for count in counts:
+            predicted[setup, global_batch, count] = [case for case in cases
+                                                     if case.gpus == count or case.strategy == "single"]
+    return predicted
 
 
 def prediction_table(cases: list[pr.Case]) -> list[str]:

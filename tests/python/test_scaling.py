@@ -47,9 +47,10 @@ EXPECTED = {
 BEST = {("pipeline", 2): "schedule:1f1b", ("pipeline", 4): "schedule:gpipe", ("ddp weak", 2): "bucket_mib:100"}
 
 
-def write_run(path, medians, gpus="NVIDIA H100 80GB HBM3;" * 3 + "NVIDIA H100 80GB HBM3"):
+def write_run(path, medians, gpus="NVIDIA H100 80GB HBM3;" * 3 + "NVIDIA H100 80GB HBM3", predictions=None):
     """A parbench JSON (schema 1.1.0: fields from the names) with three repetitions per case,
-    images/s of median, median - 1% and median + 1%."""
+    images/s of median, median - 1% and median + 1%; `predictions`: (strategy, rest) ->
+    (predicted_step_ms, predicted_rank) as --advise gives them."""
     entries = []
     for (strategy, rest), ips in medians.items():
         name = PREFIX.format(strategy) + rest + "/manual_time"
@@ -58,6 +59,8 @@ def write_run(path, medians, gpus="NVIDIA H100 80GB HBM3;" * 3 + "NVIDIA H100 80
                             "iterations": 10, "real_time": 1.0, "cpu_time": 1.0, "time_unit": "ms",
                             "items_per_second": ips * factor, "step_ms": 120e3 / (ips * factor),
                             "label": "devices=cuda"})
+            if predictions and (strategy, rest) in predictions:
+                entries[-1]["predicted_step_ms"], entries[-1]["predicted_rank"] = predictions[strategy, rest]
     context = {"parbench_json_schema": "1.1.0", "devices": "cuda", "gpu_count": "4", "gpu_names": gpus,
                "git_sha": "0123456789abcdef", "git_dirty": "false", "argv": "--gpus=1,2,4"}
     path.write_text(json.dumps({"context": context, "benchmarks": entries}))
@@ -141,6 +144,29 @@ def test_plot_writes_the_scaling_figure_only_for_several_counts(tmp_path):
     result = run(PLOT, tmp_path / "figures", [write_run(tmp_path / "run.json", SCALING_RUN)])
     assert result.returncode == 0, result.stderr
     assert_figure(tmp_path / "figures" / "scaling.png")
+
+
+def test_predictions_of_a_scaling_run_are_compared_per_count(tmp_path):
+    # --advise ranks each count apart, single in each: the report's tables and errors follow.
+    medians = {("single", ""): 1000.0, ("pipeline", "/gpus:2/split:20/schedule:gpipe"): 1500.0,
+               ("pipeline", "/gpus:2/split:20/schedule:1f1b"): 1600.0,
+               ("pipeline", "/gpus:4/split:20/schedule:gpipe"): 2400.0,
+               ("pipeline", "/gpus:4/split:20/schedule:1f1b"): 3000.0}
+    measured = {key: 120e3 / ips for key, ips in medians.items()}  # the median step_ms
+    errors = {("pipeline", "/gpus:2/split:20/schedule:gpipe"): 0.10, ("pipeline", "/gpus:2/split:20/schedule:1f1b"): -0.02,
+              ("pipeline", "/gpus:4/split:20/schedule:gpipe"): 0.04, ("pipeline", "/gpus:4/split:20/schedule:1f1b"): -0.06}
+    predictions = {("single", ""): (measured["single", ""], 3)}
+    for rank, key in enumerate(sorted(errors, key=lambda key: (key[1][:7], -medians[key]))):
+        predictions[key] = (measured[key] * (1 + errors[key]), rank % 2 + 1)
+    out = tmp_path / "report"
+    result = run(MAKE_REPORT, out, [write_run(tmp_path / "run.json", medians, predictions=predictions)])
+    assert result.returncode == 0, result.stderr
+    blocks = section((out / "REPORT.md").read_text(encoding="utf-8"), "Predicted vs measured").split("\n### ")[1:]
+    assert [block.splitlines()[0] for block in blocks] == [f"{SETUP}, 2 GPUs", f"{SETUP}, 4 GPUs"]
+    for block, count, mean, largest in ((blocks[0], 2, 6.0, 10.0), (blocks[1], 4, 5.0, 6.0)):
+        assert "`single`" in block  # the reference, in every count's ranking
+        assert f"Over 2 pipeline case(s) the mean absolute error is {mean:.1f}%, the largest {largest:.1f}%." in block
+        assert f"Recommended: `pipeline` ({count} GPUs, 1f1b, split 20)" in block
 
 
 BINARY = os.environ.get("PARBENCH_BINARY")
