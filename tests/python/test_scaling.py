@@ -177,12 +177,15 @@ SMALL = ["--models=tinycnn", "--batch=4", "--image=16", "--warmup=1", "--iterati
 @pytest.mark.skipif(not BINARY, reason="PARBENCH_BINARY names no binary (ctest sets it)")
 def test_a_cpu_run_at_two_counts_feeds_the_scaling_table_and_figure(tmp_path):
     out = tmp_path / "run.json"
+    # On CPU devices wherever it runs: a GPU machine's count of GPUs would decide what is skipped.
     result = subprocess.run([BINARY, "--gpus=1,2", "--scaling=weak,strong", *SMALL, f"--benchmark_out={out}"],
-                            capture_output=True, text=True, check=False, timeout=400)
+                            capture_output=True, text=True, check=False, timeout=400,
+                            env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
     assert result.returncode == 0, result.stderr
     document = json.loads(out.read_text())
     ran = {entry["run_name"]: entry["fields"] for entry in document["benchmarks"] if entry["run_type"] == "iteration"}
     counts = {(fields["strategy"], fields.get("scaling", ""), fields.get("gpus", 1)) for fields in ran.values()}
+    assert document["context"]["devices"] == "cpu"
     assert counts == {("single", "", 1), ("model_parallel", "", 2), ("pipeline", "", 2), ("data_parallel", "", 2),
                       ("ddp", "weak", 1), ("ddp", "weak", 2), ("ddp", "strong", 1), ("ddp", "strong", 2)}
     report_dir = tmp_path / "report"
