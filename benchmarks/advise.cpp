@@ -486,15 +486,36 @@ std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& 
   std::vector<std::string> order;
   std::map<std::string, std::vector<CaseSpec>> setups;
   size_t left_out = 0;
+  std::vector<const CaseSpec*> advised;
+  // A scaling run (--gpus=LIST) has a set-up's multi-device cases at several counts: each count
+  // is profiled on its own devices and ranked apart, with the whole-model reference in each.
+  std::map<std::string, std::set<int>> counts;
   for (const auto& spec : cases) {
     if (!modelled(spec) || (!spec.skip_reason.empty() && !predicted_only(spec))) {
       ++left_out;
       continue;
     }
-    const auto key = setup_key(spec);
-    if (setups.count(key) == 0) order.push_back(key);
-    setups[key].push_back(spec);
+    advised.push_back(&spec);
+    if (spec.strategy->advise_model != AdviseModel::kWholeModel) counts[setup_key(spec)].insert(spec.gpus);
   }
+  for (const auto* spec : advised) {
+    const auto key = setup_key(*spec);
+    const auto& setup_counts = counts[key];
+    std::vector<std::string> keys = {key};
+    if (setup_counts.size() > 1) {
+      keys.clear();
+      for (int count : setup_counts) {
+        if (spec->strategy->advise_model == AdviseModel::kWholeModel || count == spec->gpus) {
+          keys.push_back(key + "/gpus:" + std::to_string(count));
+        }
+      }
+    }
+    for (const auto& group : keys) {
+      if (setups.count(group) == 0) order.push_back(group);
+      setups[group].push_back(*spec);
+    }
+  }
+  std::set<std::string> recorded;  // the whole-model reference is predicted, recorded and run once
   if (left_out > 0) {
     std::fprintf(stderr,
                  "parbench advise: %zu case(s) left out: advise models single, model_parallel, pipeline on one "
@@ -575,6 +596,7 @@ std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& 
                   spec.name.c_str(), rank == 0 ? "  <- recommended" : "",
                   runs ? "" : ("  (not run: " + spec.skip_reason + ")").c_str());
       const auto* parts = spec.strategy->advise_model == AdviseModel::kStaged ? cut_of(profile, spec) : &profile.parts;
+      if (!recorded.insert(spec.name).second) continue;  // single, in a later count's ranking
       nlohmann::json prediction = {{"name", spec.name}, {"predicted_step_ms", *spec.predicted_step_ms},
                                    {"rank", rank + 1}, {"profile", parts->cut.empty() ? "single" : parts->cut}};
       if (!runs) prediction["not_run"] = spec.skip_reason;
@@ -586,6 +608,9 @@ std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& 
     }
     std::fflush(stdout);
   }
+  std::set<std::string> seen;  // single, in every count's ranking of a scaling run, runs once
+  to_run.erase(std::remove_if(to_run.begin(), to_run.end(), [&](const CaseSpec& spec) { return !seen.insert(spec.name).second; }),
+               to_run.end());
   benchmark::AddCustomContext("advise_predictions", predictions.dump());
   char seconds_text[32];
   std::snprintf(seconds_text, sizeof seconds_text, "%.2f", profile_seconds);

@@ -90,7 +90,10 @@ std::optional<SimulatedStep> predict_staged_case(const CaseSpec& spec);
 // the run's context (advise_predictions, advise_profile_s) and returns the cases to run: per
 // set-up single and the `options.advise_validate` best predicted (all of them for
 // kValidateAll), each carrying its prediction. A set-up is a global batch: ddp's strong-scaling
-// cases join the others', its weak-scaling ones make their own. ddp without GPUs for its ranks,
+// cases join the others', its weak-scaling ones make their own. In a scaling run (--gpus=LIST)
+// whose set-up has multi-device cases at several counts, each count is a set-up of its own:
+// profiled on its devices, ranked and validated apart, with single's case in each ranking (its
+// prediction recorded from the first count's profile, and run once). ddp without GPUs for its ranks,
 // data_parallel's clone variant and pipeline cases on two lanes (the simulator models one compute
 // stream per device) are not modelled: they are left out, with a line saying so. A case skipped
 // for want of GPUs (on a machine with fewer than it needs, but some) is predicted all the same,

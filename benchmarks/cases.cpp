@@ -49,10 +49,11 @@ std::string capturable_names() {
 // Whether a strategy's cases run on several devices (ddp: ranks), and so name their count.
 bool uses_several_devices(const StrategyInfo& strategy) { return strategy.min_devices > 1 || strategy.distributed; }
 
-// A case's set-up before its strategy's options: config, devices, and what the placement rules
-// out.
+// A case's set-up before its strategy's options: config, devices (`devices` of them for a
+// strategy that uses several), and what the placement rules out.
 CaseSpec set_up_case(const StrategyInfo& strategy, const std::string& model, int64_t batch, int64_t sample,
-                     Precision precision, DataMode data, bool graph, const Options& options, int visible_gpus) {
+                     Precision precision, DataMode data, bool graph, int devices, const Options& options,
+                     int visible_gpus) {
   CaseSpec spec;
   spec.strategy = &strategy;
   spec.data = data;
@@ -65,7 +66,7 @@ CaseSpec set_up_case(const StrategyInfo& strategy, const std::string& model, int
   spec.config.loss = options.loss;
   fit_config_to_model(spec.config);
   spec.config.cut = options.cut;
-  spec.gpus = uses_several_devices(strategy) ? multi_device_count(options, visible_gpus) : 1;
+  spec.gpus = uses_several_devices(strategy) ? devices : 1;
   if (!options.devices.empty()) spec.gpu_ids.assign(options.devices.begin(), options.devices.begin() + spec.gpus);
   // Without GPUs every case runs on CPU devices (docs/JSON.md: devices=cpu).
   if (spec.cuda_graph && visible_gpus == 0) {
@@ -192,9 +193,12 @@ CaseSpec case_from_fields(const nlohmann::json& fields, const Options& options, 
     const auto& strategy = StrategyRegistry::instance().get(text("strategy"));
     const auto model = text("model");
     const auto named_batch = std::stoll(text("batch"));
+    // The count its fields name: a scaling run (--gpus=LIST) has cases at several.
+    const int devices = fields.contains("gpus") ? static_cast<int>(std::stoll(text("gpus")))
+                                                : multi_device_count(options, visible_gpus);
     auto spec = set_up_case(strategy, model, named_batch, std::stoll(text(is_language_model(model) ? "seq" : "image")),
                             precision_from(text("precision")), data_mode_from(text("data")), text("graph") == "on",
-                            options, visible_gpus);
+                            devices, options, visible_gpus);
     for (const auto& option : strategy.options) {
       if (fields.contains(option.field)) add_option(spec, option, text(option.field));
     }
@@ -313,6 +317,12 @@ std::string shared_gpu_placement(const CaseSpec& spec) {
 }
 
 void check_devices(const Options& options, int visible_gpus) {
+  if (!options.gpu_counts.empty() && visible_gpus > 0 && options.gpu_counts.front() > visible_gpus) {
+    throw UsageError("--gpus=" + joined(options.gpu_counts, ",", [](int count) { return std::to_string(count); }) +
+                     " asks for more GPUs than the " + std::to_string(visible_gpus) +
+                     " visible at every count (a count above them is skipped; give at least one of 1 to " +
+                     std::to_string(visible_gpus) + ")");
+  }
   if (options.devices.empty()) return;
   const auto flag = "--devices=" + join_ids(options.devices);
   if (visible_gpus == 0) {
@@ -405,7 +415,18 @@ void stop_profile_companion() { profile_companion().stop(); }
 int multi_device_count(const Options& options, int visible_gpus) {
   if (!options.devices.empty()) return static_cast<int>(options.devices.size());
   if (options.gpus > 0) return options.gpus;
+  if (!options.gpu_counts.empty()) return options.gpu_counts.back();
   return visible_gpus > 0 ? std::max(visible_gpus, 2) : kCpuStandInDevices;
+}
+
+std::vector<int> strategy_device_counts(const StrategyInfo& strategy, const Options& options, int visible_gpus) {
+  if (!uses_several_devices(strategy)) return {1};
+  if (options.gpu_counts.empty()) return {multi_device_count(options, visible_gpus)};
+  std::vector<int> counts;
+  for (auto count : options.gpu_counts) {
+    if (count >= strategy.min_devices) counts.push_back(count);
+  }
+  return counts;
 }
 
 std::vector<CaseSpec> build_cases(const Options& options, int visible_gpus) {
@@ -425,8 +446,11 @@ std::vector<CaseSpec> build_cases(const Options& options, int visible_gpus) {
           for (auto precision : options.precisions) {
             for (auto data : options.data_modes) {
               for (bool graph : options.cuda_graphs) {
-                add_strategy_cases(set_up_case(*strategy, model, batch, sample, precision, data, graph, options, visible_gpus),
-                                   options, visible_gpus, cases);
+                for (int devices : strategy_device_counts(*strategy, options, visible_gpus)) {
+                  add_strategy_cases(
+                      set_up_case(*strategy, model, batch, sample, precision, data, graph, devices, options, visible_gpus),
+                      options, visible_gpus, cases);
+                }
               }
             }
           }

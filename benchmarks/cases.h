@@ -49,8 +49,15 @@ inline constexpr int kCpuStandInDevices = 2;
 
 // Devices of a multi-device case and ranks of a ddp case: --gpus, else every visible GPU but at
 // least 2 (a case that needs more than are visible is skipped), else kCpuStandInDevices.
+// With --gpus=LIST, its largest count (the comm/allreduce sweep's ranks).
 int multi_device_count(const Options& options, int visible_gpus);
 
+// The device counts a strategy's cases run at, in order: 1 for a strategy on one device;
+// multi_device_count for one count; with --gpus=LIST, each count of at least its min_devices.
+std::vector<int> strategy_device_counts(const StrategyInfo& strategy, const Options& options, int visible_gpus);
+
+// Every case, in order: by strategy, model, batch, image or seq, precision, data, graph, then
+// device count (ascending, --gpus=LIST), then the strategy's options.
 std::vector<CaseSpec> build_cases(const Options& options, int visible_gpus);
 
 // "train/<strategy>/<model>/batch:120/...": the named fields, in order.
@@ -72,7 +79,7 @@ std::vector<torch::Device> case_devices(const CaseSpec& spec);
 std::string shared_gpu_placement(const CaseSpec& spec);
 
 // Checks --devices against the visible GPUs and the strategies asked for (ddp's NCCL ranks cannot
-// share a GPU). Throws UsageError.
+// share a GPU), and that a --gpus=LIST has a count the visible GPUs can run. Throws UsageError.
 void check_devices(const Options& options, int visible_gpus);
 
 // The iterations of each repetition where they are fixed (--iterations; distributed cases

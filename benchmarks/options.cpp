@@ -111,6 +111,21 @@ std::vector<int64_t> int_list(const std::string& flag, const std::string& text, 
   return values;
 }
 
+// --gpus=N or --gpus=LIST: whole counts from 1 to kMaxGpus, each once, in ascending order.
+std::vector<int> gpu_count_list(const std::string& flag, const std::string& text) {
+  std::vector<int> counts;
+  for (const auto& item : split_list(text)) {
+    const auto count = static_cast<int>(parse_int(flag, item, 1, kMaxGpus));
+    if (std::find(counts.begin(), counts.end(), count) != counts.end()) {
+      throw UsageError("--" + flag + "=" + text + " names " + item + " twice (give each GPU count once, e.g. 1,2,4)");
+    }
+    counts.push_back(count);
+  }
+  if (counts.empty()) throw UsageError("--" + flag + " needs at least one value");
+  std::sort(counts.begin(), counts.end());
+  return counts;
+}
+
 const std::vector<std::pair<std::string, Precision>> kPrecisions = {{"fp32", Precision::kFloat32},
                                                                     {"bf16", Precision::kBFloat16}};
 const std::vector<std::pair<std::string, DataMode>> kDataModes = {
@@ -263,7 +278,15 @@ Google Benchmark's own flags all work: --benchmark_filter=REGEX, --benchmark_rep
                          | host (randn on the CPU every step, pageable copy: the tutorial's); default device
   --loss=NAME            image models: mse (on one-hot labels, the tutorial's) | ce (cross-entropy);
                          default mse. Language models always train on next-token cross-entropy
-  --gpus=N               GPUs for multi-device strategies and ddp ranks; default all visible
+  --gpus=N|LIST          GPUs for multi-device strategies and ddp ranks; default all visible.
+                         A list (e.g. 1,2,4; each count once, run in ascending order) is a
+                         scaling run: each multi-device strategy runs at each count of at least
+                         its minimum, single once as the 1-GPU point. Minimums:
+                         @MIN_DEVICES@.
+                         A count above the visible GPUs is skipped (without GPUs each count
+                         runs on that many CPU devices). Not with --devices, a --cut of stages
+                         per device, --print-schedule or a launcher. The report and the
+                         figures then add a scaling view (docs/METRICS.md, "Scaling")
   --devices=LIST         the GPUs a multi-device case uses, in stage, replica or rank order;
                          repeats share a GPU: --devices=0,0 puts both stages of model_parallel and
                          pipeline, or both replicas of data_parallel, on GPU 0 (named /devices:0,0
@@ -305,7 +328,8 @@ Google Benchmark's own flags all work: --benchmark_filter=REGEX, --benchmark_rep
                          model_parallel, pipeline (schedule simulator), data_parallel and ddp
                          (on GPUs) case, print them ranked per global batch,
                          then run single and the N best predicted (all: every case) with their
-                         predictions as counters (predicted_step_ms, predicted_rank)
+                         predictions as counters (predicted_step_ms, predicted_rank); with
+                         --gpus=LIST each count is profiled, ranked and validated apart
   --print-schedule=NAME  print the pipeline schedule NAME's action grid and exit: one row per
                          device (--gpus, default 2), one column per time slot, F3/B3/W3 for
                          micro-batch 3's forward, backward or weight gradient, in unit time;
@@ -323,6 +347,14 @@ Exit status:
      --benchmark_filter that selects no case; nothing ran and no output file was written
 The last line on stderr sums the run up: "parbench: 12 ran, 9 skipped (...), 1 failed: CASE: WHY".
 )";
+  std::map<int, std::vector<std::string>> by_minimum;
+  for (const auto* strategy : StrategyRegistry::instance().all()) {
+    if (strategy->min_devices > 1 || strategy->distributed) by_minimum[strategy->min_devices].push_back(strategy->name);
+  }
+  const auto minimums = joined(by_minimum, "; ", [](const auto& entry) {
+    return joined(entry.second, ", ") + ": " + std::to_string(entry.first);
+  });
+  text.replace(text.find("@MIN_DEVICES@"), std::strlen("@MIN_DEVICES@"), minimums);
   text.replace(text.find("@STRATEGIES@"), std::strlen("@STRATEGIES@"), StrategyRegistry::instance().names());
   text.replace(text.find("@STRATEGY_OPTIONS@"), std::strlen("@STRATEGY_OPTIONS@"), strategy_options_help());
   return text;
@@ -375,7 +407,11 @@ Options parse_options(int argc, char** argv, bool has_gpu, std::vector<char*>* b
       {"precision", [&](auto& f, auto& v) { options.precisions = pick_list(f, v, kPrecisions); }},
       {"data", [&](auto& f, auto& v) { options.data_modes = pick_list(f, v, kDataModes); }},
       {"loss", [&](auto& f, auto& v) { options.loss = pick<LossKind>(f, v, {{"mse", LossKind::kMse}, {"ce", LossKind::kCrossEntropy}}); }},
-      {"gpus", [&](auto& f, auto& v) { options.gpus = static_cast<int>(parse_int(f, v, 1, kMaxGpus)); }},
+      {"gpus", [&](auto& f, auto& v) {
+         const auto counts = gpu_count_list(f, v);
+         options.gpus = counts.size() == 1 ? counts.front() : 0;
+         options.gpu_counts = counts.size() == 1 ? std::vector<int>{} : counts;
+       }},
       {"devices", [&](auto& f, auto& v) {
          options.devices.clear();
          for (auto index : int_list(f, v, 0)) options.devices.push_back(static_cast<int>(index));
@@ -448,6 +484,21 @@ Options parse_options(int argc, char** argv, bool has_gpu, std::vector<char*>* b
   }
 
   const bool explicit_cut = !options.cut.empty() && options.cut != "balanced";
+  if (!options.gpu_counts.empty()) {
+    // A scaling run: each count places its devices on GPUs 0..count-1, with the balanced cut.
+    const auto flag = "--gpus=" + joined(options.gpu_counts, ",", [](int count) { return std::to_string(count); });
+    if (!options.devices.empty()) {
+      throw UsageError(flag + " and --devices cannot be combined: a list of counts runs each on GPUs 0 to count-1 "
+                       "(give one count with --devices, or leave --devices out)");
+    }
+    if (explicit_cut) {
+      throw UsageError(flag + " and --cut=" + options.cut + " cannot be combined: a cut of stages per device fits one "
+                       "count (give one --gpus count, or --cut=balanced)");
+    }
+    if (!options.print_schedule.empty()) {
+      throw UsageError(flag + " and --print-schedule cannot be combined: a grid is drawn for one device count");
+    }
+  }
   const size_t cut_parts = std::count(options.cut.begin(), options.cut.end(), '|') + 1;
   for (const auto& model : options.models) {
     std::vector<std::string> stage_names;

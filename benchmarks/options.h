@@ -37,7 +37,10 @@ struct Options {
   std::vector<Precision> precisions = {Precision::kFloat32};
   std::vector<DataMode> data_modes = {DataMode::kDevice};
   LossKind loss = LossKind::kMse;
-  int gpus = 0;  // GPUs for multi-device strategies and ddp ranks; 0: all visible
+  int gpus = 0;  // GPUs for multi-device strategies and ddp ranks; 0: all visible (or a list below)
+  // --gpus=LIST with several counts (e.g. 1,2,4), ascending: each multi-device strategy runs at
+  // each count of at least its min_devices (a scaling run; gpus is then 0). Empty for one count.
+  std::vector<int> gpu_counts;
   // --devices: the GPUs of a multi-device case in stage, replica or rank order, repeats allowed
   // (0,0: two stages on GPU 0); single runs on the first. Empty: GPUs 0..gpus-1.
   std::vector<int> devices;

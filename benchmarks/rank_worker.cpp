@@ -14,6 +14,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -150,6 +151,13 @@ int run_worker(const WorkerRequest& request, Options options, int visible_gpus) 
       throw std::runtime_error("--gpus=" + std::to_string(options.gpus) + " but the launcher started " +
                                std::to_string(info->world_size) + " ranks");
     }
+    // A scaling run's rank: its case names its count (case_from_fields), the world's size.
+    if (!options.gpu_counts.empty() &&
+        std::find(options.gpu_counts.begin(), options.gpu_counts.end(), info->world_size) == options.gpu_counts.end()) {
+      throw std::runtime_error("the launcher started " + std::to_string(info->world_size) +
+                               " ranks, not one of the --gpus counts");
+    }
+    options.gpu_counts.clear();
     options.gpus = info->world_size;
     auto rank_info = *info;
     rank_info.arguments = options.argv;
@@ -207,6 +215,10 @@ std::optional<RankInfo> external_launch(Options& options, int visible_gpus) {
     throw UsageError(error.what());
   }
   if (!info) return std::nullopt;
+  if (!options.gpu_counts.empty()) {
+    throw UsageError("--gpus with several counts does not apply under a launcher: its world size of " +
+                     std::to_string(info->world_size) + " is the one count (leave --gpus out)");
+  }
   if (options.gpus > 0 && options.gpus != info->world_size) {
     throw UsageError("--gpus=" + std::to_string(options.gpus) + " does not match the world size of " +
                      std::to_string(info->world_size) + " from the launcher's " + info->source +

@@ -14,6 +14,10 @@ throughput  throughput (median, standard deviation) per strategy against the ide
             images/s (items_per_second) for image models, tokens/s (tokens_per_second) for
             language models, whose items_per_second counts sequences.
 memory      peak allocated GiB per device: the highest peak_mem_gib_dev<i> over repetitions.
+scaling     only for a run at several device counts (parbench --gpus=LIST): per set-up, throughput
+            and scaling efficiency against the GPU count, one line per strategy (ddp weak and
+            strong apart) through its best case at each count (highest median throughput), single
+            at 1 and the ideal, gpus x single's throughput (efficiency 100%).
 
 Bars lie horizontal, one row per case, so any number of cases keeps its labels apart. Every
 figure names the hardware and the commit of its files (docs/METRICS.md, "Figures").
@@ -105,7 +109,8 @@ def draw_figures(results: pr.Results) -> tuple[dict[str, Figure], Rendered]:
                 if setup is not None:
                     rendered.notes.setdefault(f"{setup.describe()}: {text}", []).append(name)
             if figure is None:
-                rendered.skipped[name] = "; ".join(text for setup, text in notes if setup is None)
+                if name not in OPTIONAL_FIGURES:
+                    rendered.skipped[name] = "; ".join(text for setup, text in notes if setup is None)
                 continue
             _fit_texts(figure)
             figures[name] = figure
@@ -326,6 +331,59 @@ def throughput_words(setups) -> str:
     return "images/s (tokens/s for language models)"
 
 
+SCALING_PANEL_IN = 3.2
+SCALING_STYLES = {"weak": "-", "strong": "--"}  # a strategy's scaling modes (ddp's)
+
+
+def _draw_scaling(results, groups, notes):
+    """Per set-up of a run at several device counts: throughput (left) and scaling efficiency
+    (right) against the GPU count, on a log-2 axis."""
+    views = {setup: view for setup, cases in groups.items() if (view := pr.scaling_view(cases))}
+    if not views:
+        return None  # one count per set-up: no scaling figure, and nothing to say (OPTIONAL_FIGURES)
+    figure, grid, titles = _figure(results, "Scaling: throughput and efficiency against the GPU count", views,
+                                   [SCALING_PANEL_IN] * len(views), columns=2)
+    for (setup, view), (left, right) in zip(views.items(), grid):
+        counts = sorted({point.gpus for points in view.values() for point in points})
+        single = pr.single_reference(groups[setup])
+        if single is None:
+            notes.append((setup, "no single case ran, so no ideal and no efficiency"))
+        else:
+            reference = single.throughput().median
+            left.plot(counts, [count * reference for count in counts], color="black", linestyle=":",
+                      label="ideal: gpus \u00d7 single")
+            right.axhline(100, color="black", linestyle=":")
+        for line, points in view.items():
+            strategy, _, mode = line.partition(" ")
+            style = dict(color=STRATEGY_COLORS.get(strategy, OTHER_COLOR), linestyle=SCALING_STYLES.get(mode, "-"),
+                         marker="o", markersize=5)
+            if strategy == "single":  # one point, under the others' 1-GPU points: drawn larger, on top
+                style.update(marker="s", markersize=8, zorder=5)
+            left.plot([p.gpus for p in points], [p.throughput for p in points], label=line, **style)
+            efficient = [p for p in points if p.efficiency is not None]
+            if efficient:
+                right.plot([p.gpus for p in efficient], [100 * p.efficiency for p in efficient], **style)
+        for ax in (left, right):
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(counts, [str(count) for count in counts])
+            ax.xaxis.set_minor_locator(NullLocator())
+            ax.set_xlabel("GPUs" if not any(p.case.devices == "cpu" for ps in view.values() for p in ps)
+                          else "devices (CPU stand-ins)")
+        left.set_ylim(bottom=0)
+        left.set_ylabel(f"throughput ({setup.throughput_unit})")
+        left.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:,.0f}"))
+        right.set_ylim(bottom=0, top=max([110] + [105 * p.efficiency for ps in view.values() for p in ps
+                                                    if p.efficiency is not None]))
+        right.set_ylabel("scaling efficiency (%)")
+        right.legend(*left.get_legend_handles_labels(), loc="upper left", bbox_to_anchor=(1.01, 1.0),
+                     frameon=False, borderaxespad=0.0)
+    unit = throughput_words(views)
+    _footer(figure, f"Each line: a strategy's best case (highest median {unit}) at each GPU count, ddp's weak "
+                    "(solid) and strong (dashed) scaling apart; single is the 1-GPU point. Efficiency = "
+                    "throughput / (gpus \u00d7 single's throughput); dotted: the ideal.", notes, titles)
+    return figure
+
+
 def _draw_memory(results, groups, notes):
     panels = {setup: [case for case in pr.headline_cases(cases) if case.peak_memory_gib()]
               for setup, cases in groups.items()}
@@ -394,7 +452,10 @@ def _draw_prediction(results, groups, notes):
 
 
 FIGURES = {"step_time": _draw_step_time, "split_size": _draw_split_size,
-           "throughput": _draw_throughput, "memory": _draw_memory, "prediction": _draw_prediction}
+           "throughput": _draw_throughput, "memory": _draw_memory, "prediction": _draw_prediction,
+           "scaling": _draw_scaling}
+# Figures drawn only for some runs: their absence is no note ("scaling": a --gpus=LIST run's).
+OPTIONAL_FIGURES = {"scaling"}
 
 
 def _headline_panels(groups, notes):
@@ -416,15 +477,17 @@ def _bar_heights(panels):
     return [BAR_PANEL_HEIGHT_IN + BAR_ROW_IN * len(shown) for shown in panels.values()]
 
 
-def _figure(results, what, panels, heights):
+def _figure(results, what, panels, heights, columns=1):
     """A figure with one panel per set-up, stacked, each `heights` inches tall. The title says
     what all panels share and where the files ran (hardware, commit), each panel's title what is
-    its own; returns the figure, the axes and set-up -> panel title."""
+    its own; returns the figure, the axes and set-up -> panel title. With `columns` > 1 each
+    set-up has a row of that many panels, and the axes are those rows."""
     parts = [setup.parts() for setup in panels]
     common = {key: value for key, value in parts[0].items()
               if key != "precision" and all(p.get(key) == value for p in parts)}
     figure = Figure(figsize=(FIGURE_WIDTH_IN, TITLE_HEIGHT_IN + sum(heights)), layout="constrained")
-    axes = figure.subplots(len(panels), 1, squeeze=False, height_ratios=heights)[:, 0]
+    grid = figure.subplots(len(panels), columns, squeeze=False, height_ratios=heights)
+    axes = grid[:, 0]
     lines = [what, textwrap.fill(", ".join(common.values()), 100), textwrap.fill(_machines(results), 100)]
     if results.cpu_stand_ins():
         lines.append(textwrap.fill(CPU_STAND_IN_NOTE, 100))
@@ -433,7 +496,7 @@ def _figure(results, what, panels, heights):
     for ax, setup, part in zip(axes, panels, parts):
         titles[setup] = ", ".join(value for key, value in part.items() if key not in common)
         ax.set_title(titles[setup], loc="left", fontweight="bold")
-    return figure, axes, titles
+    return figure, (axes if columns == 1 else grid), titles
 
 
 def _machines(results):

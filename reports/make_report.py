@@ -16,6 +16,10 @@ per-repetition entries:
                 summary's reps column), the lowest SM clock, highest temperature and power and
                 the clock-event reasons seen per device; with --max-noise, the noise each case reached
   best split    pipeline: the split_size with the lowest median step time, per schedule
+  scaling       a run at several device counts (parbench --gpus=LIST): per set-up, each strategy's
+                case of highest median throughput at each count (ddp weak and strong apart), its
+                ideal (gpus x single's throughput) and scaling efficiency, in a table and a figure;
+                --advise's predictions compared per count, as it ranks them
   all-reduce    comm/allreduce: median time, algbw and busbw per size and rank count
   timelines     pipeline cases run with --trace: the measured timeline of the traced step beside
                 the schedule simulator's (plots/pipeline_timeline.py), drawn for each schedule's
@@ -58,6 +62,7 @@ FIGURE_CAPTIONS = {
     "throughput": "Throughput ({unit}) per strategy against ideal scaling, with scaling efficiency",
     "memory": "Peak allocated memory per device",
     "prediction": "Predicted against measured step time (parbench --advise)",
+    "scaling": "Throughput ({unit}) and scaling efficiency against the GPU count, with the ideal",
 }
 TIMELINES_FILE = "timelines.json"
 TIMELINES_SCHEMA = "1.0.0"  # semver, as parbench_json_schema (docs/JSON.md, "timelines.json")
@@ -275,6 +280,7 @@ def build_report(results: pr.Results, rendered: plot.Rendered, generated: dateti
         lines += [f"### {setup.describe()}", "", *summary_table(cases), ""]
     lines += clocks_section(results)
     lines += noise_section(results)
+    lines += scaling_section(groups)
     sweeps = {setup: cases for setup, cases in groups.items()
               if any(case.strategy == "pipeline" and case.ran for case in cases)}
     if sweeps:
@@ -290,15 +296,12 @@ def build_report(results: pr.Results, rendered: plot.Rendered, generated: dateti
                   "algbw = size / time, busbw = algbw × 2(n-1)/n (docs/METRICS.md).", "",
                   *allreduce_table(allreduces), ""]
     # --advise ranks the cases of one global batch together: weak-scaling ddp ranks apart from single.
-    predicted: dict[tuple, list[pr.Case]] = {}
-    for setup, cases in groups.items():
-        for case in cases:
-            if case.ran and case.stats("predicted_step_ms"):
-                predicted.setdefault((setup, _global_batch(case)), []).append(case)
+    predicted = prediction_groups(groups)
     if predicted:
         lines += ["## Predicted vs measured", "", *prediction_preamble(results), ""]
-        for (setup, global_batch), cases in predicted.items():
+        for (setup, global_batch, count), cases in predicted.items():
             heading = setup.describe() + ("" if global_batch == setup.batch else f", global batch {global_batch}")
+            heading += f", {count} GPUs" if count else ""
             lines += [f"### {heading}", "", *prediction_table(cases), "", prediction_summary(cases), ""]
     if baselines:
         lines += pytorch_section(results, baselines)
@@ -495,6 +498,35 @@ def summary_table(cases: list[pr.Case]) -> list[str]:
                    "peak memory (GiB)", "MFU", "bubble fraction", "best split", "details"], rows)
 
 
+def scaling_section(groups: dict[pr.Setup, list[pr.Case]]) -> list[str]:
+    """A run at several device counts (--gpus=LIST): per set-up, each line's best case at each
+    count (pr.scaling_view), and a sentence on the efficiencies at the largest count."""
+    views = {setup: view for setup, cases in groups.items() if (view := pr.scaling_view(cases))}
+    if not views:
+        return []
+    lines = ["## Scaling", "",
+             "Each strategy at each GPU count, shown by its case of highest median throughput (the best "
+             "pipeline schedule and split, the best ddp bucket), weak- and strong-scaling ddp apart; "
+             "ideal = gpus \u00d7 single's throughput, scaling efficiency = throughput / ideal "
+             "(docs/METRICS.md, \"Scaling\"). The *scaling* figure draws the same numbers.", ""]
+    for setup, view in views.items():
+        unit = setup.throughput_unit
+        rows = [[line, str(point.gpus), f"{point.throughput:,.1f}",
+                 f"{point.ideal:,.1f}" if point.ideal is not None else "no single",
+                 f"{point.efficiency:.1%}" if point.efficiency is not None else "no single",
+                 point.case.config() or "the whole model on one device"]
+                for line, points in view.items() for point in points]
+        lines += [f"### {setup.describe()}", "",
+                  *_table(["strategy", "GPUs", f"{unit} (median)", f"ideal {unit}", "scaling efficiency",
+                           "best case"], rows), ""]
+        largest = max(point.gpus for points in view.values() for point in points)
+        at_largest = [f"{line} {point.efficiency:.1%}" for line, points in view.items() for point in points
+                      if point.gpus == largest and point.efficiency is not None]
+        if at_largest:
+            lines += [f"Scaling efficiency at {largest} GPUs: {', '.join(at_largest)}.", ""]
+    return lines
+
+
 def sweep_table(cases: list[pr.Case], timelines: dict[str, CaseTimeline]) -> list[str]:
     pipeline = sorted((case for case in cases if case.strategy == "pipeline" and case.ran),
                       key=pr.Case.sort_key)
@@ -556,6 +588,28 @@ def _global_batch(case: pr.Case) -> int:
 def _prediction_error(case: pr.Case) -> float:
     measured = case.stats("step_ms").median
     return (case.stats("predicted_step_ms").median - measured) / measured
+
+
+def prediction_groups(groups: dict[pr.Setup, list[pr.Case]]) -> dict[tuple, list[pr.Case]]:
+    """The predicted cases that ran, as --advise ranked them: by set-up and global batch and, where
+    a scaling run (--gpus=LIST) has its multi-device cases at several counts, by count, single in
+    each count's group (its predicted rank then is its rank at the first count). Keys:
+    (set-up, global batch, count or 0)."""
+    ranked: dict[tuple, list[pr.Case]] = {}
+    for setup, cases in groups.items():
+        for case in cases:
+            if case.ran and case.stats("predicted_step_ms"):
+                ranked.setdefault((setup, _global_batch(case)), []).append(case)
+    predicted: dict[tuple, list[pr.Case]] = {}
+    for (setup, global_batch), cases in ranked.items():
+        counts = sorted({case.gpus for case in cases if case.strategy != "single"})
+        if len(counts) < 2:
+            predicted[setup, global_batch, 0] = cases
+            continue
+        for count in counts:
+            predicted[setup, global_batch, count] = [case for case in cases
+                                                     if case.gpus == count or case.strategy == "single"]
+    return predicted
 
 
 def prediction_table(cases: list[pr.Case]) -> list[str]:

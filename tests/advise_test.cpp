@@ -127,5 +127,33 @@ TEST(Advise, RanksEveryScheduleBesideSingle) {
   EXPECT_NE(table.find("2 chunks: stem|block1|block2|head"), std::string::npos) << table;
 }
 
+// A scaling run (--gpus=2,3): each count profiled on its own devices and ranked apart, single in
+// both rankings but run once.
+TEST(Advise, ProfilesAndRanksEachCountOfAScalingRunApart) {
+  const auto options = parse({"--preset=cpu", "--models=tinycnn", "--batch=4", "--image=16",
+                              "--strategies=single,model_parallel,pipeline", "--split-sizes=2", "--schedules=gpipe",
+                              "--gpus=2,3", "--advise=all"});
+  const auto cases = build_cases(options, visible_gpu_count());
+  testing::internal::CaptureStdout();
+  const auto to_run = advise(cases, options);
+  const auto table = testing::internal::GetCapturedStdout();
+  const std::string setup = "parbench advise: tinycnn/batch:4/image:16/precision:fp32/data:device";
+  // One part per device: the cut for 2 devices has one '|', the cut for 3 two.
+  for (const int count : {2, 3}) {
+    const auto heading = setup + "/gpus:" + std::to_string(count) + " (cut ";
+    const auto at = table.find(heading);
+    ASSERT_NE(at, std::string::npos) << table;
+    const auto cut = table.substr(at + heading.size(), table.find(';', at) - at - heading.size());
+    EXPECT_EQ(std::count(cut.begin(), cut.end(), '|'), count - 1) << cut;
+  }
+  const std::string single = "train/single/tinycnn/batch:4/image:16/precision:fp32/data:device";
+  size_t rankings = 0;
+  for (auto at = table.find(single); at != std::string::npos; at = table.find(single, at + 1)) ++rankings;
+  EXPECT_EQ(rankings, 2u) << table;
+  EXPECT_EQ(std::count_if(to_run.begin(), to_run.end(), [&](const CaseSpec& spec) { return spec.name == single; }), 1);
+  for (const auto& spec : to_run) EXPECT_TRUE(spec.predicted_step_ms.has_value()) << spec.name;
+  if (visible_gpu_count() == 0) EXPECT_EQ(to_run.size(), cases.size()) << table;
+}
+
 }  // namespace
 }  // namespace parbench

@@ -1,5 +1,6 @@
 // The case matrix: names, placements and skips decided before anything runs.
 #include "benchmarks/cases.h"
+#include "tests/option_parsing.h"
 
 #include <gtest/gtest.h>
 
@@ -66,6 +67,95 @@ TEST(Cases, DevicesAreCheckedAgainstTheGpusAndDdp) {
   options.devices = {0, 1};
   options.gpus = 3;
   EXPECT_THROW(check_devices(options, 2), UsageError);
+}
+
+std::vector<std::string> names(const std::vector<CaseSpec>& cases) {
+  std::vector<std::string> listed;
+  for (const auto& spec : cases) listed.push_back(spec.name);
+  return listed;
+}
+
+TEST(Cases, GpusTakesACountOrAnAscendingListOfDistinctCounts) {
+  const auto one = parsed_options({"--gpus=2"}, /*has_gpu=*/false);
+  EXPECT_EQ(one.gpus, 2);
+  EXPECT_TRUE(one.gpu_counts.empty());
+  const auto list = parsed_options({"--gpus=4,1,2"}, /*has_gpu=*/false);
+  EXPECT_EQ(list.gpus, 0);
+  EXPECT_EQ(list.gpu_counts, (std::vector<int>{1, 2, 4}));
+  for (const auto& [arguments, expected] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"--gpus=1,2,2"}, "--gpus=1,2,2 names 2 twice (give each GPU count once, e.g. 1,2,4)"},
+           {{"--gpus=0,2"}, "--gpus=0 must be at least 1"},
+           {{"--gpus=1,two"}, "--gpus=two is not a whole number"},
+           {{"--gpus=1,5000"}, "--gpus=5000 must be at most 4096"},
+           {{"--gpus=,"}, "--gpus needs at least one value"},
+           {{"--gpus=1,2", "--devices=0,1"}, "--gpus=1,2 and --devices cannot be combined"},
+           {{"--gpus=2,4", "--cut=stem,layer1,layer2|layer3,layer4,head"}, "--gpus=2,4 and --cut=stem,layer1"},
+           {{"--gpus=2,4", "--print-schedule=gpipe"}, "--gpus=2,4 and --print-schedule cannot be combined"}}) {
+    try {
+      parsed_options(arguments, /*has_gpu=*/false);
+      ADD_FAILURE() << arguments.front() << " accepted";
+    } catch (const UsageError& error) {
+      EXPECT_EQ(std::string(error.what()).find(expected), 0u) << error.what();
+    }
+  }
+}
+
+// --gpus=1,2,4: by strategy and set-up as before, then by count, then by the strategy's options;
+// single once (the 1-GPU point), each strategy at each count of at least its min_devices.
+TEST(Cases, AListOfCountsRunsEachMultiDeviceStrategyAtEachCount) {
+  auto options = parsed_options({"--strategies=single,model_parallel,pipeline,ddp", "--gpus=1,2,4", "--split-sizes=20",
+                                 "--schedules=gpipe", "--scaling=weak,strong", "--bucket-mib=25", "--overlap=on"},
+                                /*has_gpu=*/true);
+  const auto cases = build_cases(options, /*visible_gpus=*/2);
+  const std::string setup = "/resnet50/batch:120/image:128/precision:fp32/data:device";
+  const auto ddp = [&](int gpus, const std::string& scaling) {
+    return "train/ddp" + setup + "/gpus:" + std::to_string(gpus) + "/bucket_mib:25/overlap:on/scaling:" + scaling;
+  };
+  EXPECT_EQ(names(cases), (std::vector<std::string>{
+                              "train/single" + setup,
+                              "train/model_parallel" + setup + "/gpus:2",
+                              "train/model_parallel" + setup + "/gpus:4",
+                              "train/pipeline" + setup + "/gpus:2/split:20/schedule:gpipe",
+                              "train/pipeline" + setup + "/gpus:4/split:20/schedule:gpipe",
+                              ddp(1, "weak"), ddp(1, "strong"), ddp(2, "weak"), ddp(2, "strong"), ddp(4, "weak"),
+                              ddp(4, "strong")}));
+  for (const auto& spec : cases) {
+    const bool four = spec.gpus == 4;
+    EXPECT_EQ(spec.skip_reason, four ? "needs 4 GPUs, 2 visible" : "") << spec.name;
+    EXPECT_EQ(spec.wants_more_gpus, four) << spec.name;
+    EXPECT_EQ(fields_json(spec.fields).value("gpus", 1), spec.gpus) << spec.name;
+    // A rank builds its case from the fields alone (ddp's ranks; the world's size as the GPUs).
+    EXPECT_EQ(case_from_fields(nlohmann::json::parse(fields_json(spec.fields).dump()), options, 2).name, spec.name);
+  }
+  EXPECT_EQ(cases[5].global_batch, 120);   // ddp weak at 1 rank
+  EXPECT_EQ(cases[8].global_batch, 120);   // ddp strong at 2 ranks: 60 each
+  EXPECT_EQ(cases[9].global_batch, 480);   // ddp weak at 4 ranks
+  EXPECT_EQ(multi_device_count(options, 2), 4);  // the comm/allreduce sweep's ranks: the largest count
+  // Without GPUs each count runs on as many CPU devices: nothing is skipped.
+  for (const auto& spec : build_cases(options, /*visible_gpus=*/0)) EXPECT_EQ(spec.skip_reason, "") << spec.name;
+}
+
+TEST(Cases, OneCountInAListKeepsTodaysCases) {
+  auto options = parsed_options({"--gpus=2"}, /*has_gpu=*/true);
+  Options plain;
+  plain.gpus = 2;
+  EXPECT_EQ(names(build_cases(options, 2)), names(build_cases(plain, 2)));
+}
+
+TEST(Cases, AListOfCountsNeedsOneThatTheVisibleGpusCanRun) {
+  Options options;
+  options.gpu_counts = {4, 8};
+  try {
+    check_devices(options, /*visible_gpus=*/2);
+    FAIL() << "--gpus=4,8 accepted on 2 GPUs";
+  } catch (const UsageError& error) {
+    EXPECT_EQ(std::string(error.what()),
+              "--gpus=4,8 asks for more GPUs than the 2 visible at every count (a count above them is skipped; give "
+              "at least one of 1 to 2)");
+  }
+  options.gpu_counts = {2, 8};
+  EXPECT_NO_THROW(check_devices(options, 2));
+  EXPECT_NO_THROW(check_devices(options, /*visible_gpus=*/0));  // CPU stand-ins
 }
 
 }  // namespace

@@ -406,6 +406,27 @@ struct BadInput {
 
 void PrintTo(const BadInput& input, std::ostream* os) { *os << input.arguments; }
 
+// --gpus=1,2 without GPUs: each count on as many CPU devices, single once, ddp at both counts,
+// data_parallel (at least 2 devices) at 2; --help says which strategy starts at which count.
+TEST(Cli, AListOfGpuCountsListsEachStrategyAtEachCount) {
+  const auto run = run_parbench(std::string(kSmallRun) + " --strategies=single,data_parallel,ddp --gpus=1,2" +
+                                " --allreduce=off --dp-replicate=broadcast --benchmark_list_tests");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const std::string setup = "/tinycnn/batch:4/image:16/precision:fp32/data:device";
+  const std::string suffix = "/iterations:2/manual_time\n";
+  const auto ddp = [&](int gpus) {
+    return "train/ddp" + setup + "/gpus:" + std::to_string(gpus) + "/bucket_mib:25/overlap:on/scaling:weak" + suffix;
+  };
+  EXPECT_EQ(run.error, "") << run.error;
+  EXPECT_EQ(run.output, "train/single" + setup + suffix + "train/data_parallel" + setup + "/gpus:2/replicate:broadcast" +
+                            suffix + ddp(1) + ddp(2));
+  const auto help = run_parbench("--help").output;
+  EXPECT_NE(help.find("--gpus=N|LIST"), std::string::npos);
+  EXPECT_NE(help.find("Minimums:\n" + std::string(25, ' ') + "ddp: 1; model_parallel, pipeline, data_parallel: 2."),
+            std::string::npos)
+      << help;
+}
+
 class CliBadInput : public ::testing::TestWithParam<BadInput> {};
 
 TEST_P(CliBadInput, OneLineErrorNonZeroExitAndNoOutputFile) {
@@ -459,6 +480,13 @@ INSTANTIATE_TEST_SUITE_P(
                       BadInput{"--dist-timeout=inf", "--dist-timeout=inf is not a finite number"},
                       BadInput{"--dist-timeout=1e30", "--dist-timeout=1e30 must be at most 86400"},
                       BadInput{"--gpus=99999999999", "--gpus=99999999999 must be at most"},
+                      // --gpus=LIST (a scaling run).
+                      BadInput{"--gpus=1,2,2", "--gpus=1,2,2 names 2 twice"},
+                      BadInput{"--gpus=0,2", "--gpus=0 must be at least 1"},
+                      BadInput{"--gpus=1,two", "--gpus=two is not a whole number"},
+                      BadInput{"--gpus=1,5000", "--gpus=5000 must be at most 4096"},
+                      BadInput{"--gpus=1,2 --devices=0,1", "--gpus=1,2 and --devices cannot be combined"},
+                      BadInput{"--gpus=1,2 --print-schedule=gpipe", "--gpus=1,2 and --print-schedule cannot be combined"},
                       BadInput{"--print-schedule=gpipe --micro-batches=100000000", "--micro-batches=100000000 must be at most"},
                       BadInput{"--print-schedule=zb-h1 --gpus=4000 --micro-batches=4000", "too large a grid to draw"},
                       BadInput{"--print-schedule=interleaved-1f1b --gpus=64 --micro-batches=4096 --chunks=64",

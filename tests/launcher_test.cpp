@@ -248,6 +248,9 @@ INSTANTIATE_TEST_SUITE_P(
         BadLaunch{{{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}},
                   "--gpus=3",
                   "--gpus=3 does not match the world size of 2"},
+        BadLaunch{{{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}},
+                  "--gpus=1,2",
+                  "--gpus with several counts does not apply under a launcher"},
         BadLaunch{{{"RANK", "0"}, {"WORLD_SIZE", "2"}}, "--dist-timeout=3", "MASTER_ADDR is not set"}),
     [](const auto& info) { return "case" + std::to_string(info.index); });
 

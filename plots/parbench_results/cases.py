@@ -13,6 +13,9 @@ What it computes:
 - each case's set-up (model, batch, image, precision, data) and single-GPU reference, the
   speedup (single's median step time / the case's) and the scaling efficiency
   (throughput / (gpus x single's throughput)), and the best pipeline split (lowest median step time).
+- each set-up's scaling view where its multi-device cases ran at several device counts
+  (--gpus=LIST): per strategy (ddp weak and strong apart), the case of highest median throughput
+  at each count, its ideal (gpus x single's throughput) and scaling efficiency.
 - each case's throughput in its set-up's unit: images/s for an image model, tokens/s for a
   language model (a set-up with a seq); items_per_second counts sequences there.
 - what each case ran on: CUDA devices, or CPU devices (the label's `devices` fact, else the
@@ -396,6 +399,53 @@ def speedup(case: Case, single: Case) -> float:
 
 def scaling_efficiency(case: Case, single: Case) -> float:
     return case.stats("items_per_second").median / (case.gpus * single.stats("items_per_second").median)
+
+
+def scaling_line(case: Case) -> str:
+    """The line of the scaling view a case is drawn on: its strategy, and for a strategy with a
+    `scaling` option (ddp) the mode too: 'ddp weak', 'ddp strong'."""
+    return f"{case.strategy} {case.fields['scaling']}" if "scaling" in case.fields else case.strategy
+
+
+def scaling_counts(cases: list[Case]) -> list[int]:
+    """The device counts at which one set-up's multi-device cases (all but single) ran."""
+    return sorted({case.gpus for case in cases if case.ran and case.strategy != "single"})
+
+
+@dataclass(frozen=True)
+class ScalingPoint:
+    """One line's best case at one device count (docs/METRICS.md, "Scaling")."""
+
+    line: str
+    gpus: int
+    case: Case
+    throughput: float  # its median throughput in the set-up's unit
+    ideal: float | None  # gpus x single's median throughput; None without a single case
+    efficiency: float | None  # scaling_efficiency(case, single)
+
+
+def scaling_view(cases: list[Case]) -> dict[str, list[ScalingPoint]]:
+    """One set-up's scaling view, empty unless its multi-device cases ran at two counts or more
+    (a --gpus=LIST run): per line (scaling_line), in strategy order, its best case at each count,
+    the one with the highest median throughput (the best pipeline schedule and split, the best
+    ddp bucket), with the ideal and the scaling efficiency against single; single's one point at 1."""
+    if len(scaling_counts(cases)) < 2:
+        return {}
+    single = single_reference(cases)
+    best: dict[tuple[str, int], Case] = {}
+    for case in cases:
+        if not case.ran:
+            continue
+        key = (scaling_line(case), case.gpus)
+        if key not in best or case.throughput().median > best[key].throughput().median:
+            best[key] = case
+    view: dict[str, list[ScalingPoint]] = {}
+    for (line, gpus), case in sorted(best.items(), key=lambda item: (item[1].sort_key()[:2], item[0][0], item[0][1])):
+        throughput = case.throughput().median
+        ideal = gpus * single.throughput().median if single else None
+        view.setdefault(line, []).append(ScalingPoint(line, gpus, case, throughput, ideal,
+                                                      scaling_efficiency(case, single) if single else None))
+    return view
 
 
 def best_splits(cases: list[Case]) -> dict[tuple, Case]:
