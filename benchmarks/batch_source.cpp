@@ -30,4 +30,12 @@ Batch BatchSource::next() {
   }
 }
 
+double BatchSource::held_bytes_on(torch::Device device) const {
+  double bytes = 0;
+  for (const auto* tensor : {&held_.inputs, &held_.targets}) {
+    if (tensor->defined() && tensor->device() == device) bytes += static_cast<double>(tensor->nbytes());
+  }
+  return bytes;
+}
+
 }  // namespace parbench

@@ -14,6 +14,8 @@ class BatchSource {
   BatchSource(const RunConfig& config, int64_t batch_size, DataMode mode, torch::Device input_device,
               torch::Device target_device);
   Batch next();
+  // Bytes of the batch it holds between steps on `device` (device data; none for the others).
+  double held_bytes_on(torch::Device device) const;
 
  private:
   RunConfig config_;

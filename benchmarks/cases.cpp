@@ -5,6 +5,7 @@
 #include "benchmarks/device_stats.h"
 #include "benchmarks/distributed_runner.h"
 #include "benchmarks/graphed_step.h"
+#include "benchmarks/memory.h"
 #include "benchmarks/mfu.h"
 #include "benchmarks/noise_rule.h"
 #include "benchmarks/outcomes.h"
@@ -12,6 +13,7 @@
 #include "core/device_timer.h"
 #include "core/text.h"
 #include "models/model_zoo.h"
+#include "strategies/optimizer.h"
 #include "strategies/pipeline_schedule.h"
 
 #include <nlohmann/json.hpp>
@@ -52,7 +54,8 @@ bool uses_several_devices(const StrategyInfo& strategy) { return strategy.min_de
 // A case's set-up before its strategy's options: config, devices (`devices` of them for a
 // strategy that uses several), and what the placement rules out.
 CaseSpec set_up_case(const StrategyInfo& strategy, const std::string& model, int64_t batch, int64_t sample,
-                     Precision precision, DataMode data, bool graph, int devices, const Options& options,
+                     Precision precision, DataMode data, OptimizerKind optimizer, bool graph, int devices,
+                     const Options& options,
                      int visible_gpus) {
   CaseSpec spec;
   spec.strategy = &strategy;
@@ -63,6 +66,7 @@ CaseSpec set_up_case(const StrategyInfo& strategy, const std::string& model, int
   spec.config.batch_size = batch;
   (is_language_model(model) ? spec.config.seq_len : spec.config.image_size) = sample;
   spec.config.precision = precision;
+  spec.config.optimizer = optimizer;
   spec.config.loss = options.loss;
   fit_config_to_model(spec.config);
   spec.config.cut = options.cut;
@@ -87,6 +91,9 @@ CaseSpec set_up_case(const StrategyInfo& strategy, const std::string& model, int
                  {is_language_model(model) ? "seq" : "image", std::to_string(sample), true},
                  {"precision", to_string(precision)},
                  {"data", to_string(data)}};
+  // SGD, the default, is left out of the name and the fields, so that names from before the
+  // choice stay as they were.
+  if (optimizer != OptimizerKind::kSgd) spec.fields.push_back({"optimizer", to_string(optimizer)});
   // --devices other than GPUs 0..gpus-1 is named; the names of cases on those stay as they were.
   for (size_t i = 0; i < spec.gpu_ids.size(); ++i) {
     if (spec.gpu_ids[i] != static_cast<int>(i)) {
@@ -197,8 +204,9 @@ CaseSpec case_from_fields(const nlohmann::json& fields, const Options& options, 
     const int devices = fields.contains("gpus") ? static_cast<int>(std::stoll(text("gpus")))
                                                 : multi_device_count(options, visible_gpus);
     auto spec = set_up_case(strategy, model, named_batch, std::stoll(text(is_language_model(model) ? "seq" : "image")),
-                            precision_from(text("precision")), data_mode_from(text("data")), text("graph") == "on",
-                            devices, options, visible_gpus);
+                            precision_from(text("precision")), data_mode_from(text("data")),
+                            fields.contains("optimizer") ? optimizer_from(text("optimizer")) : OptimizerKind::kSgd,
+                            text("graph") == "on", devices, options, visible_gpus);
     for (const auto& option : strategy.options) {
       if (fields.contains(option.field)) add_option(spec, option, text(option.field));
     }
@@ -224,6 +232,9 @@ struct PreparedCase {
   double forward_flops_per_sample = 0;
   std::optional<ComputePeaks> peaks;  // GPUs only
   CaseProfile profile;  // from the profile companion
+  // GPUs: the allocator before the set-up, and between two warm-up steps where the step is then
+  // captured (an eager case's is read after its timed steps).
+  std::vector<AllocatorStats> before_setup, before_capture;
 
   void step() { train_step(*strategy, graphed.get(), source->next()); }
 };
@@ -253,6 +264,7 @@ std::unique_ptr<PreparedCase> make_prepared_case(const CaseSpec& spec, const Opt
   const auto devices = case_devices(spec);
   reset_peak_memory(devices);
   auto fresh = std::make_unique<PreparedCase>();
+  fresh->before_setup = allocator_stats(devices);
   fresh->name = spec.name;
   fresh->strategy = spec.strategy->create();
   const auto config = spec.config;
@@ -262,6 +274,10 @@ std::unique_ptr<PreparedCase> make_prepared_case(const CaseSpec& spec, const Opt
   for (const auto& parameter : fresh->strategy->model().module().parameters()) fresh->params += parameter.numel();
   fresh->forward_flops_per_sample = fresh->strategy->model().forward_flops_per_sample(sample_size(spec.config));
   for (int step = 0; step < options.warmup_steps; ++step) fresh->step();
+  if (spec.cuda_graph && options.warmup_steps > 0) {
+    synchronize_devices(devices);
+    fresh->before_capture = allocator_stats(devices);
+  }
   if (spec.cuda_graph) fresh->graphed = std::make_unique<GraphedStep>(*fresh->strategy, fresh->source->next());
   synchronize_devices(devices);
   return fresh;
@@ -445,11 +461,13 @@ std::vector<CaseSpec> build_cases(const Options& options, int visible_gpus) {
         for (auto sample : is_language_model(model) ? options.seq_lens : options.image_sizes) {
           for (auto precision : options.precisions) {
             for (auto data : options.data_modes) {
-              for (bool graph : options.cuda_graphs) {
-                for (int devices : strategy_device_counts(*strategy, options, visible_gpus)) {
-                  add_strategy_cases(
-                      set_up_case(*strategy, model, batch, sample, precision, data, graph, devices, options, visible_gpus),
-                      options, visible_gpus, cases);
+              for (auto optimizer : options.optimizers) {
+                for (bool graph : options.cuda_graphs) {
+                  for (int devices : strategy_device_counts(*strategy, options, visible_gpus)) {
+                    add_strategy_cases(set_up_case(*strategy, model, batch, sample, precision, data, optimizer, graph,
+                                                   devices, options, visible_gpus),
+                                       options, visible_gpus, cases);
+                  }
                 }
               }
             }
@@ -638,6 +656,16 @@ void RunProgress::case_started(const std::string& name) {
   std::fprintf(stderr, "[%zu/%zu %s%s] %s\n", started_, cases_to_run_, clock(elapsed).c_str(), left.c_str(), name.c_str());
 }
 
+// The memory breakdown after the timed steps (benchmarks/memory.h), the devices synchronised.
+static benchmark::UserCounters case_memory_counters(const PreparedCase& prepared, const std::vector<torch::Device>& devices) {
+  AllocatorWindow window;
+  window.before_setup = prepared.before_setup;
+  window.now = allocator_stats(devices, /*release_cublas_workspaces=*/!prepared.graphed);
+  window.between_steps = prepared.graphed ? prepared.before_capture : window.now;
+  for (const auto& device : devices) window.batch_bytes.push_back(prepared.source->held_bytes_on(device));
+  return memory_counters(model_state_bytes(*prepared.strategy), window);
+}
+
 void run_local_case(benchmark::State& state, const CaseSpec& spec, const Options& options) {
   const auto rule = noise_rule(options);
   const auto key = benchmark_name(spec.name, fixed_iterations(spec, options));
@@ -675,6 +703,7 @@ void run_local_case(benchmark::State& state, const CaseSpec& spec, const Options
     set_training_counters(state, spec, seconds, steps, prepared.params, prepared.forward_flops_per_sample);
     set_device_counters(state, peak_memory_bytes(devices), prepared.profile.busy_seconds.value_or(std::vector<double>{}),
                         seconds / static_cast<double>(steps));
+    for (const auto& [name, value] : case_memory_counters(prepared, devices)) state.counters[name] = value;
     for (const auto& [name, value] : prepared.strategy->counters()) state.counters[name] = value;
     for (const auto& [name, value] : stall_counters(iteration_seconds)) state.counters[name] = value;
     auto facts = prepared.strategy->describe();

@@ -5,6 +5,7 @@
 #include "benchmarks/device_stats.h"
 #include "benchmarks/graphed_step.h"
 #include "benchmarks/launcher.h"
+#include "benchmarks/memory.h"
 #include "benchmarks/mfu.h"
 #include "core/device_timer.h"
 #include "models/model_zoo.h"
@@ -50,6 +51,8 @@ RankedRun run_training_rank(World& world, const CaseSpec& spec, const Options& o
     }
     world.report_progress("set-up");
     reset_peak_memory(devices);
+    AllocatorWindow memory;
+    memory.before_setup = allocator_stats(devices);
     auto strategy = spec.strategy->create();
     auto config = spec.config;
     config.world = &world;
@@ -66,6 +69,10 @@ RankedRun run_training_rank(World& world, const CaseSpec& spec, const Options& o
       strategy->train_step(source.next());
     }
     std::unique_ptr<GraphedStep> graphed;
+    if (spec.cuda_graph && options.warmup_steps > 0) {
+      synchronize_devices(devices);
+      memory.between_steps = allocator_stats(devices);
+    }
     if (spec.cuda_graph) {
       world.report_progress("capturing a step in a CUDA graph");
       graphed = std::make_unique<GraphedStep>(*strategy, source.next());
@@ -91,6 +98,13 @@ RankedRun run_training_rank(World& world, const CaseSpec& spec, const Options& o
     save_weights_for_tests(strategy->model(), world.rank());
     const auto peaks = peak_memory_bytes(devices);
     if (!peaks.empty()) mine.peak_bytes = peaks.front();
+    // The memory breakdown after the timed steps (time_iterations_together synchronised the
+    // device), before a profiled step adds to the peak; and the strategy's own counters.
+    memory.now = allocator_stats(devices, /*release_cublas_workspaces=*/!spec.cuda_graph);
+    if (!spec.cuda_graph) memory.between_steps = memory.now;
+    memory.batch_bytes = {source.held_bytes_on(world.device())};
+    for (const auto& [name, value] : memory_counters(model_state_bytes(*strategy), memory)) mine.counters[name] = value;
+    for (const auto& [name, value] : strategy->counters()) mine.counters[name] = value;
     // After the timed steps: a profiler session would slow every later step of this process
     // (benchmarks/profile_companion.h). A rank of parbench's launcher ends with its case; one of
     // an external launcher goes on to the next case, so it takes no profile.
@@ -134,6 +148,7 @@ void run_distributed_case(benchmark::State& state, const CaseSpec& spec, const O
   state.counters["step_ms_rank_spread"] = repetition.rank_spread;
   for (const auto& [name, value] : stall_counters(repetition.seconds)) state.counters[name] = value;
   set_device_counters(state, run.peak_bytes, run.busy_seconds, seconds / static_cast<double>(steps));
+  for (const auto& [name, value] : run.counters) state.counters[name] = value;
   set_clock_counters(state, repetition.clocks, options.throttle_threshold);
   auto facts = run.facts;
   if (!run.peak_math.empty()) {

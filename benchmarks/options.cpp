@@ -128,6 +128,8 @@ std::vector<int> gpu_count_list(const std::string& flag, const std::string& text
 
 const std::vector<std::pair<std::string, Precision>> kPrecisions = {{"fp32", Precision::kFloat32},
                                                                     {"bf16", Precision::kBFloat16}};
+const std::vector<std::pair<std::string, OptimizerKind>> kOptimizers = {{"sgd", OptimizerKind::kSgd},
+                                                                       {"adamw", OptimizerKind::kAdamW}};
 const std::vector<std::pair<std::string, DataMode>> kDataModes = {
     {"device", DataMode::kDevice}, {"pinned", DataMode::kPinned}, {"host", DataMode::kHost}};
 const std::vector<std::pair<std::string, bool>> kOnOff = {{"on", true}, {"off", false}};
@@ -140,7 +142,7 @@ std::vector<std::pair<std::string, std::string>> preset_flags(const std::string&
     return {{"batch", "120"},        {"image", "128"},     {"data", "host"},
             {"strategies", "single,model_parallel,pipeline"}, {"schedules", "tutorial"},
             {"steps", "3"},          {"repetitions", "10"}, {"iterations", "1"},
-            {"warmup", "0"},         {"timer", "host"}};
+            {"warmup", "0"},         {"timer", "host"},    {"optimizer", "sgd"}};
   }
   if (preset == "cpu") {
     // Small enough for a 2-core machine: a few seconds a case.
@@ -230,6 +232,8 @@ Precision precision_from(const std::string& text) { return pick("precision", tex
 
 DataMode data_mode_from(const std::string& text) { return pick("data", text, kDataModes); }
 
+OptimizerKind optimizer_from(const std::string& text) { return pick("optimizer", text, kOptimizers); }
+
 std::pair<std::vector<std::string>, bool> option_values(const Options& options, const StrategyOption& option) {
   const auto given = options.strategy_options.find(option.field);
   if (given == options.strategy_options.end()) return {option.defaults, true};
@@ -276,6 +280,9 @@ Google Benchmark's own flags all work: --benchmark_filter=REGEX, --benchmark_rep
   --precision=LIST       fp32 | bf16 (bf16 autocast, channels-last, fp32 weights); default fp32
   --data=LIST            device (made once on the device) | pinned (pinned host buffers, async copy)
                          | host (randn on the CPU every step, pageable copy: the tutorial's); default device
+  --optimizer=LIST       sgd (plain SGD, lr 1e-3: the tutorial's) | adamw (fused AdamW, lr 1e-3, betas
+                         0.9,0.999, eps 1e-8, weight decay 0.01; fp32 state); default sgd (the
+                         tutorial preset keeps sgd). Named in a case (/optimizer:adamw) unless sgd
   --loss=NAME            image models: mse (on one-hot labels, the tutorial's) | ce (cross-entropy);
                          default mse. Language models always train on next-token cross-entropy
   --gpus=N|LIST          GPUs for multi-device strategies and ddp ranks; default all visible.
@@ -406,6 +413,7 @@ Options parse_options(int argc, char** argv, bool has_gpu, std::vector<char*>* b
       {"seq", [&](auto& f, auto& v) { options.seq_lens = int_list(f, v, 1); }},
       {"precision", [&](auto& f, auto& v) { options.precisions = pick_list(f, v, kPrecisions); }},
       {"data", [&](auto& f, auto& v) { options.data_modes = pick_list(f, v, kDataModes); }},
+      {"optimizer", [&](auto& f, auto& v) { options.optimizers = pick_list(f, v, kOptimizers); }},
       {"loss", [&](auto& f, auto& v) { options.loss = pick<LossKind>(f, v, {{"mse", LossKind::kMse}, {"ce", LossKind::kCrossEntropy}}); }},
       {"gpus", [&](auto& f, auto& v) {
          const auto counts = gpu_count_list(f, v);

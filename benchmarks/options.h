@@ -19,6 +19,7 @@ std::string to_string(DataMode mode);
 // The inverses, for text to_string wrote. Throw UsageError naming the allowed values.
 Precision precision_from(const std::string& text);
 DataMode data_mode_from(const std::string& text);
+OptimizerKind optimizer_from(const std::string& text);
 
 // A bad command line: main prints "parbench: <what>" and exits 2.
 struct UsageError : std::invalid_argument {
@@ -36,6 +37,7 @@ struct Options {
   std::vector<int64_t> seq_lens = {1024};  // language models (gpt2-*, tinygpt)
   std::vector<Precision> precisions = {Precision::kFloat32};
   std::vector<DataMode> data_modes = {DataMode::kDevice};
+  std::vector<OptimizerKind> optimizers = {OptimizerKind::kSgd};
   LossKind loss = LossKind::kMse;
   int gpus = 0;  // GPUs for multi-device strategies and ddp ranks; 0: all visible (or a list below)
   // --gpus=LIST with several counts (e.g. 1,2,4), ascending: each multi-device strategy runs at

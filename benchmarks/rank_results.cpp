@@ -51,7 +51,8 @@ nlohmann::json to_json_value(const RankedRun& run) {
           {"peak_bytes", run.peak_bytes},
           {"busy_seconds", run.busy_seconds},
           {"hosts", run.hosts},
-          {"noise", run.noise ? nlohmann::json(run.noise->to_json()) : nlohmann::json()}};
+          {"noise", run.noise ? nlohmann::json(run.noise->to_json()) : nlohmann::json()},
+          {"counters", run.counters}};
 }
 
 RankedRun ranked_run_from(const nlohmann::json& json) {
@@ -79,6 +80,7 @@ RankedRun ranked_run_from(const nlohmann::json& json) {
   run.peak_bytes = json.at("peak_bytes").get<std::vector<double>>();
   run.busy_seconds = json.at("busy_seconds").get<std::vector<double>>();
   run.hosts = json.at("hosts").get<std::vector<std::string>>();
+  run.counters = json.at("counters").get<std::map<std::string, double>>();
   return run;
 }
 
@@ -87,7 +89,8 @@ RankedRun gather_run(World& world, const RankMeasurements& mine, RankedRun run) 
       {"seconds", mine.seconds},
       {"peak_bytes", mine.peak_bytes ? nlohmann::json(*mine.peak_bytes) : nlohmann::json()},
       {"busy_seconds", mine.busy_seconds ? nlohmann::json(*mine.busy_seconds) : nlohmann::json()},
-      {"clocks", clocks_json(mine.clocks)}};
+      {"clocks", clocks_json(mine.clocks)},
+      {"counters", mine.counters}};
   std::vector<RankMeasurements> ranks;
   if (world.rank() == 0) {
     for (const auto& text : world.gather_to_rank0(json.dump(), "its measurements")) {
@@ -97,6 +100,7 @@ RankedRun gather_run(World& world, const RankMeasurements& mine, RankedRun run) 
       if (!theirs.at("peak_bytes").is_null()) measurements.peak_bytes = theirs.at("peak_bytes").get<double>();
       if (!theirs.at("busy_seconds").is_null()) measurements.busy_seconds = theirs.at("busy_seconds").get<double>();
       measurements.clocks = clocks_from(theirs.at("clocks"));
+      measurements.counters = theirs.at("counters").get<std::map<std::string, double>>();
       ranks.push_back(std::move(measurements));
     }
   } else {
@@ -154,7 +158,19 @@ RankedRun combine_ranks(const std::vector<RankMeasurements>& ranks, RankedRun ru
     if (all_peaks) run.peak_bytes.push_back(*rank.peak_bytes);
     if (all_busy) run.busy_seconds.push_back(*rank.busy_seconds);
   }
+  for (size_t rank = 0; rank < ranks.size(); ++rank) {
+    for (const auto& [name, value] : ranks[rank].counters) run.counters[rank_counter_name(name, static_cast<int>(rank))] = value;
+  }
   return run;
+}
+
+std::string rank_counter_name(const std::string& name, int rank) {
+  const std::string device_suffix = "_dev0";
+  if (name.size() > device_suffix.size() &&
+      name.compare(name.size() - device_suffix.size(), device_suffix.size(), device_suffix) == 0) {
+    return name.substr(0, name.size() - device_suffix.size()) + "_dev" + std::to_string(rank);
+  }
+  return name + "_rank" + std::to_string(rank);
 }
 
 int distributed_repetitions(const Options& options) {

@@ -36,7 +36,15 @@ struct RankedRun {
   std::vector<double> busy_seconds;  // per rank, for one step; empty where not measured
   std::vector<std::string> hosts;    // per rank: its host name
   std::optional<NoiseOutcome> noise;  // --max-noise: what the rule reached
+  // Every rank's own counters (the strategy's and the memory breakdown), named per rank as
+  // rank_counter_name gives: as they reach the JSON.
+  std::map<std::string, double> counters;
 };
+
+// The name a rank's counter carries in the case's JSON: a per-device counter of its one device
+// ("..._dev0") becomes that of device `rank` ("param_mem_gib_dev1" from rank 1), as
+// peak_mem_gib_dev<i> is rank i's; any other counter gets "_rank<r>" ("reduce_ms_rank1").
+std::string rank_counter_name(const std::string& name, int rank);
 
 // One rank's own measurements of a case.
 struct RankMeasurements {
@@ -44,6 +52,7 @@ struct RankMeasurements {
   std::optional<double> peak_bytes;
   std::optional<double> busy_seconds;
   std::vector<std::optional<RepetitionClocks>> clocks;  // per repetition: this rank's GPU
+  std::map<std::string, double> counters;  // the strategy's and the memory breakdown's, as its one device's
 };
 
 // Hands every rank's measurements to rank 0, which combines them into `run` (its facts,
@@ -52,7 +61,8 @@ RankedRun gather_run(World& world, const RankMeasurements& mine, RankedRun run);
 
 // What gather_run does on rank 0 with every rank's measurements, by rank: each iteration's time
 // is the slowest rank's, the spread (max - min) / median of the ranks' median times, peak memory
-// and busy time per rank where every rank measured them. Throws std::runtime_error naming a rank
+// and busy time per rank where every rank measured them, and each rank's counters under
+// rank_counter_name. Throws std::runtime_error naming a rank
 // that ran another number of repetitions or iterations than rank 0.
 RankedRun combine_ranks(const std::vector<RankMeasurements>& ranks, RankedRun run);
 

@@ -335,6 +335,62 @@ step_cuts() {
   return $status
 }
 
+# Issue 37: --optimizer=adamw on every strategy, eager and captured, and the memory breakdown
+# measured by the caching allocator against the tensors' bytes and the bytes-per-parameter
+# formula (fp32: SGD 8, AdamW 16 bytes per parameter), within 2%, on every device of every case;
+# AdamW's graphed losses as its eager ones' are checked by GraphTest (step test) where it runs.
+step_memory() {
+  local status=0
+  bench memory --strategies=single,model_parallel,pipeline,data_parallel,ddp --optimizer=sgd,adamw \
+    --precision=fp32 --split-sizes=20 --schedules=1f1b --cuda-graph=off,on --allreduce=off --busy-profile=off \
+    --repetitions=2 --iterations=5 --warmup=3 || status=1
+  python3 - "$results/memory.json" <<'PY' || status=1
+import json, re, sys
+GiB = 2**30
+bad, checked = [], 0
+for entry in json.load(open(sys.argv[1]))["benchmarks"]:
+    if entry["run_type"] != "iteration":
+        continue
+    name = entry["run_name"]
+    if entry.get("error_occurred"):
+        bad.append(f"{name}: {entry.get('error_message', '')[:160]}")
+        continue
+    adamw = "/optimizer:adamw" in name
+    params = entry["params"]
+    devices = sorted(int(m.group(1)) for k in entry if (m := re.match(r"param_mem_gib_dev(\d+)$", k)))
+    tensors = {d: sum(entry[f"{c}_mem_gib_dev{d}"] for c in ("param", "grad", "optim")) * GiB for d in devices}
+    for d in devices:
+        measured = entry.get(f"model_state_mem_gib_dev{d}")
+        if measured is None:
+            bad.append(f"{name} dev{d}: no allocator measurement")
+            continue
+        measured *= GiB
+        # The allocator's model states against the tensors' bytes on every device of an eager case
+        # (a captured one's are read before its capture, with LibTorch's cuBLAS workspaces).
+        if "/graph:on" not in name and abs(measured - tensors[d]) > 0.02 * tensors[d]:
+            bad.append(f"{name} dev{d}: allocator {measured / GiB:.4f} GiB, tensors {tensors[d] / GiB:.4f} GiB")
+        for counter in ("activation_mem_gib", "peak_reserved_gib", "alloc_retries", "ooms"):
+            if f"{counter}_dev{d}" not in entry:
+                bad.append(f"{name} dev{d}: no {counter}")
+        checked += 1
+    # Where one device holds every parameter (single, ddp's ranks), the formula.
+    if name.startswith(("train/single/", "train/ddp/")) and "/graph:on" not in name:
+        formula = (16 if adamw else 8) * params
+        for d in devices:
+            measured = entry[f"model_state_mem_gib_dev{d}"] * GiB
+            if abs(measured - formula) > 0.02 * formula:
+                bad.append(f"{name} dev{d}: allocator {measured / GiB:.4f} GiB, formula {formula / GiB:.4f} GiB")
+    print(f"memory: {name.split('/manual_time')[0]}: " + ", ".join(
+        f"dev{d} states {entry[f'model_state_mem_gib_dev{d}']:.3f} (tensors {tensors[d] / GiB:.3f}) "
+        f"act {entry.get(f'activation_mem_gib_dev{d}', float('nan')):.2f} GiB" for d in devices if f"model_state_mem_gib_dev{d}" in entry))
+print(f"memory: {checked} device readings checked, {len(bad)} problems")
+for line in bad[:40]:
+    print("memory: BAD", line)
+sys.exit(1 if bad or not checked else 0)
+PY
+  return $status
+}
+
 # One ddp rank killed mid-case (README.md, "Exit status"): parbench must fail that case, run the
 # next, record the failure in its JSON and exit 1. Prints the exit status, how long the launcher
 # took to notice and how long the run took to end after the kill.

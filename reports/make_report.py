@@ -11,6 +11,10 @@ per-repetition entries:
   speedup       single's median step time / the case's median step time, same set-up
   efficiency    throughput / (gpus x single's throughput)
   peak memory   highest peak_mem_gib_dev<i> over repetitions, per device
+  memory        per case and device (ddp: rank): parameters, gradients, optimizer state, model
+                states (GPUs: measured by the caching allocator), activations at the peak, peak
+                allocated and reserved, allocator retries and OOMs: the highest of each over the
+                repetitions (schema 1.6.0; docs/METRICS.md, "Memory")
   MFU           median mfu (datasheet peak) and mfu_gemm (GEMM probe's peak), GPU cases
   clocks        GPU runs (schema 1.5.0): repetitions flagged `throttled` per case (also in the
                 summary's reps column), the lowest SM clock, highest temperature and power and
@@ -278,6 +282,7 @@ def build_report(results: pr.Results, rendered: plot.Rendered, generated: dateti
     lines.append("")
     for setup, cases in groups.items():
         lines += [f"### {setup.describe()}", "", *summary_table(cases), ""]
+    lines += memory_section(results)
     lines += clocks_section(results)
     lines += noise_section(results)
     lines += scaling_section(groups)
@@ -739,6 +744,46 @@ def clock_event_names(reasons: int) -> str:
     if reasons & ~sum(bit for bit, _ in _CLOCK_EVENTS):
         names.append("other")
     return ", ".join(names) or "none"
+
+
+# The memory breakdown's columns: header, counter prefix (before the device index), and whether
+# it is a count rather than GiB.
+_MEMORY_COLUMNS = (
+    ("parameters", "param_mem_gib_dev", False),
+    ("gradients", "grad_mem_gib_dev", False),
+    ("optimizer state", "optim_mem_gib_dev", False),
+    ("model states", "model_state_mem_gib_dev", False),
+    ("activations at peak", "activation_mem_gib_dev", False),
+    ("peak allocated", "peak_mem_gib_dev", False),
+    ("peak reserved", "peak_reserved_gib_dev", False),
+    ("alloc retries", "alloc_retries_dev", True),
+    ("OOMs", "ooms_dev", True),
+)
+
+
+def memory_section(results: pr.Results) -> list[str]:
+    """Per case that reported a breakdown, one row per device (ddp: rank), GiB unless a count."""
+    rows = []
+    for case in results.train_cases():
+        if not case.ran:
+            continue
+        breakdown = case.memory_breakdown()
+        for device, values in breakdown.items():
+            cells = []
+            for _, prefix, count in _MEMORY_COLUMNS:
+                value = values.get(prefix)
+                cells.append("" if value is None else f"{value:,.0f}" if count else f"{value:.3f}")
+            rows.append([_name(case), str(device), *cells])
+    if not rows:
+        return []
+    return ["## Memory", "",
+            "Per device (ddp: per rank), GiB: what persists between steps (parameters, their gradients and the "
+            "optimizer's state, from the tensors; model states measured by the CUDA caching allocator on GPUs, "
+            "their sum on CPU devices), what a step adds at its peak (activations: peak allocated minus what "
+            "persists), the peak allocated and reserved, and the allocator's retries and OOMs during the case; "
+            "the highest of each over the repetitions (docs/METRICS.md, \"Memory\"). Empty cells: not measured "
+            "(the allocator's figures on GPUs only).", "",
+            *_table(["case", "device", *(header for header, _, _ in _MEMORY_COLUMNS)], rows), ""]
 
 
 def clocks_section(results: pr.Results) -> list[str]:

@@ -18,6 +18,7 @@
 // the model for every replica every step, and whose replicas' batch-norm statistics are dropped.
 #include "core/device_timer.h"
 #include "strategies/flat_tensors.h"
+#include "strategies/optimizer.h"
 #include "strategies/strategy.h"
 #include "strategies/training.h"
 #include "strategies/worker_thread.h"
@@ -98,7 +99,7 @@ class DataParallel final : public Strategy {
     config_ = config;
     model_ = make_model_on(make_model, devices.front(), config.precision);
     if (clone_) {
-      optimizer_ = make_sgd(*model_, config.learning_rate);
+      optimizer_ = make_optimizer(*model_, config, Optimizer::SgdKernels::kPerParameter);
       replicate_ms_ = 1e3 * median_synchronised_seconds(devices_, kMeasureRepeats, [this] {
                         for (const auto& device : devices_) model_->module().clone(device);
                       });
@@ -131,12 +132,23 @@ class DataParallel final : public Strategy {
     }
     reduce_ms_ = 1e3 * median_synchronised_seconds(devices_, kMeasureRepeats,
                                                    [this, &gradients] { reduce(gradients, replicas_.size()); });
+    // Replica 0's parameters are the model's, and the only ones updated.
+    optimizer_ = std::make_unique<Optimizer>(parameters_.front(), config.optimizer, config.learning_rate);
   }
 
   torch::Device input_device() const override { return devices_.front(); }
   torch::Device target_device() const override { return devices_.front(); }
 
   std::map<std::string, std::string> describe() const override { return {{"replicate", config_.dp_replicate}}; }
+
+  // broadcast: every replica's parameters on its device, the optimizer's state beside replica 0's;
+  // clone: the model on device 0 (the per-step clones do not outlive the step).
+  std::vector<DeviceModelStates> model_states() const override {
+    std::vector<DeviceModelStates> states(devices_.size());
+    states.front() = {optimizer_->parameters(), optimizer_->state()};
+    for (size_t r = 1; r < parameters_.size(); ++r) states[r].parameters = parameters_[r];
+    return states;
+  }
 
   std::map<std::string, double> counters() const override {
     if (clone_) return {{"replicate_ms", replicate_ms_}};
@@ -185,7 +197,7 @@ class DataParallel final : public Strategy {
     for (const auto& parameters : parameters_) gradients.push_back(gradients_of(parameters));
     reduce(gradients, outputs.size());
     RECORD_USER_SCOPE("optimizer");
-    sgd_update(parameters_.front(), config_.learning_rate);
+    optimizer_->step();
     return loss.detach();
   }
 
@@ -303,8 +315,8 @@ class DataParallel final : public Strategy {
   double broadcast_ms_ = 0, reduce_ms_ = 0;
   double host_forward_seconds_ = 0, host_backward_seconds_ = 0;
   int64_t steps_ = 0;
+  std::unique_ptr<Optimizer> optimizer_;  // over replica 0's parameters (clone: the model's)
   // clone
-  std::unique_ptr<torch::optim::SGD> optimizer_;
   double replicate_ms_ = 0;
 };
 

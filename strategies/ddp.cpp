@@ -12,6 +12,7 @@
 #include "strategies/distributed/gradient_buckets.h"
 #include "strategies/distributed/world.h"
 #include "strategies/flat_tensors.h"
+#include "strategies/optimizer.h"
 #include "strategies/strategy.h"
 #include "strategies/training.h"
 
@@ -47,7 +48,7 @@ class DistributedDataParallel final : public Strategy {
     auto state = model_->module().parameters();
     for (const auto& buffer : model_->module().buffers()) state.push_back(buffer);
     broadcast_from_rank0(state, *world_->backend());
-    optimizer_ = make_sgd(*model_, config.learning_rate);
+    optimizer_ = make_optimizer(*model_, config, Optimizer::SgdKernels::kPerParameter);
     buckets_ = std::make_unique<GradientBuckets>(model_->module().parameters(), world_->backend(), config.bucket_mib,
                                                  config.overlap);
   }
@@ -64,6 +65,10 @@ class DistributedDataParallel final : public Strategy {
     return loss.detach();
   }
 
+  std::vector<DeviceModelStates> model_states() const override {
+    return {{optimizer_->parameters(), optimizer_->state()}};
+  }
+
   std::map<std::string, std::string> describe() const override {
     std::map<std::string, std::string> facts = {{"backend", world_->backend_name()},
                                                 {"bucket_mib", format_number(config_.bucket_mib)},
@@ -78,7 +83,7 @@ class DistributedDataParallel final : public Strategy {
  private:
   RunConfig config_;
   World* world_ = nullptr;
-  std::unique_ptr<torch::optim::SGD> optimizer_;
+  std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<GradientBuckets> buckets_;
 };
 

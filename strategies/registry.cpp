@@ -6,6 +6,16 @@
 
 namespace parbench {
 
+std::vector<DeviceModelStates> Strategy::model_states() const {
+  std::vector<DeviceModelStates> states(devices_.size());
+  if (!model_) return states;
+  for (const auto& parameter : model_->module().parameters()) {
+    const auto device = std::find(devices_.begin(), devices_.end(), parameter.device());
+    if (device != devices_.end()) states[static_cast<size_t>(device - devices_.begin())].parameters.push_back(parameter);
+  }
+  return states;
+}
+
 StrategyRegistry& StrategyRegistry::instance() {
   static StrategyRegistry registry;
   return registry;

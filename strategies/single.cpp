@@ -1,4 +1,5 @@
 // The whole model on one device: the baseline every other strategy is compared with.
+#include "strategies/optimizer.h"
 #include "strategies/strategy.h"
 #include "strategies/training.h"
 
@@ -15,7 +16,7 @@ class SingleDevice final : public Strategy {
     devices_ = devices;
     config_ = config;
     model_ = make_model_on(make_model, devices.front(), config.precision);
-    optimizer_ = make_sgd(*model_, config.learning_rate);
+    optimizer_ = make_optimizer(*model_, config, Optimizer::SgdKernels::kPerParameter);
   }
 
   torch::Device input_device() const override { return devices_.front(); }
@@ -37,9 +38,13 @@ class SingleDevice final : public Strategy {
     return loss.detach();
   }
 
+  std::vector<DeviceModelStates> model_states() const override {
+    return {{optimizer_->parameters(), optimizer_->state()}};
+  }
+
  private:
   RunConfig config_;
-  std::unique_ptr<torch::optim::SGD> optimizer_;
+  std::unique_ptr<Optimizer> optimizer_;
 };
 
 PARBENCH_REGISTER_STRATEGY({"single", "the whole model on one device", /*order=*/0, /*min_devices=*/1,

@@ -1,6 +1,7 @@
 #include "strategies/stage_executor.h"
 
 #include "models/autocast_cache.h"
+#include "strategies/optimizer.h"
 #include "strategies/training.h"
 #include "strategies/worker_thread.h"
 
@@ -125,6 +126,7 @@ struct StageExecutor::Impl {
     // across lanes. Unused with one lane.
     std::optional<c10::Event> forwards_done, backwards_done;
     std::vector<torch::Tensor> parameters;
+    std::unique_ptr<Optimizer> optimizer;  // over `parameters`, on the stage's device
     std::vector<torch::Tensor> inputs, outputs;  // per micro-batch: the input leaf, the output (or loss)
     std::vector<torch::Tensor> output_gradients;  // zb-h1: per micro-batch, from B for its W
     std::vector<torch::Tensor> losses;           // last stage: detached, weighted micro-batch losses
@@ -139,7 +141,6 @@ struct StageExecutor::Impl {
   };
 
   LossKind loss_kind;
-  double learning_rate = 0;
   int64_t steps = 0;
   std::optional<c10::ScalarType> autocast_dtype;
   std::deque<Stage> stages;  // a deque: a Stage holds mutexes and cannot move
@@ -374,7 +375,7 @@ struct StageExecutor::Impl {
     for (auto s : own) {
       auto& stage = stages[s];
       RECORD_USER_SCOPE("optimizer stage" + std::to_string(s));
-      sgd_update(stage.parameters, learning_rate);
+      stage.optimizer->step();
       if (s + 1 == stages.size()) stage.loss = torch::stack(stage.losses).sum();
       for (const auto& stream : streams_of(stage)) {
         stage.finished.emplace_back(c10::DeviceType::CUDA);
@@ -384,15 +385,15 @@ struct StageExecutor::Impl {
   }
 };
 
-StageExecutor::StageExecutor(std::vector<Partition> partitions, LossKind loss, double learning_rate,
-                             std::optional<c10::ScalarType> autocast_dtype, int lanes, size_t devices)
+StageExecutor::StageExecutor(std::vector<Partition> partitions, LossKind loss, OptimizerKind optimizer,
+                             double learning_rate, std::optional<c10::ScalarType> autocast_dtype, int lanes,
+                             size_t devices)
     : impl_(std::make_unique<Impl>()) {
   TORCH_CHECK(!partitions.empty(), "a staged model needs at least one stage");
   TORCH_CHECK(lanes == 1 || lanes == 2, "a stage computes on 1 or 2 lanes, got ", lanes);
   if (devices == 0) devices = partitions.size();
   TORCH_CHECK(partitions.size() % devices == 0, partitions.size(), " stages do not divide over ", devices, " devices");
   impl_->loss_kind = loss;
-  impl_->learning_rate = learning_rate;
   impl_->autocast_dtype = autocast_dtype;
   for (size_t s = 0; s < partitions.size(); ++s) {
     auto& stage = impl_->stages.emplace_back(std::move(partitions[s]));
@@ -411,6 +412,7 @@ StageExecutor::StageExecutor(std::vector<Partition> partitions, LossKind loss, d
       stage.receive = guard.getStreamFromGlobalPool(device);
     }
     stage.parameters = stage.partition.parameters();
+    stage.optimizer = std::make_unique<Optimizer>(stage.parameters, optimizer, learning_rate);
   }
   for (size_t d = 0; d < devices; ++d) impl_->devices.push_back(std::make_unique<WorkerThread>());
 }
@@ -432,11 +434,23 @@ void StagedStrategy::set_up_stages(const ModelFactory& make_model, const std::ve
                                 " devices (" + std::to_string(chunks) + " per device)");
   }
   auto partitions = partition_model(*model_, part_devices, config, micro_batch, &cut_);
-  executor_ = std::make_unique<StageExecutor>(std::move(partitions), config.loss, config.learning_rate,
+  executor_ = std::make_unique<StageExecutor>(std::move(partitions), config.loss, config.optimizer, config.learning_rate,
                                               model_->autocast_dtype(), lanes, devices.size());
 }
 
 std::string StagedStrategy::cut_text() const { return format_cut(cut_, model_->stage_groups()); }
+
+std::vector<DeviceModelStates> StageExecutor::model_states() const {
+  std::vector<DeviceModelStates> states(impl_->devices.size());
+  for (size_t s = 0; s < impl_->stages.size(); ++s) {
+    const auto& stage = impl_->stages[s];
+    auto& device = states[s % states.size()];
+    device.parameters.insert(device.parameters.end(), stage.parameters.begin(), stage.parameters.end());
+    const auto state = stage.optimizer->state();
+    device.optimizer_state.insert(device.optimizer_state.end(), state.begin(), state.end());
+  }
+  return states;
+}
 
 std::map<std::string, double> StageExecutor::host_counters() const {
   std::map<std::string, double> counters;

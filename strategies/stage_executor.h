@@ -16,7 +16,8 @@
 //   the neighbours' compute. Every stream starts behind the caller's current streams and the
 //   caller's current streams end behind every stream, with no host synchronisation: the step
 //   can be captured in one multi-device CUDA graph (benchmarks/graphed_step.h).
-// - Each stage updates its own parameters (SGD, one multi-tensor update) at the end of its program.
+// - Each stage updates its own parameters (its own Optimizer: SGD's one multi-tensor update, or
+//   fused AdamW with its state on the stage's device) at the end of its program.
 #pragma once
 
 #include "strategies/partition.h"
@@ -31,14 +32,14 @@ class StageExecutor {
   // `lanes`: compute streams per device on CUDA, 1 or 2 (RunConfig::stage_lanes). `devices`:
   // how many host threads, device d running partitions d, d+devices, ... (which must be on one
   // device); 0 for one per partition.
-  StageExecutor(std::vector<Partition> partitions, LossKind loss, double learning_rate,
+  StageExecutor(std::vector<Partition> partitions, LossKind loss, OptimizerKind optimizer, double learning_rate,
                 std::optional<c10::ScalarType> autocast_dtype, int lanes = 1, size_t devices = 0);
   ~StageExecutor();
   StageExecutor(const StageExecutor&) = delete;
   StageExecutor& operator=(const StageExecutor&) = delete;
 
   // One step: zero grads, `programs` (make_schedule's, one per device, built once at set-up)
-  // over micro-batches of `split_size` (the last one may be smaller), SGD. The mean loss over the
+  // over micro-batches of `split_size` (the last one may be smaller), each stage's optimizer step. The mean loss over the
   // batch, on the last stage's device, not waited for. Throws where the batch splits into a
   // number of micro-batches other than the programs'.
   torch::Tensor train_step(const Batch& batch, int64_t split_size, const std::vector<StageProgram>& programs);
@@ -47,6 +48,8 @@ class StageExecutor {
   // and backwards (host_backward_ms_stageN) and waiting for a neighbour (host_wait_ms_stageN),
   // averaged over every step run so far (docs/METRICS.md).
   std::map<std::string, double> host_counters() const;
+  // Per device (host thread): its stages' parameters and optimizer state.
+  std::vector<DeviceModelStates> model_states() const;
 
   torch::Device input_device() const;
   torch::Device target_device() const;
@@ -61,6 +64,7 @@ class StageExecutor {
 class StagedStrategy : public Strategy {
  public:
   std::map<std::string, double> counters() const override { return executor_->host_counters(); }
+  std::vector<DeviceModelStates> model_states() const override { return executor_->model_states(); }
   torch::Device input_device() const override { return executor_->input_device(); }
   torch::Device target_device() const override { return executor_->target_device(); }
 

@@ -21,6 +21,7 @@ class World;
 
 enum class Precision { kFloat32, kBFloat16 };  // bf16: autocast to bf16, channels-last, fp32 weights
 enum class LossKind { kMse, kCrossEntropy };   // MSE on one-hot labels is the tutorial's
+enum class OptimizerKind { kSgd, kAdamW };      // plain SGD is the tutorial's (strategies/optimizer.h)
 
 // What one training step does, and how a strategy is shaped.
 struct RunConfig {
@@ -32,6 +33,7 @@ struct RunConfig {
   Precision precision = Precision::kFloat32;
   LossKind loss = LossKind::kMse;
   double learning_rate = 1e-3;
+  OptimizerKind optimizer = OptimizerKind::kSgd;
 
   // model_parallel and pipeline: "" (the default cut), "balanced", or stage names per device,
   // devices separated by '|' and stages by ',': "stem,layer1,layer2|layer3,layer4,head".
@@ -62,6 +64,13 @@ struct RunConfig {
   std::map<std::string, std::string> options;
 };
 
+// What one device holds between steps (docs/METRICS.md, "Memory"): the parameters placed on
+// it and the optimizer state kept there. Gradients are those parameters' grad().
+struct DeviceModelStates {
+  std::vector<torch::Tensor> parameters;
+  std::vector<torch::Tensor> optimizer_state;
+};
+
 // One batch: inputs (N, 3, H, W) and targets, one-hot (N, classes) for MSE or class
 // indices (N) for cross-entropy; for a language model, tokens (N, T) and the next tokens (N, T).
 struct Batch {
@@ -81,7 +90,7 @@ class Strategy {
   // Where the harness must put a batch's inputs and targets.
   virtual torch::Device input_device() const = 0;
   virtual torch::Device target_device() const = 0;
-  // One step: zero grads, forward, loss, backward, SGD update. Returns the loss without
+  // One step: zero grads, forward, loss, backward, optimizer update. Returns the loss without
   // waiting for the devices; all work is ordered before each device's current stream.
   virtual torch::Tensor train_step(const Batch& batch) = 0;
 
@@ -90,6 +99,9 @@ class Strategy {
   // Strategy-specific measurements taken during setup, added to the benchmark's counters
   // (docs/METRICS.md defines each).
   virtual std::map<std::string, double> counters() const { return {}; }
+  // Per device, in devices() order: what it holds between steps. By default the model's
+  // parameters on the first device equal to theirs, without optimizer state.
+  virtual std::vector<DeviceModelStates> model_states() const;
 
   StagedModel& model() const { return *model_; }
   const std::vector<torch::Device>& devices() const { return devices_; }

@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <cstdlib>
@@ -65,7 +66,7 @@ TEST(Cli, ShortRunWritesJsonWithCountersAndContext) {
                           "schedules"}) {
     EXPECT_TRUE(context.contains(key)) << key;
   }
-  EXPECT_EQ(context["parbench_json_schema"], "1.5.0");
+  EXPECT_EQ(context["parbench_json_schema"], "1.6.0");
   EXPECT_EQ(context["strategies"], "single,model_parallel,pipeline,data_parallel,ddp");
   EXPECT_EQ(context["schedules"], "tutorial,gpipe,1f1b,interleaved-1f1b,zb-h1");
   EXPECT_FALSE(context.contains("interrupted"));
@@ -168,6 +169,58 @@ TEST(Cli, DdpReportsTheGlobalBatchItsImagesPerSecondAndTflops) {
     ++repetitions[ddp ? (strong ? "strong" : "weak") : "single"];
   }
   EXPECT_EQ(repetitions, (std::map<std::string, int>{{"single", 3}, {"strong", 3}, {"weak", 3}}));
+}
+
+// --optimizer=adamw on CPU: named in the case and its fields, and every case's memory breakdown
+// per device, ddp's from each rank (rank i's as device i), meets the bytes-per-parameter formula:
+// fp32 parameters 4, gradients 4, AdamW's state 8 (and a 4-byte step count per tensor).
+TEST(Cli, AdamwCasesCarryEachDevicesAndEachRanksMemoryBreakdown) {
+  parbench::TemporaryDirectory dir("parbench-cli-test");
+  const auto out = dir.file("run.json");
+  const auto run = run_parbench(std::string(kSmallRun) + " --strategies=single,ddp --optimizer=sgd,adamw --allreduce=off" +
+                                " --repetitions=1 --benchmark_out=" + out + " --benchmark_out_format=json");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const auto json = nlohmann::json::parse(std::ifstream(out));
+  if (json["context"]["gpu_count"] != "0") GTEST_SKIP() << "the CPU ranks' test: GPUs are visible";
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  std::set<std::string> names;
+  for (const auto& entry : json["benchmarks"]) {
+    if (entry["run_type"] != "iteration") continue;
+    ASSERT_FALSE(entry.value("error_occurred", false)) << entry.dump();
+    const auto name = entry["run_name"].get<std::string>();
+    names.insert(name.substr(0, name.find("/iterations")));
+    const bool adamw = name.find("/optimizer:adamw") != std::string::npos;
+    EXPECT_EQ(entry["fields"].value("optimizer", "sgd"), adamw ? "adamw" : "sgd") << name;
+    const double params = entry["params"].get<double>();
+    const int devices = static_cast<int>(entry["gpus"].get<double>());
+    for (int i = 0; i < devices; ++i) {
+      const auto dev = "_dev" + std::to_string(i);
+      EXPECT_DOUBLE_EQ(entry["param_mem_gib" + dev].get<double>() * kGiB, 4 * params) << name << dev;
+      EXPECT_DOUBLE_EQ(entry["grad_mem_gib" + dev].get<double>() * kGiB, 4 * params) << name << dev;
+      const double optim = entry["optim_mem_gib" + dev].get<double>() * kGiB;
+      if (adamw) {
+        EXPECT_NEAR(optim, 8 * params, 0.02 * 8 * params) << name << dev;
+      } else {
+        EXPECT_EQ(optim, 0) << name << dev;
+      }
+      EXPECT_NEAR(entry["model_state_mem_gib" + dev].get<double>() * kGiB, (adamw ? 16 : 8) * params,
+                  0.02 * (adamw ? 16 : 8) * params) << name << dev;
+    }
+    EXPECT_FALSE(entry.contains("param_mem_gib_dev" + std::to_string(devices))) << name;
+  }
+  EXPECT_TRUE(names.count("train/single/tinycnn/batch:4/image:16/precision:fp32/data:device")) << run.output;
+  EXPECT_TRUE(names.count("train/single/tinycnn/batch:4/image:16/precision:fp32/data:device/optimizer:adamw"));
+  EXPECT_TRUE(names.count("train/ddp/tinycnn/batch:4/image:16/precision:fp32/data:device/optimizer:adamw/gpus:2/"
+                          "bucket_mib:25/overlap:on/scaling:weak"))
+      << run.output;
+}
+
+TEST(Cli, AnUnknownOptimizerIsRefusedNamingTheAllowedOnes) {
+  const auto run = run_parbench("--optimizer=adam --benchmark_list_tests=true");
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_NE(run.error.find("adam"), std::string::npos) << run.error;
+  EXPECT_NE(run.error.find("sgd, adamw"), std::string::npos) << run.error;
+  EXPECT_EQ(std::count(run.error.begin(), run.error.end(), '\n'), 1) << run.error;
 }
 
 // A skipped case is not printed as an error once per repetition: it appears once, in a summary

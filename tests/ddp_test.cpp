@@ -41,9 +41,10 @@ struct DdpResult {
 
 DdpResult run_ddp(int ranks, const std::string& bucket_mib, const std::string& overlap,
                   const std::string& precision = "fp32", bool cuda_graph = false, int warmup_steps = 1,
-                  const std::string& model = "tinycnn") {
+                  const std::string& model = "tinycnn", const std::string& optimizer = "sgd") {
   TemporaryDirectory weights("parbench-ddp-test");
   auto arguments = kOptions;
+  arguments.push_back("--optimizer=" + optimizer);
   arguments.push_back("--models=" + model);
   arguments.push_back("--bucket-mib=" + bucket_mib);
   arguments.push_back("--overlap=" + overlap);
@@ -64,8 +65,10 @@ DdpResult run_ddp(int ranks, const std::string& bucket_mib, const std::string& o
 }
 
 // Single-device training on every rank's batch concatenated, from the seeded initial weights.
-std::vector<torch::Tensor> run_single(int ranks, Precision precision, int steps, const std::string& model) {
+std::vector<torch::Tensor> run_single(int ranks, Precision precision, int steps, const std::string& model,
+                                      OptimizerKind optimizer = OptimizerKind::kSgd) {
   RunConfig config;
+  config.optimizer = optimizer;
   config.precision = precision;
   config.model = model;
   config.batch_size = kBatchPerRank * ranks;
@@ -103,10 +106,11 @@ void expect_bitwise_equal(const std::vector<torch::Tensor>& value, const std::ve
 }
 
 void expect_matches_single(const DdpResult& ddp, int ranks, Precision precision = Precision::kFloat32,
-                           double tolerance = kTolerance, int steps = kSteps, const std::string& model = "tinycnn") {
+                           double tolerance = kTolerance, int steps = kSteps, const std::string& model = "tinycnn",
+                           OptimizerKind optimizer = OptimizerKind::kSgd) {
   for (int rank = 1; rank < ranks; ++rank)
     expect_bitwise_equal(ddp.ranks[rank], ddp.ranks[0], "rank " + std::to_string(rank));
-  const auto single = run_single(ranks, precision, steps, model);
+  const auto single = run_single(ranks, precision, steps, model, optimizer);
   ASSERT_EQ(ddp.ranks[0].size(), single.size());
   for (size_t i = 0; i < single.size(); ++i) {
     EXPECT_LT(relative_difference(ddp.ranks[0][i], single[i]), tolerance)
@@ -128,6 +132,13 @@ TEST(Ddp, TwoRanksAgreeBitwiseAndMatchSingleDeviceWhateverTheBucketsAndOverlap) 
   const auto after_backward = run_ddp(2, "0.0001", "off");
   EXPECT_EQ(after_backward.facts.at("overlap"), "off");
   expect_bitwise_equal(after_backward.ranks[0], ddp.ranks[0], "overlap off");
+}
+
+// AdamW on every rank from the averaged gradients: the same update as single's on the whole batch.
+TEST(Ddp, AdamwMatchesSingleDevice) {
+  hide_gpus_from_ranks();
+  const auto ddp = run_ddp(2, "0.01", "on", "fp32", /*cuda_graph=*/false, /*warmup_steps=*/1, "tinycnn", "adamw");
+  expect_matches_single(ddp, 2, Precision::kFloat32, kTolerance, kSteps, "tinycnn", OptimizerKind::kAdamW);
 }
 
 TEST(Ddp, TransformerMatchesSingleDevice) {

@@ -3,9 +3,12 @@
 // the slowest rank's time, the timer's span over every device, the busy and bubble fractions.
 // The DeviceTimerGpu tests need GPUs and skip, with the reason, without them.
 #include "benchmarks/cases.h"
+#include "benchmarks/memory.h"
 #include "benchmarks/mfu.h"
 #include "benchmarks/rank_results.h"
 #include "core/device_timer.h"
+#include "models/model_zoo.h"
+#include "strategies/training.h"
 
 #include <gtest/gtest.h>
 
@@ -233,6 +236,21 @@ TEST(CombineRanks, PerRankFiguresOnlyWhereEveryRankHasThem) {
   EXPECT_TRUE(combined.busy_seconds.empty());
 }
 
+TEST(CombineRanks, EachRanksCountersArriveAsItsDevicesOrTaggedWithItsRank) {
+  auto zero = rank_measuring({{1.0}}), one = rank_measuring({{1.0}});
+  zero.counters = {{"param_mem_gib_dev0", 1.5}, {"reduce_ms", 2}};
+  one.counters = {{"param_mem_gib_dev0", 2.5}, {"reduce_ms", 3}};
+  const auto combined = combine_ranks({zero, one}, RankedRun{});
+  EXPECT_EQ(combined.counters, (std::map<std::string, double>{{"param_mem_gib_dev0", 1.5},
+                                                              {"param_mem_gib_dev1", 2.5},
+                                                              {"reduce_ms_rank0", 2},
+                                                              {"reduce_ms_rank1", 3}}));
+  // Through the launcher's file and back.
+  EXPECT_EQ(ranked_run_from(to_json_value(combined)).counters, combined.counters);
+  EXPECT_EQ(rank_counter_name("busy_frac_dev0", 3), "busy_frac_dev3");
+  EXPECT_EQ(rank_counter_name("host_wait_ms_stage0", 1), "host_wait_ms_stage0_rank1");
+}
+
 TEST(CombineRanks, RanksThatRanDifferentCountsAreNamed) {
   try {
     combine_ranks({rank_measuring({{1.0}, {1.0}}), rank_measuring({{1.0}})}, RankedRun{});
@@ -327,6 +345,106 @@ TEST(DeviceTimerGpu, SpansEveryGpuOfTheCase) {
     EXPECT_GE(seconds * 1e3, inner_ms - 0.01) << "work on GPU " << busy;
   }
 #endif
+}
+
+// ---- Memory -----------------------------------------------------------------------------------
+
+// Model states per device after `steps` steps of `strategy_name` on CPU devices.
+std::vector<ModelStateBytes> states_after_steps(const std::string& strategy_name, OptimizerKind optimizer,
+                                                size_t devices, double* parameters = nullptr) {
+  RunConfig config;
+  config.model = "tinycnn";
+  config.num_classes = 10;
+  config.batch_size = 4;
+  config.image_size = 16;
+  config.optimizer = optimizer;
+  config.split_size = 2;
+  config.schedule = "gpipe";
+  fit_config_to_model(config);
+  auto strategy = StrategyRegistry::instance().get(strategy_name).create();
+  strategy->setup([&] { return make_model(config.model, config.num_classes); },
+                  std::vector<torch::Device>(devices, torch::kCPU), config);
+  const auto batch = make_random_batch(config, config.batch_size, torch::kCPU, torch::kCPU);
+  strategy->train_step(batch);
+  strategy->train_step(batch);
+  if (parameters) {
+    *parameters = 0;
+    for (const auto& parameter : strategy->model().module().parameters()) *parameters += parameter.numel();
+  }
+  return model_state_bytes(*strategy);
+}
+
+// The formula the breakdown must meet (docs/METRICS.md, "Memory"): fp32 parameters 4 bytes each,
+// their gradients 4, AdamW's two moments 8 (plus a 4-byte step count per tensor), SGD none.
+TEST(Memory, ModelStatesMeetTheBytesPerParameterFormulaWithinTwoPercent) {
+  double params = 0;
+  const auto adamw = states_after_steps("single", OptimizerKind::kAdamW, 1, &params);
+  ASSERT_EQ(adamw.size(), 1u);
+  EXPECT_DOUBLE_EQ(adamw[0].parameters, 4 * params);
+  EXPECT_DOUBLE_EQ(adamw[0].gradients, 4 * params);
+  EXPECT_NEAR(adamw[0].optimizer_state, 8 * params, 0.02 * 8 * params);
+  EXPECT_GT(adamw[0].optimizer_state, 8 * params);  // the step counts
+  EXPECT_NEAR(adamw[0].total(), 16 * params, 0.02 * 16 * params);
+  const auto sgd = states_after_steps("single", OptimizerKind::kSgd, 1);
+  EXPECT_EQ(sgd[0].optimizer_state, 0);
+  EXPECT_DOUBLE_EQ(sgd[0].total(), 8 * params);
+}
+
+TEST(Memory, StagesSplitTheStatesAndReplicasHoldParametersButOnlyReplicaZeroHasState) {
+  double params = 0;
+  const auto single = states_after_steps("single", OptimizerKind::kAdamW, 1, &params);
+  for (const auto* staged : {"model_parallel", "pipeline"}) {
+    const auto devices = states_after_steps(staged, OptimizerKind::kAdamW, 2);
+    ASSERT_EQ(devices.size(), 2u) << staged;
+    EXPECT_GT(devices[0].parameters, 0) << staged;
+    EXPECT_GT(devices[1].parameters, 0) << staged;
+    EXPECT_DOUBLE_EQ(devices[0].parameters + devices[1].parameters, 4 * params) << staged;
+    EXPECT_DOUBLE_EQ(devices[0].gradients + devices[1].gradients, 4 * params) << staged;
+    EXPECT_DOUBLE_EQ(devices[0].optimizer_state + devices[1].optimizer_state, single[0].optimizer_state) << staged;
+  }
+  const auto replicas = states_after_steps("data_parallel", OptimizerKind::kAdamW, 2);
+  ASSERT_EQ(replicas.size(), 2u);
+  EXPECT_DOUBLE_EQ(replicas[0].parameters, 4 * params);
+  EXPECT_DOUBLE_EQ(replicas[1].parameters, 4 * params);
+  EXPECT_DOUBLE_EQ(replicas[0].optimizer_state, single[0].optimizer_state);
+  EXPECT_EQ(replicas[1].optimizer_state, 0);
+}
+
+TEST(Memory, CountersFromTensorsOnCpuAndFromTheAllocatorOnGpus) {
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  const std::vector<ModelStateBytes> tensors = {{4 * kGiB, 4 * kGiB, 8 * kGiB}, {2 * kGiB, 2 * kGiB, 0}};
+  // CPU: no allocator; model states are the tensors' sum, and nothing else is reported.
+  auto counters = memory_counters(tensors, AllocatorWindow{});
+  EXPECT_EQ(counters["param_mem_gib_dev0"], 4);
+  EXPECT_EQ(counters["grad_mem_gib_dev0"], 4);
+  EXPECT_EQ(counters["optim_mem_gib_dev0"], 8);
+  EXPECT_EQ(counters["model_state_mem_gib_dev0"], 16);
+  EXPECT_EQ(counters["model_state_mem_gib_dev1"], 4);
+  EXPECT_EQ(counters.count("activation_mem_gib_dev0"), 0u);
+  EXPECT_EQ(counters.count("peak_reserved_gib_dev0"), 0u);
+  // GPU: model states = allocated between steps - before the set-up - the batch held; activations
+  // = peak - allocated between steps; retries and OOMs over the case.
+  AllocatorWindow window;
+  window.before_setup = {{1 * kGiB, 0, 0, 2, 1}, {0, 0, 0, 0, 0}};
+  window.between_steps = {{18 * kGiB, 0, 0, 0, 0}, {5 * kGiB, 0, 0, 0, 0}};
+  window.now = {{18 * kGiB, 30 * kGiB, 32 * kGiB, 5, 1}, {5 * kGiB, 7 * kGiB, 8 * kGiB, 0, 0}};
+  window.batch_bytes = {1 * kGiB, 0};
+  counters = memory_counters(tensors, window);
+  EXPECT_EQ(counters["param_mem_gib_dev0"], 4);  // still the tensors'
+  EXPECT_EQ(counters["model_state_mem_gib_dev0"], 16);
+  EXPECT_EQ(counters["model_state_mem_gib_dev1"], 5);
+  EXPECT_EQ(counters["activation_mem_gib_dev0"], 12);
+  EXPECT_EQ(counters["activation_mem_gib_dev1"], 2);
+  EXPECT_EQ(counters["peak_reserved_gib_dev0"], 32);
+  EXPECT_EQ(counters["alloc_retries_dev0"], 3);
+  EXPECT_EQ(counters["ooms_dev0"], 0);
+  // A captured case without warm-up has no between-steps reading: no model states or activations
+  // from the allocator, the rest still.
+  window.between_steps.clear();
+  counters = memory_counters(tensors, window);
+  EXPECT_EQ(counters.count("model_state_mem_gib_dev0"), 0u);
+  EXPECT_EQ(counters.count("activation_mem_gib_dev0"), 0u);
+  EXPECT_EQ(counters["peak_reserved_gib_dev1"], 8);
 }
 
 }  // namespace

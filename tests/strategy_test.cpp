@@ -2,6 +2,7 @@
 // process gives single's loss, gradients and updated weights (CPU "devices").
 #include "models/model_zoo.h"
 #include "strategies/partition.h"
+#include "strategies/optimizer.h"
 #include "strategies/pipeline_schedule.h"
 #include "strategies/stage_timing.h"
 #include "strategies/strategy.h"
@@ -123,6 +124,26 @@ TEST_P(SplitEquivalence, MatchesSingleDevice) {
   expect_same_step(train("data_parallel", config, c.devices, batch, c.eval_mode, kSteps, torch::kDouble),
                    train("single", config, 1, batch, c.eval_mode, kSteps, torch::kDouble),
                    "data_parallel after 3 steps");
+
+  // AdamW: each stage's, replica 0's optimizer updates as single's does, over 3 steps so that
+  // the step counts and the moments carry from one step to the next. AdamW's update is about the
+  // learning rate per element whatever the gradient, so the rate stays small.
+  config.optimizer = OptimizerKind::kAdamW;
+  config.learning_rate = 1e-3;
+  const auto adamw_reference = train("single", config, 1, batch, c.eval_mode, kSteps);
+  expect_same_step(train("model_parallel", config, c.devices, batch, c.eval_mode, kSteps), adamw_reference,
+                   "model_parallel adamw");
+  for (const auto& info : schedule_table()) {
+    config.split_size = c.split_sizes.front();
+    config.schedule = info.name;
+    config.chunks = 1;
+    expect_same_step(train("pipeline", config, c.devices, batch, c.eval_mode, kSteps), adamw_reference,
+                     "pipeline adamw split " + std::to_string(config.split_size) + " " + info.name);
+  }
+  if (c.model == "resnet50") config.learning_rate = 1e-4;
+  expect_same_step(train("data_parallel", config, c.devices, batch, c.eval_mode, kSteps, torch::kDouble),
+                   train("single", config, 1, batch, c.eval_mode, kSteps, torch::kDouble),
+                   "data_parallel adamw after 3 steps");
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -138,6 +159,53 @@ INSTANTIATE_TEST_SUITE_P(
     [](const auto& info) {
       return info.param.model + "_" + std::to_string(info.param.devices) + "devices";
     });
+
+// AdamW (decoupled weight decay, bias-corrected moments) written out for one tensor, as
+// torch.optim.AdamW documents it, against the fused kernel the strategies use, over several steps.
+TEST(AdamW, MatchesTheReferenceFormulaWithWeightDecayOverSeveralSteps) {
+  torch::manual_seed(3);
+  const double lr = 1e-2;
+  const AdamWSettings settings;  // betas 0.9, 0.999, eps 1e-8, weight decay 1e-2
+  auto parameter = torch::randn({5, 7}, torch::kDouble).requires_grad_();
+  auto second = torch::randn({3}, torch::kDouble).requires_grad_();
+  auto reference = parameter.detach().clone();
+  auto m = torch::zeros_like(reference), v = torch::zeros_like(reference);
+  Optimizer optimizer({parameter, second}, OptimizerKind::kAdamW, lr);
+  for (int t = 1; t <= 4; ++t) {
+    const auto gradient = torch::randn({5, 7}, torch::kDouble);
+    parameter.mutable_grad() = gradient.clone();
+    second.mutable_grad() = torch::Tensor();  // no gradient: left alone, its step count too
+    optimizer.step();
+    reference = reference * (1 - lr * settings.weight_decay);
+    m = settings.beta1 * m + (1 - settings.beta1) * gradient;
+    v = settings.beta2 * v + (1 - settings.beta2) * gradient * gradient;
+    const auto m_hat = m / (1 - std::pow(settings.beta1, t));
+    const auto v_hat = v / (1 - std::pow(settings.beta2, t));
+    reference = reference - lr * m_hat / (v_hat.sqrt() + settings.eps);
+    EXPECT_LT(relative_difference(parameter.detach(), reference), 1e-12) << "step " << t;
+  }
+  // The state: two moments per parameter and a step count each, the second's still zero.
+  const auto state = optimizer.state();
+  ASSERT_EQ(state.size(), 6u);
+  EXPECT_LT(relative_difference(state[0], m), 1e-12);
+  EXPECT_LT(relative_difference(state[2], v), 1e-12);
+  EXPECT_EQ(state[4].item<double>(), 4.0);
+  EXPECT_EQ(state[5].item<double>(), 0.0);
+}
+
+TEST(AdamW, SgdKeepsNoStateAndBothKernelsGiveTheSameUpdate) {
+  auto a = torch::ones({4}).requires_grad_(), b = torch::ones({4}).requires_grad_();
+  Optimizer per_parameter({a}, OptimizerKind::kSgd, 0.5, Optimizer::SgdKernels::kPerParameter);
+  Optimizer multi_tensor({b}, OptimizerKind::kSgd, 0.5, Optimizer::SgdKernels::kMultiTensor);
+  for (auto* tensor : {&a, &b}) tensor->mutable_grad() = torch::full({4}, 2.0);
+  per_parameter.step();
+  multi_tensor.step();
+  EXPECT_TRUE(torch::equal(a.detach(), torch::zeros({4})));
+  EXPECT_TRUE(torch::equal(b.detach(), torch::zeros({4})));
+  EXPECT_TRUE(per_parameter.state().empty());
+  per_parameter.zero_grad();
+  EXPECT_FALSE(a.grad().defined());
+}
 
 // As in Python's DataParallel, the model keeps replica 0's batch-norm running statistics: those
 // of the first shard, not of the whole batch.

@@ -60,6 +60,9 @@ _REQUIRED_COMM_COUNTERS = ("real_time", "bytes", "algbw_gbps", "busbw_gbps")
 _BUBBLE_COUNTER = re.compile(r"^bubble_frac_dev(\d+)$")
 _BUSY_COUNTER = re.compile(r"^busy_frac_dev(\d+)$")
 _MEMORY_COUNTER = re.compile(r"peak_mem_gib_dev(\d+)$")
+# The memory breakdown's per-device counters (schema 1.6.0; docs/METRICS.md, "Memory").
+_BREAKDOWN_COUNTER = re.compile(r"^((?:param|grad|optim|model_state|activation|peak)_mem_gib_dev|peak_reserved_gib_dev|"
+                                r"alloc_retries_dev|ooms_dev)(\d+)$")
 SKIP_PREFIX = "skipped: "  # a case's error_message when it was skipped, not failed (docs/JSON.md)
 
 
@@ -244,6 +247,19 @@ class Case:
                     device = int(match.group(1))
                     peaks[device] = max(value, peaks.get(device, value))
         return dict(sorted(peaks.items()))
+
+    def memory_breakdown(self) -> dict[int, dict[str, float]]:
+        """Device index -> counter prefix ("param_mem_gib_dev", ...) -> its highest value over the
+        repetitions; devices without a breakdown counter (a run before schema 1.6.0) are left out."""
+        breakdown: dict[int, dict[str, float]] = {}
+        for entry in self.repetitions:
+            for key, value in entry.items():
+                match = _BREAKDOWN_COUNTER.match(key)
+                if match:
+                    device = breakdown.setdefault(int(match.group(2)), {})
+                    device[match.group(1)] = max(value, device.get(match.group(1), value))
+        return {device: values for device, values in sorted(breakdown.items())
+                if set(values) - {"peak_mem_gib_dev"}}
 
     def bubble_fractions(self) -> dict[int, float]:
         """Device index -> median bubble_frac_dev<i> over the repetitions (CUDA runs only)."""

@@ -944,3 +944,40 @@ def test_step_time_bars_are_the_tables_medians_with_its_min_max(tmp_path, files)
             [x for bar in spread for x in (bar.min_ms, bar.max_ms)])
     assert "median step time over repetitions" in figure_words(figure)
     assert "min\u2013max" in figure_words(figure)
+
+
+def test_memory_section_gives_each_devices_breakdown_at_its_highest_over_repetitions(tmp_path):
+    """The Memory table (schema 1.6.0): one row per case and device, each counter's highest value
+    over the repetitions; a run without the breakdown has no Memory section."""
+    run_json = json.loads(GPU_RUN[0].read_text())
+    name = SINGLE.format("fp32")
+    entries = [e for e in run_json["benchmarks"] if e["run_name"] == name and e["run_type"] == "iteration"]
+    assert len(entries) >= 2
+    for k, entry in enumerate(entries):
+        entry.update({"param_mem_gib_dev0": 0.095, "grad_mem_gib_dev0": 0.095, "optim_mem_gib_dev0": 0.19,
+                      "model_state_mem_gib_dev0": 0.38 + 0.001 * k, "activation_mem_gib_dev0": 5.5 - k,
+                      "peak_reserved_gib_dev0": 7.25, "alloc_retries_dev0": k, "ooms_dev0": 0})
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(run_json))
+    out_dir = tmp_path / "out"
+    result = run(MAKE_REPORT, out_dir, [path])
+    assert result.returncode == 0, result.stderr
+    memory = section((out_dir / "REPORT.md").read_text(encoding="utf-8"), "Memory")
+    rows = [re.split(r"(?<!\\)\|", line.strip())[1:-1] for line in memory.splitlines() if line.startswith("|")]
+    header = [cell.strip() for cell in rows[0]]
+    cells = [dict(zip(header, (cell.strip() for cell in r))) for r in rows[2:]]
+    assert len(cells) == 1, cells
+    cell = cells[0]
+    assert cell["device"] == "0"
+    assert number(cell["parameters"]) == pytest.approx(0.095, abs=5e-4)
+    assert number(cell["optimizer state"]) == pytest.approx(0.19, abs=5e-4)
+    assert number(cell["model states"]) == pytest.approx(0.38 + 0.001 * (len(entries) - 1), abs=5e-4)
+    assert number(cell["activations at peak"]) == pytest.approx(5.5, abs=5e-4)
+    peak = max(e["peak_mem_gib_dev0"] for e in entries)
+    assert number(cell["peak allocated"]) == pytest.approx(peak, abs=5e-4)
+    assert number(cell["peak reserved"]) == pytest.approx(7.25, abs=5e-4)
+    assert number(cell["alloc retries"]) == len(entries) - 1
+    assert number(cell["OOMs"]) == 0
+    plain = run(MAKE_REPORT, tmp_path / "plain", GPU_RUN)
+    assert plain.returncode == 0, plain.stderr
+    assert "\n## Memory\n" not in (tmp_path / "plain" / "REPORT.md").read_text(encoding="utf-8")

@@ -1,0 +1,58 @@
+// The memory breakdown a case reports per device (docs/METRICS.md, "Memory"): what persists
+// between steps (parameters, gradients, optimizer state) from the strategy's tensors, and on
+// GPUs what the CUDA caching allocator saw (model states, activations at the peak, peak
+// reserved, retries and out-of-memory errors).
+#pragma once
+
+#include "strategies/strategy.h"
+
+#include <benchmark/benchmark.h>
+
+#include <vector>
+
+namespace parbench {
+
+// Bytes of the tensors one device holds between steps.
+struct ModelStateBytes {
+  double parameters = 0;
+  double gradients = 0;  // of those parameters, where defined
+  double optimizer_state = 0;
+  double total() const { return parameters + gradients + optimizer_state; }
+};
+
+// Per device, in the strategy's devices() order, from its model_states().
+std::vector<ModelStateBytes> model_state_bytes(const Strategy& strategy);
+
+// One device's caching-allocator statistics (c10::cuda::CUDACachingAllocator::getDeviceStats).
+struct AllocatorStats {
+  double allocated = 0;       // bytes allocated now
+  double peak_allocated = 0;  // since the last reset_peak_memory
+  double peak_reserved = 0;
+  double alloc_retries = 0;   // cumulative over the process
+  double ooms = 0;
+};
+
+// Per device; empty off CUDA (every device must be a GPU). `release_cublas_workspaces`: first hand
+// the cuBLAS workspaces that LibTorch keeps allocated per handle and stream (up to 32 MiB each
+// on Hopper, ResNet-50's SGD model states being 200 MiB) back to the cache, so that what stays
+// allocated is the case's own tensors; the next matrix product takes one again from the cache.
+// Not where a CUDA graph is yet to be captured.
+std::vector<AllocatorStats> allocator_stats(const std::vector<torch::Device>& devices,
+                                            bool release_cublas_workspaces = false);
+
+// What the allocator saw over a case, per device: before its set-up (right after
+// reset_peak_memory), between two steps (the devices synchronised, the batch held), and now
+// (after the timed steps; an eager case's between-steps reading is this one, its cuBLAS
+// workspaces released). Empty vectors off CUDA.
+struct AllocatorWindow {
+  std::vector<AllocatorStats> before_setup, between_steps, now;
+  std::vector<double> batch_bytes;  // per device: the batch held between steps (device data)
+};
+
+// The counters: param_mem_gib_dev<i>, grad_mem_gib_dev<i>, optim_mem_gib_dev<i> from the
+// tensors; model_state_mem_gib_dev<i> from the allocator where measured (GPUs), else the sum of
+// the three; and on GPUs activation_mem_gib_dev<i>, peak_reserved_gib_dev<i>,
+// alloc_retries_dev<i> and ooms_dev<i>.
+benchmark::UserCounters memory_counters(const std::vector<ModelStateBytes>& tensors, const AllocatorWindow& allocator);
+
+}  // namespace parbench
