@@ -168,8 +168,4 @@ std::vector<std::pair<std::string, std::string>> run_context(const Options& opti
   return context;
 }
 
-void add_run_context(const Options& options) {
-  for (const auto& [key, value] : run_context(options)) benchmark::AddCustomContext(key, value);
-}
-
 }  // namespace parbench

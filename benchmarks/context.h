@@ -14,9 +14,6 @@ inline constexpr const char* kJsonSchemaVersion = "1.5.0";
 // Key/value pairs describing the build, the devices and the command line.
 std::vector<std::pair<std::string, std::string>> run_context(const Options& options);
 
-// Adds run_context() to Google Benchmark's context.
-void add_run_context(const Options& options);
-
 // The hosts of a distributed case's ranks, by rank. The run's largest world gives `rank_hosts`.
 void note_rank_hosts(const std::vector<std::string>& hosts);
 
