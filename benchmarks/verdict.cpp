@@ -182,14 +182,14 @@ std::string family_of(const CaseResult& result) {
 
 // A header line: the set-up or family, then the columns' names; two lines where it is too long.
 std::vector<std::string> header_lines(const std::string& title, const std::string& names) {
-  if (columns(title) < kLabelWidth) return {padded(title, kLabelWidth) + names};
+  if (columns(title) <= kLabelWidth) return {padded(title, kLabelWidth) + names};  // names start with a space
   return {title, std::string(kLabelWidth, ' ') + names};
 }
 
 // A case's label and numbers; two lines where the label is too long for its column.
 std::vector<std::string> labelled_lines(const std::string& label, const std::string& numbers) {
   const auto text = "  " + label;
-  if (columns(text) < kLabelWidth) return {padded(text, kLabelWidth) + numbers};
+  if (columns(text) <= kLabelWidth) return {padded(text, kLabelWidth) + numbers};  // numbers start with a space
   return {cut_to_width(text), std::string(kLabelWidth, ' ') + numbers};
 }
 

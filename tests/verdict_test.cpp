@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 namespace parbench {
 namespace {
@@ -112,7 +113,8 @@ TEST(Verdict, TheWinnerHasTheHighestMedianThroughputAndItsLeadIsJudgedAgainstThe
   EXPECT_NE(text.find("  Winner: ddp, 6,000 images/s (2.50x single's); its lead over data_parallel (4,000) is 2,000"),
             std::string::npos)
       << text;
-  EXPECT_NE(text.find("beyond the noise (the larger standard deviation is 17.2)."), std::string::npos) << text;
+  EXPECT_NE(text.find("beyond the noise"), std::string::npos) << text;
+  EXPECT_NE(text.find("(the larger standard deviation is 17.2)."), std::string::npos) << text;
   EXPECT_NE(text.find("  ddp             gpus:2"), std::string::npos) << text;
   EXPECT_NE(text.find("2.50x"), std::string::npos) << text;     // speedup 50 / 20
   EXPECT_NE(text.find("125.0%"), std::string::npos) << text;    // efficiency 6,000 / (2 x 2,400)
@@ -213,6 +215,7 @@ TEST(Verdict, TheDefaultRunOnTwoGpusPrintsAtMostSixtyLinesOfAtMost120Columns) {
   std::string text;
   for (const auto& line : lines) text += line + "\n";
   EXPECT_LE(lines.size(), 60u) << text;
+  std::printf("the default run on 2 GPUs prints %zu lines\n", lines.size());
   for (const auto& line : lines) EXPECT_LE(columns(line), kConsoleWidth) << line;
   EXPECT_NE(text.find("Verdict for resnet50, batch 120, image 128×128, fp32, data on device"), std::string::npos) << text;
   EXPECT_NE(text.find("  Best pipeline split per schedule: tutorial 1 ("), std::string::npos) << text;
