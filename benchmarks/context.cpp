@@ -28,6 +28,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 
 extern char** environ;
 
@@ -54,23 +55,35 @@ std::string dotted_version(long version, long major_divisor, long minor_divisor)
   return std::to_string(version / major_divisor) + "." + std::to_string(version % major_divisor / minor_divisor);
 }
 
-// The NCCL_*, CUDA_*, TORCH_* and NVSHMEM_* variables in this process's environment, as a JSON object.
-std::string library_environment() {
-  nlohmann::json variables = nlohmann::json::object();
+// The variables of this process's environment whose names pass `wanted`.
+template <typename Wanted>
+std::map<std::string, std::string> variables_where(Wanted wanted) {
+  std::map<std::string, std::string> variables;
   for (char** entry = environ; *entry != nullptr; ++entry) {
     const std::string text = *entry;
     const auto equals = text.find('=');
     const auto name = text.substr(0, equals);
-    for (const char* prefix : {"NCCL_", "CUDA_", "TORCH_", "NVSHMEM_"}) {
-      if (name.rfind(prefix, 0) == 0) variables[name] = equals == std::string::npos ? "" : text.substr(equals + 1);
-    }
+    if (wanted(name)) variables[name] = equals == std::string::npos ? "" : text.substr(equals + 1);
   }
-  return variables.dump();
+  return variables;
+}
+
+bool has_prefix(const std::string& name, std::initializer_list<const char*> prefixes) {
+  return std::any_of(prefixes.begin(), prefixes.end(), [&](const char* prefix) { return name.rfind(prefix, 0) == 0; });
+}
+
+// The NCCL_*, GLOO_*, CUDA_*, TORCH_* and NVSHMEM_* variables in this process's environment, as a JSON object.
+std::string library_environment() {
+  return nlohmann::json(variables_where([](const std::string& name) {
+           return has_prefix(name, {"NCCL_", "GLOO_", "CUDA_", "TORCH_", "NVSHMEM_"});
+         }))
+      .dump();
 }
 
 struct RankHosts {
   std::mutex mutex;
   std::vector<std::string> hosts;
+  std::vector<std::string> launches;
 };
 
 RankHosts& rank_hosts() {
@@ -80,16 +93,70 @@ RankHosts& rank_hosts() {
 
 }  // namespace
 
-void note_rank_hosts(const std::vector<std::string>& hosts) {
+void note_rank_hosts(const std::vector<std::string>& hosts, const std::vector<std::string>& launches) {
   auto& noted = rank_hosts();
   std::lock_guard<std::mutex> lock(noted.mutex);
-  if (hosts.size() > noted.hosts.size()) noted.hosts = hosts;
+  if (hosts.size() > noted.hosts.size()) {
+    noted.hosts = hosts;
+    noted.launches = launches;
+  }
 }
 
 std::vector<std::pair<std::string, std::string>> late_run_context() {
   auto& noted = rank_hosts();
   std::lock_guard<std::mutex> lock(noted.mutex);
-  return {{"rank_hosts", nlohmann::json(noted.hosts).dump()}};
+  // Each rank's launch facts, with its rank; a node rank no launcher gave is the index of the
+  // rank's host among the hosts in rank order.
+  nlohmann::ordered_json ranks = nlohmann::ordered_json::array();
+  std::vector<std::string> distinct_hosts;
+  for (const auto& host : noted.hosts) {
+    if (std::find(distinct_hosts.begin(), distinct_hosts.end(), host) == distinct_hosts.end()) {
+      distinct_hosts.push_back(host);
+    }
+  }
+  for (size_t rank = 0; rank < noted.launches.size(); ++rank) {
+    nlohmann::ordered_json facts = {{"rank", rank}};
+    const auto told = nlohmann::ordered_json::parse(noted.launches[rank], nullptr, /*allow_exceptions=*/false);
+    if (told.is_object()) facts.update(told);
+    if (!facts.contains("node_rank") || facts["node_rank"].is_null()) {
+      const auto host = rank < noted.hosts.size() ? noted.hosts[rank] : std::string();
+      facts["node_rank"] = std::find(distinct_hosts.begin(), distinct_hosts.end(), host) - distinct_hosts.begin();
+      facts["node_rank_from"] = "host order";
+    }
+    ranks.push_back(std::move(facts));
+  }
+  return {{"rank_hosts", nlohmann::json(noted.hosts).dump()}, {"rank_launch", ranks.dump()}};
+}
+
+std::map<std::string, std::string> launcher_variables() {
+  static const std::set<std::string> names = {
+      "MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+      "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_NAME", "ROLE_WORLD_SIZE", "NODE_RANK",
+      // SLURM's job, node and task placement (of its hundred variables).
+      "SLURM_JOB_ID", "SLURM_JOB_NODELIST", "SLURM_JOB_NUM_NODES", "SLURM_NNODES", "SLURM_NODEID", "SLURM_PROCID",
+      "SLURM_LOCALID", "SLURM_NTASKS", "SLURM_NTASKS_PER_NODE", "SLURM_TASKS_PER_NODE", "SLURM_STEP_ID",
+      "SLURM_STEP_NODELIST", "SLURM_STEP_NUM_NODES", "SLURM_STEP_NUM_TASKS", "SLURMD_NODENAME"};
+  return variables_where(
+      [](const std::string& name) { return names.count(name) || has_prefix(name, {"TORCHELASTIC_", "OMPI_COMM_WORLD_"}); });
+}
+
+std::string launch_facts() {
+  nlohmann::ordered_json facts = {{"host", this_host()}, {"node_rank", nullptr}, {"node_rank_from", nullptr}};
+  const auto launcher = launcher_variables();
+  for (const char* variable : {"GROUP_RANK", "SLURM_NODEID"}) {
+    const auto value = launcher.find(variable);
+    if (value == launcher.end()) continue;
+    try {
+      facts["node_rank"] = std::stoi(value->second);
+      facts["node_rank_from"] = variable;
+      break;
+    } catch (const std::exception&) {  // not a number: the next variable, or the host order
+    }
+  }
+  auto variables = variables_where([](const std::string& name) { return has_prefix(name, {"NCCL_", "GLOO_"}); });
+  variables.insert(launcher.begin(), launcher.end());
+  facts["variables"] = variables;
+  return facts.dump();
 }
 
 std::vector<std::pair<std::string, std::string>> run_context(const Options& options) {
@@ -152,6 +219,7 @@ std::vector<std::pair<std::string, std::string>> run_context(const Options& opti
   context.emplace_back("intra_op_threads", std::to_string(at::get_num_threads()));
   context.emplace_back("environment", library_environment());
   context.emplace_back("environment_set_by_parbench", nlohmann::json(set_parbench_environment()).dump());
+  context.emplace_back("launcher_environment", nlohmann::json(launcher_variables()).dump());
   // Per-repetition clocks (docs/METRICS.md, "Clocks and throttling"): sampled where there is a
   // GPU and NVML answers; the test hook stands a CPU device in for the fake library's GPU.
   const auto& sampler = ClockSampler::instance();
@@ -166,10 +234,6 @@ std::vector<std::pair<std::string, std::string>> run_context(const Options& opti
     context.emplace_back("max_repetitions", std::to_string(options.max_repetitions));
   }
   return context;
-}
-
-void add_run_context(const Options& options) {
-  for (const auto& [key, value] : run_context(options)) benchmark::AddCustomContext(key, value);
 }
 
 }  // namespace parbench

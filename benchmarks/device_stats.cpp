@@ -7,12 +7,59 @@
 #endif
 #include <torch/csrc/autograd/profiler_kineto.h>
 
-#include <fstream>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
 
 namespace parbench {
 namespace {
+
+// Kineto's line when it asks CUDA for the devices' properties, which every trace records: with no
+// GPU visible CUDA answers an error (35: no driver; 100: no device), which says what the run's
+// context says already (gpu_count 0).
+constexpr const char* kNoGpuQueryLine = "gpuGetDeviceCount failed with code";
+
+// Runs `work` with this process's stderr (fd 2) going to a temporary file, then writes what it
+// caught back to stderr, less the lines that hold `dropped`: nothing else is hidden, only delayed.
+template <typename Work>
+void with_stderr_lines_dropped(const char* dropped, Work&& work) {
+  std::FILE* caught = std::tmpfile();
+  const int saved = caught != nullptr ? dup(STDERR_FILENO) : -1;
+  if (saved < 0) {  // nothing to catch with: the line passes
+    if (caught != nullptr) std::fclose(caught);
+    work();
+    return;
+  }
+  std::fflush(stderr);
+  dup2(fileno(caught), STDERR_FILENO);
+  const auto restore = [&] {
+    std::fflush(stderr);
+    dup2(saved, STDERR_FILENO);
+    close(saved);
+    std::string text, line;
+    std::rewind(caught);
+    for (int c = std::fgetc(caught); c != EOF; c = std::fgetc(caught)) text += static_cast<char>(c);
+    std::fclose(caught);
+    std::istringstream lines(text);
+    std::string kept;
+    while (std::getline(lines, line)) {
+      if (line.find(dropped) == std::string::npos) kept += line + "\n";
+    }
+    if (!kept.empty()) {
+      [[maybe_unused]] const auto written = write(STDERR_FILENO, kept.data(), kept.size());
+    }
+  };
+  try {
+    work();
+  } catch (...) {
+    restore();
+    throw;
+  }
+  restore();
+}
 
 // Length of the union of [start, end) intervals.
 double covered_ns(std::vector<std::pair<uint64_t, uint64_t>> intervals) {
@@ -105,9 +152,18 @@ void save_step_trace(const std::vector<torch::Device>& devices, const std::funct
   profiler::enableProfiler(config, activities);
   step();
   synchronize_devices(devices);
-  const auto result = profiler::disableProfiler();
-  if (!std::ofstream(path)) throw std::runtime_error("cannot write the trace " + path);
-  result->save(path);
+  const auto finish = [&] {
+    const auto result = profiler::disableProfiler();
+    if (!std::ofstream(path)) throw std::runtime_error("cannot write the trace " + path);
+    result->save(path);
+  };
+  // Without a visible GPU, kineto's device query fails as expected (kNoGpuQueryLine): only that
+  // line is dropped.
+  if (!all_cuda(devices) && !torch::cuda::is_available()) {
+    with_stderr_lines_dropped(kNoGpuQueryLine, finish);
+  } else {
+    finish();
+  }
 }
 
 }  // namespace parbench

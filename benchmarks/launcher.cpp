@@ -32,7 +32,7 @@ std::optional<ReportedRepetition> report_next_repetition(benchmark::State& state
     try {
       outcome.run = launched_externally() ? run_as_external_rank(ranks, run_rank)
                              : launch_case(self_binary(), self_arguments(), launched, ranks, options.dist_timeout_s);
-      note_rank_hosts(outcome.run->hosts);
+      note_rank_hosts(outcome.run->hosts, outcome.run->launches);
     } catch (const std::exception& error) {
       outcome.error = first_line(error);
     }

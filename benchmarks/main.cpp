@@ -11,15 +11,20 @@
 #include "benchmarks/outcomes.h"
 #include "benchmarks/profile_companion.h"
 #include "benchmarks/run_output.h"
+#include "benchmarks/verdict.h"
 #include "strategies/distributed/world.h"
 #include "strategies/schedule_simulator.h"
 
 #include <benchmark/benchmark.h>
 #include <torch/torch.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <optional>
 #include <string>
 
@@ -76,6 +81,38 @@ bool output_format_is_json(const std::vector<char*>& benchmark_args) {
     throw UsageError(flag + format + " is not a format: json, console or csv");
   }
   return format == "json";
+}
+
+// Whether Google Benchmark's display is its console (--benchmark_format, console by default):
+// parbench then prints its own, one line per case and the verdict.
+bool display_is_console(const std::vector<char*>& benchmark_args) {
+  const std::string flag = "--benchmark_format=";
+  std::string format = "console";
+  for (const char* arg : benchmark_args) {
+    if (std::string(arg).rfind(flag, 0) == 0) format = std::string(arg).substr(flag.size());
+  }
+  return format == "console";
+}
+
+// "`parbench ARGS` on HOST (GPUS), commit SHA": the Markdown summary's first line.
+std::string run_description(const std::vector<std::pair<std::string, std::string>>& context) {
+  std::map<std::string, std::string> values(context.begin(), context.end());
+  const auto gpus = values["gpu_names"] == "none" ? std::string("no GPU") : values["gpu_names"];
+  return "`parbench " + values["argv"] + "` on " + values["host"] + " (" + gpus + "), commit " +
+         values["git_sha"].substr(0, 10) + (values["git_dirty"] == "true" ? " (dirty)" : "") + ".";
+}
+
+// --summary: written whole at FILE.partial, then moved into place. false after a message naming
+// the file (the partial one removed) when it could not be.
+bool write_summary(const std::string& path, const std::string& text) {
+  const auto partial = path + ".partial";
+  std::ofstream file(partial, std::ios::trunc);
+  file << text;
+  file.close();
+  if (file && std::rename(partial.c_str(), path.c_str()) == 0) return true;
+  std::fprintf(stderr, "parbench: could not write --summary=%s: %s\n", path.c_str(), std::strerror(errno));
+  unlink(partial.c_str());
+  return false;
 }
 
 // --print-schedule: the grid, or a usage error (thrown) for a schedule or counts it cannot run.
@@ -230,10 +267,22 @@ int main(int argc, char** argv) {
     json->set_case_fields(std::move(fields));
   }
   register_allreduce_cases(allreduce_cases, options, progress);
-  add_run_context(options);
+  const auto context = run_context(options);
+  for (const auto& [key, value] : context) benchmark::AddCustomContext(key, value);
   CaseOutcomes outcomes;
-  const auto reporter =
-      make_outcome_reporter(writes_output ? benchmark::CreateDefaultDisplayReporter() : nullptr, outcomes);
+  // The console: one line per case and the verdict at the end (benchmarks/verdict.h), unless
+  // --verbose or another --benchmark_format asks for Google Benchmark's own display.
+  RunSummary summary;
+  {
+    std::map<std::string, std::vector<CaseField>> fields;
+    for (const auto& spec : cases) fields[benchmark_name(spec.name, fixed_iterations(spec, options))] = spec.fields;
+    summary.set_case_fields(std::move(fields));
+  }
+  const bool compact_console = display_is_console(benchmark_args) && !options.verbose;
+  const auto compact = compact_console ? make_compact_console(summary) : nullptr;
+  benchmark::BenchmarkReporter* display = nullptr;
+  if (writes_output) display = compact ? compact.get() : benchmark::CreateDefaultDisplayReporter();
+  const auto reporter = make_outcome_reporter(display, outcomes, &summary);
   set_interrupted_output(&output);
   // The cases registered are the ones the filter selects.
   benchmark::RunSpecifiedBenchmarks(reporter.get(), output.file_reporter(), ".");
@@ -244,7 +293,16 @@ int main(int argc, char** argv) {
   status = std::max(status, finish_external_launch());
   // A listing (--benchmark_list_tests) ran nothing: there is nothing to sum up.
   if (writes_output && !outcomes.empty()) {
+    // The verdict ends the console's output; with another display format it goes to stderr.
+    const auto found = verdicts(summary.results());
+    FILE* verdict_stream = display_is_console(benchmark_args) ? stdout : stderr;
+    std::fputc('\n', verdict_stream);
+    for (const auto& line : verdict_lines(found)) std::fprintf(verdict_stream, "%s\n", line.c_str());
+    std::fflush(verdict_stream);
     for (const auto& line : outcomes.summary()) std::fprintf(stderr, "%s\n", line.c_str());
+    if (!options.summary.empty() && !write_summary(options.summary, verdict_markdown(found, run_description(context)))) {
+      status = std::max(status, kExitCaseFailed);
+    }
   }
   if (!output.finish()) return kExitCaseFailed;
   return status;

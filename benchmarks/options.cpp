@@ -341,6 +341,11 @@ Google Benchmark's own flags all work: --benchmark_filter=REGEX, --benchmark_rep
                          device (--gpus, default 2), one column per time slot, F3/B3/W3 for
                          micro-batch 3's forward, backward or weight gradient, in unit time;
                          with --micro-batches=M (default 4) and --chunks=V (interleaved-1f1b)
+  --summary=FILE         also write the verdict printed at the end (per set-up: each strategy's best
+                         case, the winner and whether its lead is within the noise, the best split
+                         per pipeline schedule) to FILE as Markdown
+  --verbose              print Google Benchmark's rows (every repetition, then mean, median, stddev
+                         and cv) instead of one line per case
   --help                 this text
 
 Exit status:
@@ -350,8 +355,9 @@ Exit status:
   1  a case failed (an exception, out of memory, a rank that died, hung or timed out) or the
      output file could not be moved into place; the other cases still ran and the JSON
      records the failure
-  2  bad input: the command line, the launcher's variables, an unwritable --benchmark_out or a
-     --benchmark_filter that selects no case; nothing ran and no output file was written
+  2  bad input: the command line, the launcher's variables, an unwritable --benchmark_out or
+     --summary, or a --benchmark_filter that selects no case; nothing ran and no output file was
+     written
 The last line on stderr sums the run up: "parbench: 12 ran, 9 skipped (...), 1 failed: CASE: WHY".
 )";
   std::map<int, std::vector<std::string>> by_minimum;
@@ -384,6 +390,10 @@ Options parse_options(int argc, char** argv, bool has_gpu, std::vector<char*>* b
       continue;
     }
     if (arg.rfind("--", 0) != 0) throw UsageError("unexpected argument '" + arg + "' (see --help)");
+    if (arg == "--verbose") {  // a switch: it takes no value
+      flags.emplace_back("verbose", "on");
+      continue;
+    }
     const auto equals = arg.find('=');
     if (equals != std::string::npos) {
       flags.emplace_back(arg.substr(2, equals - 2), arg.substr(equals + 1));
@@ -455,6 +465,11 @@ Options parse_options(int argc, char** argv, bool has_gpu, std::vector<char*>* b
       {"cut", [&](auto&, auto& v) { options.cut = v; }},
       {"dist-timeout", [&](auto& f, auto& v) { options.dist_timeout_s = parse_double(f, v, 0.0, kMaxDistTimeoutSeconds); }},
       {"allreduce", [&](auto& f, auto& v) { options.allreduce = pick(f, v, kOnOff); }},
+      {"verbose", [&](auto& f, auto& v) { options.verbose = pick(f, v, kOnOff); }},
+      {"summary", [&](auto& f, auto& v) {
+         if (v.empty()) throw UsageError("--" + f + " needs a file");
+         options.summary = v;
+       }},
       {"advise", [&](auto& f, auto& v) {
          options.advise_validate = v == "all" ? kValidateAll : static_cast<int>(parse_int(f, v, 1));
        }},
@@ -561,6 +576,13 @@ Options parse_options(int argc, char** argv, bool has_gpu, std::vector<char*>* b
   if (!options.benchmark_out.empty()) {
     const auto problem = writability_problem(options.benchmark_out);
     if (!problem.empty()) throw UsageError("cannot write --benchmark_out=" + options.benchmark_out + ": " + problem);
+  }
+  if (!options.summary.empty()) {
+    if (options.summary == options.benchmark_out) {
+      throw UsageError("--summary=" + options.summary + " is --benchmark_out's file too: give each its own");
+    }
+    const auto problem = writability_problem(options.summary);
+    if (!problem.empty()) throw UsageError("cannot write --summary=" + options.summary + ": " + problem);
   }
   return options;
 }

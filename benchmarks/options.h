@@ -82,6 +82,11 @@ struct Options {
   std::string print_schedule;
   int64_t micro_batches = 4;
   std::string benchmark_out;  // --benchmark_out, checked for writability up front
+  // The console and the verdict (benchmarks/verdict.h): --verbose prints Google Benchmark's rows
+  // (every repetition, then the aggregates) instead of one line per case; --summary=FILE writes
+  // the verdict as Markdown, checked for writability as --benchmark_out is.
+  bool verbose = false;
+  std::string summary;
   std::string argv;
 };
 

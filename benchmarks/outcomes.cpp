@@ -1,6 +1,7 @@
 #include "benchmarks/outcomes.h"
 
 #include "benchmarks/noise_rule.h"
+#include "benchmarks/verdict.h"
 
 #include "core/text.h"
 
@@ -25,7 +26,8 @@ std::string cases_text(size_t count) { return std::to_string(count) + (count == 
 
 class OutcomeReporter final : public benchmark::BenchmarkReporter {
  public:
-  OutcomeReporter(BenchmarkReporter* display, CaseOutcomes& outcomes) : display_(display), outcomes_(outcomes) {}
+  OutcomeReporter(BenchmarkReporter* display, CaseOutcomes& outcomes, RunSummary* summary)
+      : display_(display), outcomes_(outcomes), summary_(summary) {}
 
   bool ReportContext(const Context& context) override { return display_ == nullptr || display_->ReportContext(context); }
 
@@ -36,6 +38,7 @@ class OutcomeReporter final : public benchmark::BenchmarkReporter {
       outcomes_.record(run);
       if (!is_skip(run)) shown.push_back(run);
     }
+    if (summary_ != nullptr && !shown.empty()) summary_->add(shown);
     if (display_ != nullptr && !shown.empty()) display_->ReportRuns(shown);
   }
 
@@ -46,6 +49,7 @@ class OutcomeReporter final : public benchmark::BenchmarkReporter {
  private:
   BenchmarkReporter* display_;
   CaseOutcomes& outcomes_;
+  RunSummary* summary_;
 };
 
 }  // namespace
@@ -110,8 +114,8 @@ std::vector<std::string> CaseOutcomes::summary() const {
 }
 
 std::unique_ptr<benchmark::BenchmarkReporter> make_outcome_reporter(benchmark::BenchmarkReporter* display,
-                                                                    CaseOutcomes& outcomes) {
-  return std::make_unique<OutcomeReporter>(display, outcomes);
+                                                                    CaseOutcomes& outcomes, RunSummary* summary) {
+  return std::make_unique<OutcomeReporter>(display, outcomes, summary);
 }
 
 }  // namespace parbench

@@ -39,10 +39,14 @@ class CaseOutcomes {
   std::map<std::string, Outcome> cases_;
 };
 
+class RunSummary;
+
 // A display reporter that records every run in `outcomes` and hands `display` the runs of the
 // cases that were not skipped: skipped cases appear once, in the summary, not as an error per
 // repetition. With `display` null it prints nothing (ranks other than 0 of an external launch).
+// `summary`, if given, takes the same runs before `display` does (benchmarks/verdict.h).
 std::unique_ptr<benchmark::BenchmarkReporter> make_outcome_reporter(benchmark::BenchmarkReporter* display,
-                                                                    CaseOutcomes& outcomes);
+                                                                    CaseOutcomes& outcomes,
+                                                                    RunSummary* summary = nullptr);
 
 }  // namespace parbench

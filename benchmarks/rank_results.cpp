@@ -51,6 +51,7 @@ nlohmann::json to_json_value(const RankedRun& run) {
           {"peak_bytes", run.peak_bytes},
           {"busy_seconds", run.busy_seconds},
           {"hosts", run.hosts},
+          {"launches", run.launches},
           {"noise", run.noise ? nlohmann::json(run.noise->to_json()) : nlohmann::json()},
           {"counters", run.counters}};
 }
@@ -81,6 +82,7 @@ RankedRun ranked_run_from(const nlohmann::json& json) {
   run.busy_seconds = json.at("busy_seconds").get<std::vector<double>>();
   run.hosts = json.at("hosts").get<std::vector<std::string>>();
   run.counters = json.at("counters").get<std::map<std::string, double>>();
+  run.launches = json.at("launches").get<std::vector<std::string>>();
   return run;
 }
 
@@ -110,6 +112,7 @@ RankedRun gather_run(World& world, const RankMeasurements& mine, RankedRun run) 
 
   run.world_size = world.size();
   run.hosts = world.hosts();
+  run.launches = world.launches();
   return combine_ranks(ranks, std::move(run));
 }
 

@@ -35,6 +35,7 @@ struct RankedRun {
   std::vector<double> peak_bytes;    // per rank; empty off CUDA
   std::vector<double> busy_seconds;  // per rank, for one step; empty where not measured
   std::vector<std::string> hosts;    // per rank: its host name
+  std::vector<std::string> launches;  // per rank: its launch facts (launch_facts() in benchmarks/context.h)
   std::optional<NoiseOutcome> noise;  // --max-noise: what the rule reached
   // Every rank's own counters (the strategy's and the memory breakdown), named per rank as
   // rank_counter_name gives: as they reach the JSON.

@@ -2,6 +2,7 @@
 
 #include "benchmarks/allreduce.h"
 #include "benchmarks/cases.h"
+#include "benchmarks/context.h"
 #include "benchmarks/distributed_runner.h"
 #include "benchmarks/elastic_error.h"
 #include "benchmarks/rank_protocol.h"
@@ -161,6 +162,7 @@ int run_worker(const WorkerRequest& request, Options options, int visible_gpus) 
     options.gpus = info->world_size;
     auto rank_info = *info;
     rank_info.arguments = options.argv;
+    rank_info.launch = launch_facts();
     const auto record_stall = [dir = request.result_dir, rank, output = options.benchmark_out](const std::string& message) {
       std::ofstream(error_file(dir, rank)) << message << dump_flight_recorder(output, rank) << "\n";
     };
@@ -232,6 +234,7 @@ std::optional<RankInfo> external_launch(Options& options, int visible_gpus) {
   }
   options.gpus = info->world_size;
   info->arguments = options.argv;
+  info->launch = launch_facts();
   external_rank() = ExternalRank{*info, *device, timeout_of(options.dist_timeout_s), options.benchmark_out, nullptr, ""};
   return info;
 }

@@ -66,7 +66,7 @@ TEST(Cli, ShortRunWritesJsonWithCountersAndContext) {
                           "schedules"}) {
     EXPECT_TRUE(context.contains(key)) << key;
   }
-  EXPECT_EQ(context["parbench_json_schema"], "1.6.0");
+  EXPECT_EQ(context["parbench_json_schema"], "1.7.0");
   EXPECT_EQ(context["strategies"], "single,model_parallel,pipeline,data_parallel,ddp");
   EXPECT_EQ(context["schedules"], "tutorial,gpipe,1f1b,interleaved-1f1b,zb-h1");
   EXPECT_FALSE(context.contains("interrupted"));
@@ -221,6 +221,26 @@ TEST(Cli, AnUnknownOptimizerIsRefusedNamingTheAllowedOnes) {
   EXPECT_NE(run.error.find("adam"), std::string::npos) << run.error;
   EXPECT_NE(run.error.find("sgd, adamw"), std::string::npos) << run.error;
   EXPECT_EQ(std::count(run.error.begin(), run.error.end(), '\n'), 1) << run.error;
+}
+
+// A CPU ddp case, traced (as ci/main-job.sh runs it), prints no GPU error: there is no GPU to
+// ask about (docs/METRICS.md, "Pipeline timelines"). Its ranks and the profile companion each
+// printed "ERROR: ... gpuGetDeviceCount failed with code 35" where no CUDA driver is installed.
+TEST(Cli, ACpuDdpCasePrintsNoGpuErrors) {
+  parbench::TemporaryDirectory dir("parbench-cli-test");
+  // No GPU visible, on a GPU machine too (where CUDA then answers "no device", code 100).
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  const std::optional<std::string> saved = visible ? std::optional<std::string>(visible) : std::nullopt;
+  setenv("CUDA_VISIBLE_DEVICES", "", 1);
+  const auto run = run_parbench(std::string(kSmallRun) + " --strategies=ddp --allreduce=off --trace=" + dir.file("traces"));
+  if (saved) {
+    setenv("CUDA_VISIBLE_DEVICES", saved->c_str(), 1);
+  } else {
+    unsetenv("CUDA_VISIBLE_DEVICES");
+  }
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_EQ(run.error.find("gpuGetDeviceCount"), std::string::npos) << run.error;
+  EXPECT_EQ(run.error.find("ERROR:"), std::string::npos) << run.error;
 }
 
 // A skipped case is not printed as an error once per repetition: it appears once, in a summary

@@ -53,6 +53,7 @@ TEST(Provenance, AFakeNvmlsSettingsTheEnvironmentAndTheRanksHostsAreRecorded) {
   const auto context = run_context("single,ddp", {{"LD_LIBRARY_PATH", FAKE_NVML_DIR},
                                                   {"NCCL_DEBUG", "WARN"},
                                                   {"TORCH_SHOW_CPP_STACKTRACES", "1"},
+                                                  {"GLOO_SOCKET_IFNAME", "lo"},
                                                   {"MKL_NUM_THREADS", "3"}});
   // The CPU's threads (1.5.0): the variables as given, and the threads LibTorch computes with.
   EXPECT_EQ(context.at("omp_num_threads"), "1");
@@ -80,13 +81,34 @@ TEST(Provenance, AFakeNvmlsSettingsTheEnvironmentAndTheRanksHostsAreRecorded) {
   EXPECT_EQ(environment.at("TORCH_SHOW_CPP_STACKTRACES"), "1");
   EXPECT_EQ(environment.at("CUDA_VISIBLE_DEVICES"), "");
   EXPECT_EQ(environment.at("NCCL_NVLS_ENABLE"), "0");
-  EXPECT_FALSE(environment.contains("OMP_NUM_THREADS")) << "only NCCL_*, CUDA_* and TORCH_* are recorded";
+  EXPECT_EQ(environment.at("GLOO_SOCKET_IFNAME"), "lo");  // 1.7.0
+  EXPECT_FALSE(environment.contains("OMP_NUM_THREADS")) << "only NCCL_*, GLOO_*, CUDA_* and TORCH_* are recorded";
   EXPECT_EQ(environment.at("NVSHMEM_DISABLE_NVLS"), "1");
   EXPECT_EQ(nlohmann::json::parse(context.at("environment_set_by_parbench").get<std::string>()),
             nlohmann::json(
                 {{"NCCL_NVLS_ENABLE", "0"}, {"TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"}, {"NVSHMEM_DISABLE_NVLS", "1"}}));
   EXPECT_EQ(nlohmann::json::parse(context.at("rank_hosts").get<std::string>()),
             nlohmann::json({this_host(), this_host()}));
+  // Each rank's launch (1.7.0): parbench's own launcher gives no node rank, so the host order does.
+  const auto ranks = nlohmann::json::parse(context.at("rank_launch").get<std::string>());
+  ASSERT_EQ(ranks.size(), 2u) << ranks.dump();
+  for (int rank = 0; rank < 2; ++rank) {
+    const auto& facts = ranks.at(rank);
+    EXPECT_EQ(facts.at("rank"), rank);
+    EXPECT_EQ(facts.at("host"), this_host());
+    EXPECT_EQ(facts.at("node_rank"), 0);
+    EXPECT_EQ(facts.at("node_rank_from"), "host order");
+    const auto& variables = facts.at("variables");
+    EXPECT_EQ(variables.at("RANK"), std::to_string(rank));
+    EXPECT_EQ(variables.at("WORLD_SIZE"), "2");
+    EXPECT_EQ(variables.at("MASTER_ADDR"), "127.0.0.1");
+    EXPECT_EQ(variables.at("TORCHELASTIC_USE_AGENT_STORE"), "True");
+    EXPECT_EQ(variables.at("NCCL_DEBUG"), "WARN");
+    EXPECT_EQ(variables.at("GLOO_SOCKET_IFNAME"), "lo");
+    EXPECT_FALSE(variables.contains("CUDA_VISIBLE_DEVICES")) << "launcher and network variables only";
+  }
+  // The process that wrote the file was started by no launcher.
+  EXPECT_EQ(context.at("launcher_environment"), "{}");
 }
 
 TEST(Provenance, WithoutNvmlItIsRecordedAsUnavailableAndTheUsersSettingIsKept) {
@@ -112,6 +134,7 @@ TEST(Provenance, WithoutNvmlItIsRecordedAsUnavailableAndTheUsersSettingIsKept) {
   EXPECT_EQ(nlohmann::json::parse(context.at("environment").get<std::string>()).at("NCCL_NVLS_ENABLE"), "1");
   EXPECT_EQ(context.at("environment_set_by_parbench"), "{}") << "the user's own values are kept";
   EXPECT_EQ(context.at("rank_hosts"), "[]") << "no distributed case ran";
+  EXPECT_EQ(context.at("rank_launch"), "[]") << "no distributed case ran";
 }
 
 TEST(Provenance, AnNvmlWithoutADriverIsRecordedAsUnavailable) {

@@ -257,10 +257,13 @@ void World::join(const std::string& where) {
   // The host and the arguments first: a rank's join key says its other keys are there.
   store_->set("host/" + std::to_string(rank()), this_host());
   store_->set("arguments/" + std::to_string(rank()), info_.arguments);
+  store_->set("launch/" + std::to_string(rank()), info_.launch);
   store_->set("join/" + std::to_string(rank()), std::to_string(size()));
   hosts_.assign(static_cast<size_t>(size()), "");
+  launches_.assign(static_cast<size_t>(size()), "");
   wait_for_ranks(*store_, "join/", size(), timeout_, "join the rendezvous at " + where, [this](int other) {
     hosts_[static_cast<size_t>(other)] = store_->get_to_str("host/" + std::to_string(other));
+    launches_[static_cast<size_t>(other)] = store_->get_to_str("launch/" + std::to_string(other));
     // Ranks started with different command lines would run different cases and meet in
     // mismatched collectives: the cause is named here instead.
     const auto their_arguments = store_->get_to_str("arguments/" + std::to_string(other));

@@ -34,6 +34,9 @@ struct RankInfo {
   // The command line that must be the same on every rank (--benchmark_out* left out: only rank 0
   // writes); empty: not compared.
   std::string arguments;
+  // What this rank says about its launch (its host, node, launcher and network variables, as
+  // text the caller chose), published at the join: World::launches() on every rank.
+  std::string launch;
 };
 
 // What differs between two ranks' command lines, e.g. "--batch=3 where rank 0 has --batch=2";
@@ -94,6 +97,8 @@ class World {
   const RankInfo& info() const { return info_; }
   // Each rank's host name, by rank, as each reported it on joining.
   const std::vector<std::string>& hosts() const { return hosts_; }
+  // Each rank's RankInfo::launch, by rank, as each published it on joining.
+  const std::vector<std::string>& launches() const { return launches_; }
   torch::Device device() const { return device_; }
   std::chrono::milliseconds timeout() const { return timeout_; }
   const c10::intrusive_ptr<c10d::Backend>& backend() const { return backend_; }
@@ -129,6 +134,7 @@ class World {
   uint64_t next_sequence_ = 0;  // barriers and gathers are numbered in call order
   bool left_ = false;
   std::vector<std::string> hosts_;
+  std::vector<std::string> launches_;
 
   // Waits for every rank to join with the same world size, then creates the backend.
   void join(const std::string& where);
