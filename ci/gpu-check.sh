@@ -10,7 +10,8 @@
 #                             second process's GEMMs, and the stopping rule by noise),
 #                             ref_* (issue 35's 2-GPU reference run: see reference_args),
 #                             timer_gpu (the event timer on every GPU, and a mutant of it: PARBENCH_MUTANT_TESTS),
-#                             cuts (4 GPUs: block-level cuts, interleaved-1f1b on 4 x 2 chunks);
+#                             cuts (4 GPUs: block-level cuts, interleaved-1f1b on 4 x 2 chunks),
+#                             ref4_* (issue 42's 4-GPU reference run: see REFERENCE4_ARGS);
 #                             prebuilt instead of build: see step_prebuilt
 # PARBENCH_BENCH_TIMEOUT=SECONDS: each parbench run of a step is killed after that long, so that
 # one hang cannot take a whole device call.
@@ -691,10 +692,10 @@ step_ref_traces() {
 # PyTorch's own implementations of the same cases (benchmarks/pytorch/), in the same call, into
 # $results/pytorch_<set>/ (in results.tgz). The pipelining baselines take their cuts from
 # parbench's JSON of the same call (PARBENCH_JSON).
-pytorch_baselines() {
-  local set=$1 parbench_json=$2
+pytorch_baselines() {  # SET PARBENCH_JSON [FOLDER, default pytorch_SET]
+  local set=$1 parbench_json=$2 folder=${3:-pytorch_$1}
   echo "== pytorch $set: benchmarks/pytorch/run_all.sh"
-  PARBENCH_JSON=$parbench_json bash benchmarks/pytorch/run_all.sh "$results/pytorch_$set" "$set" 2>&1 | tail -n 15
+  PARBENCH_JSON=$parbench_json bash benchmarks/pytorch/run_all.sh "$results/$folder" "$set" 2>&1 | tail -n 15
   return "${PIPESTATUS[0]}"
 }
 step_ref_pytorch_resnet() { pytorch_baselines resnet "$results/ref_pairs_resnet.json"; }
@@ -733,6 +734,79 @@ step_ref_pytorch_gpt_compile() {
   if (( left < 60 )); then echo "ref_pytorch_gpt_compile: ${left}s left of the call, not started"; return 1; fi
   COMPILE_TIMEOUT=$left pytorch_baselines gpt-compile "$results/ref_gpt.json"
 }
+
+# The 4-GPU reference run (issue 42), in two calls of at most 10 minutes on one warm machine:
+#   call A (the targets, with their baselines in the same call): timer_gpu ref4_resnet_128 ref4_scaling
+#     ref4_data_parallel ref4_resnet_224 ref4_allreduce ref4_pytorch
+#   call B (the rest of the coverage): ref4_eager ref4_bf16 ref4_gpt ref4_pytorch_gpt clocks memory
+# Every pipeline schedule at 4 stages (interleaved-1f1b: 4 GPUs x 2 chunks, 8 stages at block
+# granularity) with its split sweep, and each strategy at 1, 2 and 4 GPUs (--gpus=1,2,4), with
+# --advise=all, so each case carries its prediction. Call A's sweeps are graphed (the targets are
+# graphed pipelines; eager pipelines move by up to 1.7x between processes, RUN.md of the 2-GPU
+# run), call B's eager. Three repetitions (graphed spreads are under 1%); REFERENCE_SETUP_TIMEOUT
+# bounds each process.
+readonly REFERENCE4_ARGS="--repetitions=3 --benchmark_min_time=0.1 --busy-profile=off"
+reference4_sweep() {  # NAME IMAGE BATCH SPLITS PRECISION GRAPH: every strategy at 4 GPUs, the pipeline's sweep
+  local name=$1 image=$2 batch=$3 splits=$4 precision=$5 graph=$6
+  # shellcheck disable=SC2086
+  PARBENCH_BENCH_TIMEOUT=${REFERENCE_SETUP_TIMEOUT:-200} bench "$name" --gpus=4 \
+    --strategies=$REFERENCE_STRATEGIES --scaling=weak,strong --allreduce=off --image="$image" --batch="$batch" \
+    --precision="$precision" --cuda-graph="$graph" --schedules=$REFERENCE_SCHEDULES --chunks=2 \
+    --split-sizes="$splits" --advise=all $REFERENCE4_ARGS
+}
+step_ref4_resnet_128() { reference4_sweep ref4_resnet_128_fp32 128 120 10,15,30 fp32 on; }
+step_ref4_resnet_224() { reference4_sweep ref4_resnet_224_fp32 224 128 8,16,32 fp32 on; }
+# Scaling: every strategy at 1, 2 and 4 GPUs, eager and graphed, ddp weak and strong
+# (data_parallel's batch is global: 120 over N GPUs is its strong scaling).
+step_ref4_scaling() {
+  # shellcheck disable=SC2086
+  PARBENCH_BENCH_TIMEOUT=${REFERENCE_SETUP_TIMEOUT:-200} bench ref4_scaling_128_fp32 --gpus=1,2,4 \
+    --strategies=$REFERENCE_STRATEGIES --scaling=weak,strong --allreduce=off --image=128 --batch=120 \
+    --precision=fp32 --cuda-graph=off,on --schedules=1f1b,zb-h1 --split-sizes=15 --advise=all $REFERENCE4_ARGS
+}
+# data_parallel at global batch 480 (120 per GPU) and 120 on 4 GPUs, beside single at both.
+step_ref4_data_parallel() {
+  # shellcheck disable=SC2086
+  bench ref4_data_parallel --gpus=4 --strategies=single,data_parallel --image=128 --batch=120,480 --precision=fp32 \
+    --cuda-graph=off,on $REFERENCE4_ARGS
+}
+step_ref4_allreduce() {
+  local status=0
+  # shellcheck disable=SC2086
+  bench ref4_allreduce_2 --gpus=2 --strategies=ddp --image=128 --batch=120 --precision=fp32 --allreduce=on \
+    --benchmark_filter=allreduce $REFERENCE4_ARGS || status=1
+  # shellcheck disable=SC2086
+  bench ref4_allreduce_4 --gpus=4 --strategies=ddp --image=128 --batch=120 --precision=fp32 --allreduce=on \
+    --benchmark_filter=allreduce $REFERENCE4_ARGS || status=1
+  return $status
+}
+# PyTorch's DDP (4 ranks x 120, eager) and torch.distributed.pipelining (4 ranks; each schedule at
+# the cut of parbench's matching case in this call), beside parbench's.
+step_ref4_pytorch() {
+  NPROC=4 RESNET_SPLITS=15 ONLY=ddp,pipelining_resnet pytorch_baselines resnet "$results/ref4_resnet_128_fp32.json" \
+    pytorch4_resnet
+}
+step_ref4_eager() {
+  local status=0
+  reference4_sweep ref4_resnet_128_fp32_eager 128 120 10,15,30 fp32 off || status=1
+  reference4_sweep ref4_resnet_224_fp32_eager 224 128 8,16,32 fp32 off || status=1
+  return $status
+}
+step_ref4_bf16() {
+  local status=0
+  reference4_sweep ref4_resnet_128_bf16 128 120 10,15,30 bf16 on || status=1
+  reference4_sweep ref4_resnet_224_bf16 224 128 8,16,32 bf16 on || status=1
+  return $status
+}
+# gpt2-medium, bf16, seq 1024, batch 16, every strategy and schedule at 4 GPUs (8 micro-batches
+# at split 2; interleaved 4 x 2 chunks), eager and graphed.
+step_ref4_gpt() {
+  # shellcheck disable=SC2086
+  PARBENCH_BENCH_TIMEOUT=${REFERENCE_SETUP_TIMEOUT:-200} bench ref4_gpt --gpus=4 --models=gpt2-medium --seq=1024 \
+    --batch=16 --precision=bf16 --cuda-graph=off,on --strategies=$REFERENCE_STRATEGIES \
+    --schedules=$REFERENCE_SCHEDULES --chunks=2 --split-sizes=2 --allreduce=off --advise=all $REFERENCE4_ARGS
+}
+step_ref4_pytorch_gpt() { NPROC=4 GPT_SPLITS=2 ONLY=pipelining_gpt pytorch_baselines gpt "$results/ref4_gpt.json" pytorch4_gpt; }
 
 CALL_STARTED=$(date +%s)  # for steps that fit themselves into what is left of the call
 failed=()
