@@ -48,6 +48,20 @@ bool exists(const std::string& path) { return access(path.c_str(), F_OK) == 0; }
 
 const char* kSmallRun = "--preset=cpu --models=tinycnn --batch=4 --image=16 --warmup=1 --repetitions=3 --iterations=2";
 
+// A small CPU run (kSmallRun and `arguments`) and its JSON, read where the run succeeded.
+struct JsonRun {
+  Run run;
+  nlohmann::json json;
+};
+JsonRun run_small_to_json(const parbench::TemporaryDirectory& dir, const std::string& arguments) {
+  const auto out = dir.file("run.json");
+  JsonRun result{run_parbench(std::string(kSmallRun) + " " + arguments + " --benchmark_out=" + out +
+                              " --benchmark_out_format=json"),
+                 {}};
+  if (result.run.exit_code == 0) result.json = nlohmann::json::parse(std::ifstream(out));
+  return result;
+}
+
 TEST(Cli, ShortRunWritesJsonWithCountersAndContext) {
   parbench::TemporaryDirectory dir("parbench-cli-test");
   const auto out = dir.file("run.json");
@@ -142,11 +156,8 @@ TEST(Cli, ShortRunWritesJsonWithCountersAndContext) {
 // --batch in strong), images/s counts that batch per step, and TFLOP/s is three forwards of it.
 TEST(Cli, DdpReportsTheGlobalBatchItsImagesPerSecondAndTflops) {
   parbench::TemporaryDirectory dir("parbench-cli-test");
-  const auto out = dir.file("run.json");
-  const auto run = run_parbench(std::string(kSmallRun) + " --strategies=single,ddp --scaling=weak,strong --allreduce=off --steps=2" +
-                                " --benchmark_out=" + out + " --benchmark_out_format=json");
+  const auto [run, json] = run_small_to_json(dir, "--strategies=single,ddp --scaling=weak,strong --allreduce=off --steps=2");
   ASSERT_EQ(run.exit_code, 0) << run.output;
-  const auto json = nlohmann::json::parse(std::ifstream(out));
   if (json["context"]["gpu_count"] != "0") GTEST_SKIP() << "the CPU ranks' test: GPUs are visible";
   const double forward_flops = parbench::make_model("tinycnn", /*num_classes=*/1000)->forward_flops_per_sample(16);
   std::map<std::string, int> repetitions;
@@ -176,11 +187,8 @@ TEST(Cli, DdpReportsTheGlobalBatchItsImagesPerSecondAndTflops) {
 // fp32 parameters 4, gradients 4, AdamW's state 8 (and a 4-byte step count per tensor).
 TEST(Cli, AdamwCasesCarryEachDevicesAndEachRanksMemoryBreakdown) {
   parbench::TemporaryDirectory dir("parbench-cli-test");
-  const auto out = dir.file("run.json");
-  const auto run = run_parbench(std::string(kSmallRun) + " --strategies=single,ddp --optimizer=sgd,adamw --allreduce=off" +
-                                " --repetitions=1 --benchmark_out=" + out + " --benchmark_out_format=json");
+  const auto [run, json] = run_small_to_json(dir, "--strategies=single,ddp --optimizer=sgd,adamw --allreduce=off --repetitions=1");
   ASSERT_EQ(run.exit_code, 0) << run.output;
-  const auto json = nlohmann::json::parse(std::ifstream(out));
   if (json["context"]["gpu_count"] != "0") GTEST_SKIP() << "the CPU ranks' test: GPUs are visible";
   constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
   std::set<std::string> names;
