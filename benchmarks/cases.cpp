@@ -11,6 +11,7 @@
 #include "benchmarks/outcomes.h"
 #include "benchmarks/profile_companion.h"
 #include "core/device_timer.h"
+#include "core/statistics.h"
 #include "core/text.h"
 #include "models/model_zoo.h"
 #include "strategies/optimizer.h"
@@ -591,15 +592,13 @@ void set_training_counters(benchmark::State& state, const CaseSpec& spec, double
 benchmark::UserCounters stall_counters(const std::vector<double>& iteration_seconds) {
   benchmark::UserCounters counters;
   if (iteration_seconds.empty()) return counters;
-  auto sorted = iteration_seconds;
-  std::sort(sorted.begin(), sorted.end());
-  const size_t middle = sorted.size() / 2;
-  const double median = sorted.size() % 2 == 1 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2;
-  const double ratio = median > 0 ? sorted.back() / median : 1.0;
+  const double middle = median(iteration_seconds);
+  const double slowest = *std::max_element(iteration_seconds.begin(), iteration_seconds.end());
+  const double ratio = middle > 0 ? slowest / middle : 1.0;
   counters["iteration_max_over_median"] = ratio;
   // Only where set: a counter that is 0 in every repetition has a mean of 0, and Google Benchmark
   // writes its coefficient of variation, 0/0, as NaN, which is not JSON.
-  if (sorted.size() >= kStallMinIterations && ratio >= kStallRatio) counters["stalled"] = 1.0;
+  if (iteration_seconds.size() >= kStallMinIterations && ratio >= kStallRatio) counters["stalled"] = 1.0;
   return counters;
 }
 

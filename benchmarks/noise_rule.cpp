@@ -1,6 +1,7 @@
 #include "benchmarks/noise_rule.h"
 
 #include "benchmarks/options.h"
+#include "core/statistics.h"
 
 #include <cmath>
 #include <numeric>
@@ -14,11 +15,8 @@ std::optional<NoiseRule> noise_rule(const Options& options) {
 
 double relative_spread(const std::vector<double>& times) {
   if (times.size() < 2) return 0;
-  const double n = static_cast<double>(times.size());
-  const double mean = std::accumulate(times.begin(), times.end(), 0.0) / n;
-  double squares = 0;
-  for (const double time : times) squares += (time - mean) * (time - mean);
-  return mean > 0 ? std::sqrt(squares / (n - 1)) / mean : 0;
+  const double average = mean(times);
+  return average > 0 ? sample_stddev(times, average) / average : 0;
 }
 
 bool noise_rule_stops(const std::vector<double>& times, const NoiseRule& rule) {

@@ -2,6 +2,7 @@
 
 #include "benchmarks/rank_protocol.h"
 #include "core/device_timer.h"
+#include "core/statistics.h"
 
 #include <nlohmann/json.hpp>
 
@@ -10,12 +11,6 @@
 
 namespace parbench {
 namespace {
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const size_t middle = values.size() / 2;
-  return values.size() % 2 == 1 ? values[middle] : (values[middle - 1] + values[middle]) / 2;
-}
 
 // Clocks per rank (or per repetition), null where none was sampled.
 nlohmann::json clocks_json(const std::vector<std::optional<RepetitionClocks>>& clocks) {

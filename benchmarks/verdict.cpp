@@ -1,5 +1,6 @@
 #include "benchmarks/verdict.h"
 
+#include "core/statistics.h"
 #include "core/text.h"
 
 #include <algorithm>
@@ -199,16 +200,10 @@ Spread Spread::of(std::vector<double> values) {
   Spread spread;
   spread.count = values.size();
   if (values.empty()) return spread;
-  std::sort(values.begin(), values.end());
-  const size_t middle = values.size() / 2;
-  spread.median = values.size() % 2 == 1 ? values[middle] : (values[middle - 1] + values[middle]) / 2;
-  spread.mean = std::accumulate(values.begin(), values.end(), 0.0) / static_cast<double>(values.size());
-  if (values.size() > 1) {
-    double squares = 0;
-    for (double value : values) squares += (value - spread.mean) * (value - spread.mean);
-    spread.stddev = std::sqrt(squares / static_cast<double>(values.size() - 1));
-  }
-  spread.maximum = values.back();
+  spread.median = parbench::median(values);
+  spread.mean = parbench::mean(values);
+  if (values.size() > 1) spread.stddev = sample_stddev(values, spread.mean);
+  spread.maximum = *std::max_element(values.begin(), values.end());
   return spread;
 }
 
