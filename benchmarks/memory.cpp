@@ -1,5 +1,6 @@
 #include "benchmarks/memory.h"
 
+#include "core/device_timer.h"
 #include "strategies/optimizer.h"
 
 #ifdef PARBENCH_WITH_CUDA
@@ -29,9 +30,7 @@ std::vector<ModelStateBytes> model_state_bytes(const Strategy& strategy) {
 std::vector<AllocatorStats> allocator_stats(const std::vector<torch::Device>& devices, bool release_cublas_workspaces) {
   std::vector<AllocatorStats> all;
 #ifdef PARBENCH_WITH_CUDA
-  if (devices.empty() || !std::all_of(devices.begin(), devices.end(), [](const auto& d) { return d.is_cuda(); })) {
-    return all;
-  }
+  if (!all_cuda(devices)) return all;
   if (release_cublas_workspaces) {
     for (const auto& device : devices) torch::cuda::synchronize(device.index());
     at::cuda::clearCublasWorkspaces();
