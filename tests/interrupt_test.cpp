@@ -12,6 +12,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <sstream>
 #include <thread>
 
 namespace parbench {
@@ -28,6 +29,16 @@ struct Interrupt {
 };
 
 void PrintTo(const Interrupt& interrupt, std::ostream* out) { *out << interrupt.name; }
+
+// The lines parbench itself printed ("parbench: ..."), first: a long stderr is cut in CI logs.
+std::string own_lines(const std::string& err) {
+  std::string lines;
+  std::istringstream stream(err);
+  for (std::string line; std::getline(stream, line);) {
+    if (line.rfind("parbench:", 0) == 0 || line.find("rank ") != std::string::npos) lines += "\n  " + line;
+  }
+  return lines;
+}
 
 class InterruptTest : public testing::TestWithParam<Interrupt> {};
 
@@ -57,6 +68,9 @@ TEST_P(InterruptTest, StopsEveryRankAndWritesTheCompletedCasesMarkedInterrupted)
                             {"OMP_NUM_THREADS", "1"},
                             {"TMPDIR", tmp.path()},
                             {"PARBENCH_INTERRUPT_TEST", marker}});
+  // The ddp case has started (its progress line comes once single's results are reported) and
+  // its ranks are up.
+  ASSERT_TRUE(parbench.wait_for_err("[2/2 ", kDeadline)) << parbench.err();
   const auto rank = parbench.wait_for_rank(1, kDeadline);
   ASSERT_TRUE(rank) << parbench.err();
   std::this_thread::sleep_for(std::chrono::seconds(2));  // into the case
@@ -71,7 +85,7 @@ TEST_P(InterruptTest, StopsEveryRankAndWritesTheCompletedCasesMarkedInterrupted)
   EXPECT_NE(run.err.find(std::string("parbench: interrupted by ") +
                          (interrupt.signal_number == SIGINT ? "SIGINT" : "SIGTERM") + ": wrote the 1 cases completed to " + out),
             std::string::npos)
-      << run.err;
+      << "parbench's own lines: " << own_lines(run.err) << "\nall of stderr:\n" << run.err;
   EXPECT_EQ(entries(dir.path()), std::vector<std::string>{"run.json"}) << "a .partial file was left behind";
   EXPECT_TRUE(entries(tmp.path()).empty()) << "a rank's results directory was left behind";
   EXPECT_TRUE(live_processes_with("PARBENCH_INTERRUPT_TEST", marker).empty()) << "a rank outlived the run";
