@@ -10,6 +10,7 @@
 #include "benchmarks/noise_rule.h"
 #include "benchmarks/outcomes.h"
 #include "benchmarks/profile_companion.h"
+#include "benchmarks/test_hooks.h"
 #include "core/device_timer.h"
 #include "core/statistics.h"
 #include "core/text.h"
@@ -252,16 +253,9 @@ void release_prepared_case() {
 #endif
 }
 
-// A test hook (docs/DISTRIBUTED.md): PARBENCH_TEST_FAIL_CASE=NAME makes the case of that name
-// fail at set-up, as an exception or an out-of-memory error would.
-void fail_if_test_hook_names(const std::string& case_name) {
-  const char* name = std::getenv("PARBENCH_TEST_FAIL_CASE");
-  if (name != nullptr && case_name == name) throw std::runtime_error("failing on purpose (PARBENCH_TEST_FAIL_CASE)");
-}
-
 // Set-up, warm-up and, for a graphed case, the capture: everything before the timed steps.
 std::unique_ptr<PreparedCase> make_prepared_case(const CaseSpec& spec, const Options& options) {
-  fail_if_test_hook_names(spec.name);
+  test_hooks::at_case_setup(spec.name);
   const auto devices = case_devices(spec);
   reset_peak_memory(devices);
   auto fresh = std::make_unique<PreparedCase>();
@@ -602,13 +596,6 @@ benchmark::UserCounters stall_counters(const std::vector<double>& iteration_seco
   return counters;
 }
 
-// A test hook (docs/DISTRIBUTED.md): PARBENCH_TEST_STALL_MS=MS stalls the second timed iteration of
-// every repetition of a case in this process by MS milliseconds, inside the timed region.
-static int test_stall_ms() {
-  const char* value = std::getenv("PARBENCH_TEST_STALL_MS");
-  return value != nullptr ? std::atoi(value) : 0;
-}
-
 int64_t fixed_iterations(const CaseSpec& spec, const Options& options) {
   if (options.iterations > 0) return options.iterations;
   return spec.strategy->distributed ? kDefaultDistributedIterations : 0;
@@ -681,7 +668,7 @@ void run_local_case(benchmark::State& state, const CaseSpec& spec, const Options
     const auto before = sampler.sample(gpus);
     double seconds = 0;
     std::vector<double> iteration_seconds;
-    const int stall_ms = test_stall_ms();
+    const int stall_ms = test_hooks::stall_ms();
     for (auto _ : state) {
       timer.start();
       if (stall_ms > 0 && iteration_seconds.size() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(stall_ms));

@@ -1,6 +1,7 @@
 #include "benchmarks/context.h"
 
 #include "benchmarks/nvml.h"
+#include "benchmarks/test_hooks.h"
 #include "core/text.h"
 #include "strategies/distributed/world.h"
 #include "strategies/pipeline_schedule.h"
@@ -223,7 +224,7 @@ std::vector<std::pair<std::string, std::string>> run_context(const Options& opti
   // Per-repetition clocks (docs/METRICS.md, "Clocks and throttling"): sampled where there is a
   // GPU and NVML answers; the test hook stands a CPU device in for the fake library's GPU.
   const auto& sampler = ClockSampler::instance();
-  const bool hooked = std::getenv("PARBENCH_TEST_NVML_DEVICE") != nullptr;
+  const bool hooked = test_hooks::nvml_device().has_value();
   context.emplace_back("clock_sampling", sampler.status() != "ok" ? sampler.status()
                                          : gpu_count == 0 && !hooked ? "unavailable: no GPU visible"
                                                                      : "ok");

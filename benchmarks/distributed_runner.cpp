@@ -7,6 +7,7 @@
 #include "benchmarks/launcher.h"
 #include "benchmarks/memory.h"
 #include "benchmarks/mfu.h"
+#include "benchmarks/test_hooks.h"
 #include "core/device_timer.h"
 #include "models/model_zoo.h"
 
@@ -15,26 +16,9 @@
 #endif
 
 #include <algorithm>
-#include <cstdlib>
 #include <numeric>
 
 namespace parbench {
-namespace {
-
-// PARBENCH_TEST_SAVE_WEIGHTS=DIR: each rank saves its parameters, then their gradients, to
-// DIR/rank<r>.pt, so tests can compare ranks with each other and with single-device training.
-void save_weights_for_tests(StagedModel& model, int rank) {
-  const char* dir = std::getenv("PARBENCH_TEST_SAVE_WEIGHTS");
-  if (dir == nullptr) return;
-  std::vector<torch::Tensor> tensors;
-  const auto parameters = model.module().parameters();
-  for (const auto& parameter : parameters) tensors.push_back(parameter.detach().cpu());
-  for (const auto& parameter : parameters) tensors.push_back(parameter.grad().cpu());
-  torch::save(tensors, std::string(dir) + "/rank" + std::to_string(rank) + ".pt");
-}
-
-}  // namespace
-
 RankedRun run_training_rank(World& world, const CaseSpec& spec, const Options& options, bool ends_with_case) {
   TORCH_CHECK(world.size() == spec.gpus, spec.name, " needs ", spec.gpus, " ranks, the world has ", world.size());
   const std::vector<torch::Device> devices{world.device()};
@@ -95,7 +79,7 @@ RankedRun run_training_rank(World& world, const CaseSpec& spec, const Options& o
         },
         1.0, around, &noise);
     run.noise = noise;
-    save_weights_for_tests(strategy->model(), world.rank());
+    test_hooks::after_timed_steps(strategy->model(), world.rank());
     const auto peaks = peak_memory_bytes(devices);
     if (!peaks.empty()) mine.peak_bytes = peaks.front();
     // The memory breakdown after the timed steps (time_iterations_together synchronised the

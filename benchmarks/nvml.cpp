@@ -1,4 +1,5 @@
 #include "benchmarks/nvml.h"
+#include "benchmarks/test_hooks.h"
 
 #ifdef PARBENCH_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
@@ -234,11 +235,11 @@ ClockSampler::ClockSampler() : library_(std::make_unique<Library>()) {
     if (!nvml.call("nvmlDeviceGetPciInfo_v3", device, &pci)) continue;
     if (const auto cuda = cuda_index_of(pci, cuda_devices)) by_cuda_index_[*cuda] = device;
   }
-  // A test hook (docs/DISTRIBUTED.md): CPU devices sample this NVML device, so that the fake
+  // A test hook (benchmarks/test_hooks.h): CPU devices sample this NVML device, so that the fake
   // library's GPU (tests/fake_nvml.cpp) is sampled by runs without a GPU.
-  if (const char* hook = std::getenv("PARBENCH_TEST_NVML_DEVICE"); hook != nullptr && *hook != '\0') {
+  if (const auto hook = test_hooks::nvml_device()) {
     NvmlDevice device = nullptr;
-    if (nvml.call("nvmlDeviceGetHandleByIndex_v2", static_cast<unsigned>(std::atoi(hook)), &device)) {
+    if (nvml.call("nvmlDeviceGetHandleByIndex_v2", *hook, &device)) {
       test_device_ = device;
     }
   }

@@ -6,6 +6,7 @@
 #include "benchmarks/distributed_runner.h"
 #include "benchmarks/elastic_error.h"
 #include "benchmarks/rank_protocol.h"
+#include "benchmarks/test_hooks.h"
 #include "strategies/distributed/store_sync.h"
 
 #include <nlohmann/json.hpp>
@@ -25,12 +26,6 @@
 
 namespace parbench {
 namespace {
-
-// Whether the test hook `variable` names `rank`.
-bool test_hook_names(const char* variable, int rank) {
-  const char* value = std::getenv(variable);
-  return value != nullptr && std::string(value) == std::to_string(rank);
-}
 
 // A rank that stalled: where TORCH_NCCL_TRACE_BUFFER_SIZE is set (> 0), NCCL's flight recorder
 // (c10d's dump_nccl_trace_json: each collective this rank's process groups issued and how far
@@ -53,10 +48,6 @@ std::string dump_flight_recorder(const std::string& output, int rank) {
 #else
   return "";
 #endif
-}
-
-[[noreturn]] void hang_forever() {
-  while (true) pause();
 }
 
 // A train case is built from the fields the launcher wrote; a comm case is found by name.
@@ -147,7 +138,7 @@ int run_worker(const WorkerRequest& request, Options options, int visible_gpus) 
     const auto info = rank_info_from_environment();
     if (!info) throw std::runtime_error("a rank needs RANK and WORLD_SIZE in its environment (the launcher sets them)");
     rank = info->rank;
-    if (test_hook_names("PARBENCH_TEST_ABSENT_RANK", rank)) hang_forever();
+    test_hooks::before_joining(rank);
     if (options.gpus > 0 && options.gpus != info->world_size) {
       throw std::runtime_error("--gpus=" + std::to_string(options.gpus) + " but the launcher started " +
                                std::to_string(info->world_size) + " ranks");
@@ -172,18 +163,7 @@ int run_worker(const WorkerRequest& request, Options options, int visible_gpus) 
                             : torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(options.devices.at(rank)));
     auto world = std::make_shared<World>(rank_info, device, timeout_of(options.dist_timeout_s),
                                          record_stall);
-    if (test_hook_names("PARBENCH_TEST_FAIL_RANK", rank)) {
-      std::fprintf(stderr, "parbench: rank %d: exiting on purpose (PARBENCH_TEST_FAIL_RANK)\n", rank);
-      std::_Exit(3);
-    }
-    if (test_hook_names("PARBENCH_TEST_QUIT_RANK", rank)) {
-      std::fprintf(stderr, "parbench: rank %d: exiting 0 before its case on purpose (PARBENCH_TEST_QUIT_RANK)\n", rank);
-      std::_Exit(0);
-    }
-    if (test_hook_names("PARBENCH_TEST_HANG_RANK", rank)) {
-      world->report_progress("a hang on purpose (PARBENCH_TEST_HANG_RANK)");
-      hang_forever();
-    }
+    test_hooks::after_joining(*world);
 
     const auto run = run_launched_case(request, options, *world);
     if (rank == 0) {

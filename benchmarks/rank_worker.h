@@ -25,10 +25,7 @@ std::optional<WorkerRequest> take_worker_flags(int* argc, char** argv);
 // Runs one case as one rank (its place from the environment the launcher set) and returns 0;
 // rank 0 writes <result_dir>/result.json. A failing rank writes its reason to
 // <result_dir>/error.<rank> and stderr and exits 1 at once: unwinding could hang in a stuck
-// collective. Test hooks, each naming one rank: PARBENCH_TEST_ABSENT_RANK never joins,
-// PARBENCH_TEST_FAIL_RANK exits with code 3 after joining, PARBENCH_TEST_HANG_RANK hangs after
-// joining, busy (its watchdog runs); PARBENCH_TEST_SAVE_WEIGHTS=DIR saves each rank's weights
-// and gradients after the run.
+// collective. Its test hooks are benchmarks/test_hooks.h's.
 int run_worker(const WorkerRequest& request, Options options, int visible_gpus);
 
 // ---- Being a rank of an external launcher ----------------------------------------------------

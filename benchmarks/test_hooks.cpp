@@ -1,0 +1,76 @@
+#include "benchmarks/test_hooks.h"
+
+#include "models/staged_model.h"
+#include "strategies/distributed/world.h"
+
+#include <torch/torch.h>
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <stdexcept>
+#include <vector>
+
+namespace parbench::test_hooks {
+namespace {
+
+// The hook's value; "" where unset.
+std::string hook(const char* variable) {
+  const char* value = std::getenv(variable);
+  return value != nullptr ? value : "";
+}
+
+bool names_rank(const char* variable, int rank) { return hook(variable) == std::to_string(rank); }
+
+[[noreturn]] void hang_forever() {
+  while (true) pause();
+}
+
+}  // namespace
+
+void before_joining(int rank) {
+  if (names_rank("PARBENCH_TEST_ABSENT_RANK", rank)) hang_forever();
+}
+
+void after_joining(World& world) {
+  const int rank = world.rank();
+  if (names_rank("PARBENCH_TEST_FAIL_RANK", rank)) {
+    std::fprintf(stderr, "parbench: rank %d: exiting on purpose (PARBENCH_TEST_FAIL_RANK)\n", rank);
+    std::_Exit(3);
+  }
+  if (names_rank("PARBENCH_TEST_QUIT_RANK", rank)) {
+    std::fprintf(stderr, "parbench: rank %d: exiting 0 before its case on purpose (PARBENCH_TEST_QUIT_RANK)\n", rank);
+    std::_Exit(0);
+  }
+  if (names_rank("PARBENCH_TEST_HANG_RANK", rank)) {
+    world.report_progress("a hang on purpose (PARBENCH_TEST_HANG_RANK)");
+    hang_forever();
+  }
+}
+
+void after_timed_steps(StagedModel& model, int rank) {
+  const auto dir = hook("PARBENCH_TEST_SAVE_WEIGHTS");
+  if (dir.empty()) return;
+  std::vector<torch::Tensor> tensors;
+  const auto parameters = model.module().parameters();
+  for (const auto& parameter : parameters) tensors.push_back(parameter.detach().cpu());
+  for (const auto& parameter : parameters) tensors.push_back(parameter.grad().cpu());
+  torch::save(tensors, dir + "/rank" + std::to_string(rank) + ".pt");
+}
+
+void at_case_setup(const std::string& case_name) {
+  if (const auto name = hook("PARBENCH_TEST_FAIL_CASE"); !name.empty() && name == case_name) {
+    throw std::runtime_error("failing on purpose (PARBENCH_TEST_FAIL_CASE)");
+  }
+}
+
+int stall_ms() { return std::atoi(hook("PARBENCH_TEST_STALL_MS").c_str()); }
+
+std::optional<unsigned> nvml_device() {
+  const auto index = hook("PARBENCH_TEST_NVML_DEVICE");
+  if (index.empty()) return std::nullopt;
+  return static_cast<unsigned>(std::atoi(index.c_str()));
+}
+
+}  // namespace parbench::test_hooks

@@ -1,0 +1,44 @@
+// Test hooks: the environment variables that only tests set (docs/DISTRIBUTED.md, "Test
+// hooks"). This file is the one place that reads them; production code calls it once at each
+// point where a hook acts, and does nothing there while the hook is unset (the default: parbench
+// sets none itself, and no hook survives into a rank unless a test put it in the environment).
+#pragma once
+
+#include <optional>
+#include <string>
+
+namespace parbench {
+
+class StagedModel;
+class World;
+
+namespace test_hooks {
+
+// A rank of parbench's launcher before it joins its world: PARBENCH_TEST_ABSENT_RANK=<rank>
+// never joins (it sleeps until it is killed).
+void before_joining(int rank);
+
+// The same rank once joined, before its case: PARBENCH_TEST_FAIL_RANK=<rank> exits with code 3,
+// PARBENCH_TEST_QUIT_RANK=<rank> exits with code 0, PARBENCH_TEST_HANG_RANK=<rank> reports the
+// progress "a hang on purpose (PARBENCH_TEST_HANG_RANK)" and hangs, busy (its watchdog runs).
+void after_joining(World& world);
+
+// A rank after its timed steps: PARBENCH_TEST_SAVE_WEIGHTS=DIR saves its parameters, then their
+// gradients, to DIR/rank<r>.pt (tests compare ranks with each other and with single-device
+// training).
+void after_timed_steps(StagedModel& model, int rank);
+
+// A case that runs in this process, at its set-up: PARBENCH_TEST_FAIL_CASE=NAME throws for the
+// case registered as NAME, as an exception or an out-of-memory error would.
+void at_case_setup(const std::string& case_name);
+
+// PARBENCH_TEST_STALL_MS=MS: how long to stall the second timed iteration of every repetition of a
+// case run in this process, inside the timed region; 0 where unset.
+int stall_ms();
+
+// PARBENCH_TEST_NVML_DEVICE=<index>: the NVML device that CPU devices sample for their clocks
+// (the fake libnvidia-ml.so.1 of tests/fake_nvml.cpp); nullopt where unset or empty.
+std::optional<unsigned> nvml_device();
+
+}  // namespace test_hooks
+}  // namespace parbench
