@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <numeric>
 #include <set>
+#include <stdexcept>
 
 namespace parbench {
 namespace {
@@ -50,16 +51,46 @@ std::vector<AllreduceCase> build_allreduce_cases(const Options& options, int gpu
   const int ranks = multi_device_count(options, gpus);
   std::vector<AllreduceCase> cases;
   for (auto bytes : sizes) {
-    AllreduceCase allreduce;
-    allreduce.name = "comm/allreduce/bytes:" + std::to_string(bytes) + "/ranks:" + std::to_string(ranks);
-    allreduce.bytes = bytes;
-    allreduce.ranks = ranks;
+    auto allreduce = allreduce_case(bytes, ranks);
     if (ranks > gpus) {
       allreduce.skip_reason = "needs " + std::to_string(ranks) + " GPUs, " + std::to_string(gpus) + " visible";
     }
     cases.push_back(allreduce);
   }
   return cases;
+}
+
+AllreduceCase allreduce_case(int64_t bytes, int ranks) {
+  AllreduceCase allreduce;
+  allreduce.name = "comm/allreduce/bytes:" + std::to_string(bytes) + "/ranks:" + std::to_string(ranks);
+  allreduce.bytes = bytes;
+  allreduce.ranks = ranks;
+  return allreduce;
+}
+
+nlohmann::ordered_json allreduce_fields(const AllreduceCase& allreduce) {
+  return {{"collective", "allreduce"}, {"bytes", allreduce.bytes}, {"ranks", allreduce.ranks}};
+}
+
+bool is_allreduce_fields(const nlohmann::json& fields) {
+  return fields.is_object() && fields.contains("collective");
+}
+
+AllreduceCase allreduce_case_from_fields(const nlohmann::json& fields) {
+  try {
+    if (fields.at("collective").get<std::string>() != "allreduce") {
+      throw std::invalid_argument("no collective of that name");
+    }
+    const auto bytes = fields.at("bytes").get<int64_t>();
+    const auto ranks = fields.at("ranks").get<int>();
+    // A float32 buffer of at least one element, on at least one rank.
+    if (bytes < 4 || bytes % 4 != 0 || ranks < 1) throw std::invalid_argument("no all-reduce of that size");
+    return allreduce_case(bytes, ranks);
+  } catch (const nlohmann::json::exception& error) {
+    throw std::invalid_argument("case fields " + fields.dump() + ": " + error.what());
+  } catch (const std::invalid_argument& error) {
+    throw std::invalid_argument("case fields " + fields.dump() + ": " + error.what());
+  }
 }
 
 void register_allreduce_cases(const std::vector<AllreduceCase>& cases, const Options& options, RunProgress& progress) {
@@ -71,8 +102,9 @@ void register_allreduce_cases(const std::vector<AllreduceCase>& cases, const Opt
             return;
           }
           progress.case_started(allreduce.name);
+          const LaunchedCase launched{allreduce.name, allreduce_fields(allreduce).dump()};
           const auto reported =
-              report_next_repetition(state, {allreduce.name, ""}, allreduce.ranks, options,
+              report_next_repetition(state, launched, allreduce.ranks, options,
                                      [&](World& world) { return run_allreduce_rank(world, allreduce, options); });
           if (!reported) return;
           const auto& seconds = reported->run->repetitions[reported->index].seconds;

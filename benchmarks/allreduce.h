@@ -6,6 +6,8 @@
 #include "benchmarks/launcher.h"
 #include "benchmarks/options.h"
 
+#include <nlohmann/json.hpp>
+
 #include <string>
 #include <vector>
 
@@ -25,6 +27,20 @@ struct AllreduceCase {
 // kResNet50GradientBytes, on the ddp cases' number of ranks. `gpus`: GPUs the ranks can use
 // (the sweep times GPUs, so it is skipped without them).
 std::vector<AllreduceCase> build_allreduce_cases(const Options& options, int gpus);
+
+// The case of `bytes` on `ranks` ranks, named as the sweep names it, not skipped.
+AllreduceCase allreduce_case(int64_t bytes, int ranks);
+
+// A case as its ranks receive it (benchmarks/launcher.h), the counterpart of a train case's
+// fields: {"collective": "allreduce", "bytes": n, "ranks": N}.
+nlohmann::ordered_json allreduce_fields(const AllreduceCase& allreduce);
+
+// Whether `fields` describe an all-reduce case (a train case's have no "collective").
+bool is_allreduce_fields(const nlohmann::json& fields);
+
+// The case allreduce_fields described: how a rank gets it. Throws std::invalid_argument for
+// fields that describe none.
+AllreduceCase allreduce_case_from_fields(const nlohmann::json& fields);
 
 void register_allreduce_cases(const std::vector<AllreduceCase>& cases, const Options& options, RunProgress& progress);
 

@@ -295,7 +295,7 @@ PreparedCase& prepare(const CaseSpec& spec, const Options& options) {
   release_prepared_case();
   // Asked before this process sets the case up, so that the two never hold it at once.
   CaseProfile profile;
-  if (wants_profile(spec, options)) profile = profile_companion().profile(spec.name);
+  if (wants_profile(spec, options)) profile = profile_companion().profile(spec.name, fields_json(spec.fields).dump());
   // The GEMM probe, before the case holds its memory (once per GPU and math in a process).
   std::optional<ComputePeaks> peaks;
   if (const auto devices = case_devices(spec); all_cuda(devices)) {

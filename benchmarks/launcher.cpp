@@ -71,8 +71,9 @@ std::optional<ReportedRepetition> report_next_repetition(benchmark::State& state
 RankedRun launch_case(const std::string& binary, const std::vector<std::string>& arguments,
                       const LaunchedCase& launched, int ranks, double timeout_s,
                       const std::map<std::string, std::string>& environment) {
+  if (launched.fields.empty()) throw std::invalid_argument("case " + launched.name + " has no fields to launch it with");
   TemporaryDirectory results(kRanksDirectoryPrefix);
-  if (!launched.fields.empty()) {
+  {
     std::ofstream fields(results.path() + "/" + kCaseFile);
     fields << launched.fields;
     if (!fields) throw std::runtime_error("cannot write " + results.path() + "/" + kCaseFile);

@@ -22,9 +22,10 @@
 
 namespace parbench {
 
-// What a launch runs: a case's name and, for a train case, its fields (fields_json in
-// benchmarks/cases.h, as JSON text), from which every rank builds it; comm cases, without
-// fields, are found by name.
+// What a launch runs: a case's name and its fields, as JSON text: a train case's (fields_json in
+// benchmarks/cases.h) or an all-reduce case's (allreduce_fields in benchmarks/allreduce.h). Every
+// rank builds its case from the fields alone (case_from_fields, allreduce_case_from_fields), as the
+// profile companion does (benchmarks/profile_companion.h); the name only checks what they built.
 struct LaunchedCase {
   std::string name;
   std::string fields;
@@ -46,7 +47,7 @@ std::optional<ReportedRepetition> report_next_repetition(benchmark::State& state
 
 // Runs `launched` on `ranks` fresh processes of `binary` given parbench options `arguments`
 // (their --dist-timeout set to `timeout_s`), and returns rank 0's result; throws
-// std::runtime_error naming the rank that failed.
+// std::runtime_error naming the rank that failed, std::invalid_argument for a case without fields.
 RankedRun launch_case(const std::string& binary, const std::vector<std::string>& arguments,
                       const LaunchedCase& launched, int ranks, double timeout_s,
                       const std::map<std::string, std::string>& environment = {});

@@ -190,7 +190,7 @@ int main(int argc, char** argv) {
     return kExitBadInput;
   }
   if (worker) return run_worker(*worker, options, visible_gpus);
-  if (profile_companion) return serve_profiles(build_cases(options, visible_gpus), options);
+  if (profile_companion) return serve_profiles(options, visible_gpus);
 
   // A run that was killed (SIGKILL) could not clean up after itself: its ranks' results
   // directories go now.

@@ -124,7 +124,7 @@ void ProfileCompanion::stop() {
   pid_ = -1;
 }
 
-CaseProfile ProfileCompanion::profile(const std::string& case_name) {
+CaseProfile ProfileCompanion::profile(const std::string& case_name, const std::string& fields) {
   if (given_up_) return {};
   const auto give_up = [&](const std::string& why) {
     std::fprintf(stderr, "parbench: profile companion: %s; busy fractions and traces are left out from here on\n",
@@ -135,7 +135,8 @@ CaseProfile ProfileCompanion::profile(const std::string& case_name) {
     return CaseProfile{};
   };
   if (pid_ <= 0 && !start()) return give_up(std::string("could not start it: ") + std::strerror(errno));
-  if (!write_all(to_companion_, case_name + "\n")) return give_up("it exited");
+  if (fields.find('\n') != std::string::npos) return give_up("the fields of " + case_name + " span several lines");
+  if (!write_all(to_companion_, fields + "\n")) return give_up("it exited");
   bool timed_out = false;
   const auto line = read_line(from_companion_, Clock::now() + kCompanionCaseTimeout, timed_out);
   if (!line) {
@@ -147,6 +148,11 @@ CaseProfile ProfileCompanion::profile(const std::string& case_name) {
   if (answer.contains("error")) {
     std::fprintf(stderr, "parbench: the profile of %s failed: %s\n", case_name.c_str(),
                  answer["error"].get<std::string>().c_str());
+    return {};
+  }
+  if (answer.value("case", "") != case_name) {
+    std::fprintf(stderr, "parbench: the profile of %s failed: the profile companion built %s from its fields\n",
+                 case_name.c_str(), answer.value("case", "").c_str());
     return {};
   }
   CaseProfile profile;
@@ -170,20 +176,18 @@ bool take_profile_companion_flag(int* argc, char** argv) {
   return found;
 }
 
-int serve_profiles(const std::vector<CaseSpec>& cases, const Options& options) {
+int serve_profiles(const Options& options, int visible_gpus) {
   // Answers go to the original stdout; anything else printed here goes to stderr.
   FILE* answers = fdopen(dup(STDOUT_FILENO), "w");
   dup2(STDERR_FILENO, STDOUT_FILENO);
-  std::string name;
-  while (std::getline(std::cin, name)) {
+  std::string fields;
+  while (std::getline(std::cin, fields)) {
     nlohmann::json answer;
     try {
-      const CaseSpec* spec = nullptr;
-      for (const auto& candidate : cases) {
-        if (candidate.name == name) spec = &candidate;
-      }
-      if (spec == nullptr) throw std::runtime_error("no case named " + name + " with these options");
-      const auto profile = profile_case(*spec, options);
+      const auto spec = case_from_fields(nlohmann::json::parse(fields), options, visible_gpus);
+      if (!spec.skip_reason.empty()) throw std::runtime_error("case " + spec.name + " is skipped: " + spec.skip_reason);
+      const auto profile = profile_case(spec, options);
+      answer["case"] = spec.name;
       answer["busy_seconds"] = profile.busy_seconds ? nlohmann::json(*profile.busy_seconds) : nlohmann::json();
       answer["trace"] = profile.trace_path;
     } catch (const std::exception& error) {

@@ -14,7 +14,7 @@ inline constexpr const char* kResultsFlag = "--parbench-results=";
 inline constexpr const char* kResultFile = "result.json";  // rank 0's RankedRun
 // A launch's results directory under $TMPDIR: "<prefix>-<launcher's pid>-XXXXXX" (benchmarks/temporary_directory.h).
 inline constexpr const char* kRanksDirectoryPrefix = "parbench-ranks";
-inline constexpr const char* kCaseFile = "case.json";      // a train case's fields, written before the ranks start
+inline constexpr const char* kCaseFile = "case.json";      // the case's fields, written before the ranks start
 
 // A failing rank's one-line reason.
 inline std::string error_file(const std::string& dir, int rank) { return dir + "/error." + std::to_string(rank); }

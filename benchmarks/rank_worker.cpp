@@ -50,21 +50,29 @@ std::string dump_flight_recorder(const std::string& output, int rank) {
 #endif
 }
 
-// A train case is built from the fields the launcher wrote; a comm case is found by name.
+// Every case comes as the fields the launcher wrote (benchmarks/launcher.h), train and comm
+// cases alike: the rank builds its case from them alone, never from a case matrix of its own,
+// so it runs the case the benchmark process asked for whatever its options would sweep.
 RankedRun run_launched_case(const WorkerRequest& request, const Options& options, World& world) {
-  const auto& name = request.case_name;
+  const auto path = request.result_dir + "/" + kCaseFile;
+  std::ifstream file(path);
+  if (!file) throw std::runtime_error("case " + request.case_name + " came without its fields (no " + path + ")");
+  const auto fields = nlohmann::json::parse(file);
+  const auto check_name = [&request](const std::string& built) {
+    if (built != request.case_name) {
+      throw std::runtime_error("case " + request.case_name + " was launched with the fields of " + built);
+    }
+  };
+  if (is_allreduce_fields(fields)) {
+    const auto allreduce = allreduce_case_from_fields(fields);
+    check_name(allreduce.name);
+    return run_allreduce_rank(world, allreduce, options);
+  }
   // The ranks stand in for visible GPUs: the launcher has decided the case runs.
-  if (std::ifstream fields(request.result_dir + "/" + kCaseFile); fields) {
-    const auto spec = case_from_fields(nlohmann::json::parse(fields), options, world.size());
-    if (spec.name != name) throw std::runtime_error("case " + name + " was launched with the fields of " + spec.name);
-    if (!spec.skip_reason.empty()) throw std::runtime_error("case " + name + " is skipped: " + spec.skip_reason);
-    return run_training_rank(world, spec, options, /*ends_with_case=*/true);
-  }
-  for (const auto& allreduce : build_allreduce_cases(options, world.size())) {
-    if (allreduce.name == name) return run_allreduce_rank(world, allreduce, options);
-  }
-  throw std::runtime_error("no case named " + name + " with these options on " + std::to_string(world.size()) +
-                           " ranks");
+  const auto spec = case_from_fields(fields, options, world.size());
+  check_name(spec.name);
+  if (!spec.skip_reason.empty()) throw std::runtime_error("case " + spec.name + " is skipped: " + spec.skip_reason);
+  return run_training_rank(world, spec, options, /*ends_with_case=*/true);
 }
 
 struct ExternalRank {

@@ -15,8 +15,8 @@ namespace parbench {
 // ---- Being a rank of parbench's launcher ---------------------------------------------------
 
 struct WorkerRequest {
-  std::string case_name;   // --parbench-worker=CASE
-  std::string result_dir;  // --parbench-results=DIR, holding case.json for a train case
+  std::string case_name;   // --parbench-worker=CASE, checked against the case its fields build
+  std::string result_dir;  // --parbench-results=DIR, holding the case's fields (case.json)
 };
 
 // Takes the hidden flags parbench's launcher gives its ranks out of argv.
@@ -25,7 +25,8 @@ std::optional<WorkerRequest> take_worker_flags(int* argc, char** argv);
 // Runs one case as one rank (its place from the environment the launcher set) and returns 0;
 // rank 0 writes <result_dir>/result.json. A failing rank writes its reason to
 // <result_dir>/error.<rank> and stderr and exits 1 at once: unwinding could hang in a stuck
-// collective. Its test hooks are benchmarks/test_hooks.h's.
+// collective. The case is the one <result_dir>/case.json describes (benchmarks/launcher.h), a
+// train case's or an all-reduce case's fields. Its test hooks are benchmarks/test_hooks.h's.
 int run_worker(const WorkerRequest& request, Options options, int visible_gpus);
 
 // ---- Being a rank of an external launcher ----------------------------------------------------

@@ -35,6 +35,7 @@ const std::vector<std::string> kSmallDdp = {"--strategies=ddp", "--models=tinycn
                                             "--image=16",       "--warmup=1",       "--repetitions=2",
                                             "--iterations=2",   "--allreduce=off"};
 LaunchedCase small_ddp_case(int ranks) { return only_train_case(kSmallDdp, ranks); }
+LaunchedCase launched(const AllreduceCase& allreduce) { return {allreduce.name, allreduce_fields(allreduce).dump()}; }
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
@@ -132,7 +133,7 @@ TEST(Launcher, ARankThatNeverJoinsIsNamedWithinTheTimeout) {
 TEST(Launcher, AllreduceCaseRunsOnTheStoreBackend) {
   hide_gpus_from_ranks();
   const auto run = launch_case(PARBENCH_BINARY, {"--strategies=ddp", "--warmup=1", "--repetitions=1", "--iterations=2"},
-                               LaunchedCase{"comm/allreduce/bytes:1024/ranks:2", ""}, 2, /*timeout_s=*/30);
+                               launched(allreduce_case(1024, 2)), 2, /*timeout_s=*/30);
   EXPECT_EQ(run.facts.at("backend"), "store");
   EXPECT_EQ(run.facts.at("all_reduces_per_iteration"), "100");
   ASSERT_EQ(run.repetitions.size(), 1u);
@@ -144,7 +145,7 @@ TEST(Launcher, AllreduceCaseRunsOnTheStoreBackend) {
 TEST(Launcher, TensorsLargerThanTheStoresValueLimitGoThroughTheStoreBackend) {
   hide_gpus_from_ranks();
   const auto allreduce = launch_case(PARBENCH_BINARY, {"--strategies=ddp", "--warmup=0", "--repetitions=1", "--iterations=1"},
-                                     LaunchedCase{"comm/allreduce/bytes:16777216/ranks:2", ""}, 2, /*timeout_s=*/60);
+                                     launched(allreduce_case(16777216, 2)), 2, /*timeout_s=*/60);
   EXPECT_EQ(allreduce.repetitions.size(), 1u);
   const std::vector<std::string> resnet18 = {"--strategies=ddp", "--models=resnet18", "--batch=2", "--image=32",
                                              "--warmup=0", "--repetitions=1", "--iterations=1", "--allreduce=off"};
