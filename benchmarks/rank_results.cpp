@@ -156,8 +156,21 @@ RankedRun combine_ranks(const std::vector<RankMeasurements>& ranks, RankedRun ru
     if (all_peaks) run.peak_bytes.push_back(*rank.peak_bytes);
     if (all_busy) run.busy_seconds.push_back(*rank.busy_seconds);
   }
+  // A counter every rank reported alike is the case's, under its own name, as a local case's
+  // counter is; one that differs between ranks (or that some rank lacks) is each rank's. A
+  // per-device counter is always each rank's device's.
+  std::map<std::string, std::vector<double>> by_name;
+  for (const auto& rank : ranks) {
+    for (const auto& [name, value] : rank.counters) by_name[name].push_back(value);
+  }
   for (size_t rank = 0; rank < ranks.size(); ++rank) {
-    for (const auto& [name, value] : ranks[rank].counters) run.counters[rank_counter_name(name, static_cast<int>(rank))] = value;
+    for (const auto& [name, value] : ranks[rank].counters) {
+      const auto& values = by_name.at(name);
+      const bool alike = values.size() == ranks.size() &&
+                         std::all_of(values.begin(), values.end(), [&](double other) { return other == values.front(); });
+      const bool per_device = rank_counter_name(name, 0) == name;
+      run.counters[alike && !per_device ? name : rank_counter_name(name, static_cast<int>(rank))] = value;
+    }
   }
   return run;
 }

@@ -37,8 +37,9 @@ struct RankedRun {
   std::vector<std::string> hosts;    // per rank: its host name
   std::vector<std::string> launches;  // per rank: its launch facts (launch_facts() in benchmarks/context.h)
   std::optional<NoiseOutcome> noise;  // --max-noise: what the rule reached
-  // Every rank's own counters (the strategy's and the memory breakdown), named per rank as
-  // rank_counter_name gives: as they reach the JSON.
+  // Every rank's own counters (the strategy's and the memory breakdown) as they reach the JSON:
+  // under its own name where every rank reported the same value, else per rank as
+  // rank_counter_name gives (a per-device counter always so).
   std::map<std::string, double> counters;
 };
 
@@ -62,8 +63,9 @@ RankedRun gather_run(World& world, const RankMeasurements& mine, RankedRun run);
 
 // What gather_run does on rank 0 with every rank's measurements, by rank: each iteration's time
 // is the slowest rank's, the spread (max - min) / median of the ranks' median times, peak memory
-// and busy time per rank where every rank measured them, and each rank's counters under
-// rank_counter_name. Throws std::runtime_error naming a rank
+// and busy time per rank where every rank measured them, and the ranks' counters: one that every
+// rank reported with the same value under its own name, any other (and every per-device one)
+// under rank_counter_name. Throws std::runtime_error naming a rank
 // that ran another number of repetitions or iterations than rank 0.
 RankedRun combine_ranks(const std::vector<RankMeasurements>& ranks, RankedRun run);
 

@@ -1,9 +1,11 @@
 // One case protocol for every child process (docs/DISTRIBUTED.md): a rank of a train case, a
 // rank of an all-reduce case and the profile companion each get their case as its fields and
-// build it from them alone, even where their own options would sweep other cases.
+// build it from them alone, even where their own options would sweep other cases; and what the
+// ranks hand back carries every counter their strategy reported.
 #include "benchmarks/allreduce.h"
 #include "benchmarks/cases.h"
 #include "benchmarks/launcher.h"
+#include "benchmarks/rank_results.h"
 #include "benchmarks/temporary_directory.h"
 #include "tests/launched_case.h"
 
@@ -126,6 +128,25 @@ TEST(CaseProtocol, TheProfileCompanionBuildsItsCaseFromItsFieldsNotFromItsOption
   const auto refused = nlohmann::json::parse(line);
   ASSERT_TRUE(refused.contains("error")) << refused.dump();
   EXPECT_NE(refused.at("error").get<std::string>().find("no_such_strategy"), std::string::npos) << refused.dump();
+}
+
+// ---- What the ranks hand back ------------------------------------------------------------------
+
+TEST(CaseProtocol, ACounterEveryRankReportsAlikeArrivesUnderItsOwnNameAndOneThatDiffersPerRank) {
+  RankMeasurements zero, one;
+  zero.seconds = one.seconds = {{1.0}};
+  zero.counters = {{"allreduces_per_step", 4}, {"allreduce_ms", 2}, {"param_mem_gib_dev0", 1}, {"only_rank0", 5}};
+  one.counters = {{"allreduces_per_step", 4}, {"allreduce_ms", 3}, {"param_mem_gib_dev0", 1}};
+  const auto combined = combine_ranks({zero, one}, RankedRun{});
+  EXPECT_EQ(combined.counters, (std::map<std::string, double>{{"allreduces_per_step", 4},
+                                                              {"allreduce_ms_rank0", 2},
+                                                              {"allreduce_ms_rank1", 3},
+                                                              // per device, though alike
+                                                              {"param_mem_gib_dev0", 1},
+                                                              {"param_mem_gib_dev1", 1},
+                                                              // one rank's only
+                                                              {"only_rank0_rank0", 5}}));
+  EXPECT_EQ(ranked_run_from(to_json_value(combined)).counters, combined.counters);
 }
 
 }  // namespace
