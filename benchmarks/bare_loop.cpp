@@ -5,7 +5,8 @@
 //
 //   parbench_bare_loop [--model=resnet50] [--batch=8] [--image=128] [--seq=1024]
 //                      [--precision=fp32|bf16] [--warmup=5] [--steps=50] [--device=0]
-// --seq applies to language models (gpt2-*, tinygpt), --image to image models.
+// --seq applies to language models, --image to image models (models/model_zoo.h: what a model's
+// samples are).
 #include "models/model_zoo.h"
 #include "strategies/strategy.h"
 #include "strategies/training.h"
@@ -74,11 +75,13 @@ LoopOptions parse(int argc, char** argv) {
                                   "--steps, --device)");
     }
   }
-  const auto names = parbench::model_names();
-  if (std::find(names.begin(), names.end(), options.config.model) == names.end()) {
-    parbench::make_model(options.config.model, 1);  // throws, naming the models allowed
-  }
+  // Throws for an unknown model, naming the models allowed.
+  const auto& model = parbench::ModelRegistry::instance().get(options.config.model);
   parbench::check_sequence_length(options.config.model, options.config.seq_len);
+  if (!model.language_model() && options.config.image_size < model.sample.min_side) {
+    throw std::invalid_argument("--image=" + std::to_string(options.config.image_size) + " is smaller than " +
+                                model.name + " accepts (at least " + std::to_string(model.sample.min_side) + ")");
+  }
   parbench::fit_config_to_model(options.config);
   return options;
 }
@@ -101,6 +104,7 @@ int main(int argc, char** argv) {
                                    ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(options.device))
                                    : torch::Device(torch::kCPU);
   const auto& config = options.config;
+  const bool language_model = parbench::ModelRegistry::instance().get(config.model).language_model();
   auto single = parbench::StrategyRegistry::instance().get("single").create();
   single->setup([&] { return parbench::make_model(config.model, config.num_classes); }, {device}, config);
   const auto batch = parbench::make_random_batch(config, config.batch_size, device, device);
@@ -121,8 +125,7 @@ int main(int argc, char** argv) {
       {"tool", "parbench_bare_loop"},
       {"model", config.model},
       {"batch", config.batch_size},
-      {parbench::is_language_model(config.model) ? "seq" : "image",
-       parbench::is_language_model(config.model) ? config.seq_len : config.image_size},
+      {language_model ? "seq" : "image", language_model ? config.seq_len : config.image_size},
       {"precision", config.precision == parbench::Precision::kBFloat16 ? "bf16" : "fp32"},
       {"device", device.str()},
       {"step_ms", {{"median", at(0.5)}, {"p10", at(0.1)}, {"p90", at(0.9)}, {"min", sorted.front()}, {"max", sorted.back()}}},

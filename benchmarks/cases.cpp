@@ -17,6 +17,7 @@
 #include "models/model_zoo.h"
 #include "strategies/optimizer.h"
 #include "strategies/pipeline_schedule.h"
+#include "strategies/training.h"
 
 #include <nlohmann/json.hpp>
 
@@ -267,7 +268,8 @@ std::unique_ptr<PreparedCase> make_prepared_case(const CaseSpec& spec, const Opt
   fresh->source = std::make_unique<BatchSource>(spec.config, spec.config.batch_size, spec.data,
                                                 fresh->strategy->input_device(), fresh->strategy->target_device());
   for (const auto& parameter : fresh->strategy->model().module().parameters()) fresh->params += parameter.numel();
-  fresh->forward_flops_per_sample = fresh->strategy->model().forward_flops_per_sample(sample_size(spec.config));
+  fresh->forward_flops_per_sample =
+      ModelRegistry::instance().get(config.model).forward_flops_per_sample(sample_size(config), config.num_classes);
   for (int step = 0; step < options.warmup_steps; ++step) fresh->step();
   if (spec.cuda_graph && options.warmup_steps > 0) {
     synchronize_devices(devices);
@@ -299,7 +301,8 @@ PreparedCase& prepare(const CaseSpec& spec, const Options& options) {
   // The GEMM probe, before the case holds its memory (once per GPU and math in a process).
   std::optional<ComputePeaks> peaks;
   if (const auto devices = case_devices(spec); all_cuda(devices)) {
-    peaks = measure_compute_peaks(devices.front(), peak_math(spec.config.precision, is_language_model(spec.config.model)));
+    peaks = measure_compute_peaks(
+        devices.front(), peak_math(spec.config.precision, ModelRegistry::instance().get(spec.config.model).fp32_engine));
   }
   prepared = make_prepared_case(spec, options);
   prepared->profile = std::move(profile);

@@ -28,7 +28,7 @@ RankedRun run_training_rank(World& world, const CaseSpec& spec, const Options& o
     if (world.device().is_cuda()) {
       world.report_progress("the GEMM probe");
       const auto peaks = measure_compute_peaks(
-          world.device(), peak_math(spec.config.precision, is_language_model(spec.config.model)));
+          world.device(), peak_math(spec.config.precision, ModelRegistry::instance().get(spec.config.model).fp32_engine));
       run.peak_math = peaks.math;
       run.gpu_name = peaks.gpu_name;
       run.gemm_flops = peaks.gemm_flops;
@@ -107,7 +107,8 @@ RankedRun run_training_rank(World& world, const CaseSpec& spec, const Options& o
     run.facts = strategy->describe();
     run.facts["devices"] = device_kind(world.device());
     for (const auto& parameter : strategy->model().module().parameters()) run.params += parameter.numel();
-    run.forward_flops_per_sample = strategy->model().forward_flops_per_sample(sample_size(config));
+    run.forward_flops_per_sample =
+        ModelRegistry::instance().get(config.model).forward_flops_per_sample(sample_size(config), config.num_classes);
     for (const auto& [name, value] : strategy->model().forward_facts()) run.facts[name] = value;
   }
 #ifdef PARBENCH_WITH_CUDA

@@ -68,10 +68,10 @@ double probe_gemm_flops(torch::Device device, const std::string& math) {
 
 }  // namespace
 
-std::string peak_math(Precision precision, bool language_model) {
+std::string peak_math(Precision precision, Fp32Engine fp32_engine) {
   if (precision == Precision::kBFloat16) return "bf16";
   const auto& context = at::globalContext();
-  const bool tf32 = language_model ? context.allowTF32CuBLAS() : context.allowTF32CuDNN();
+  const bool tf32 = fp32_engine == Fp32Engine::kCublasMatmul ? context.allowTF32CuBLAS() : context.allowTF32CuDNN();
   return tf32 ? "tf32" : "fp32";
 }
 

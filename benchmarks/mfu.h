@@ -4,6 +4,7 @@
 // still gets a figure.
 #pragma once
 
+#include "models/model_zoo.h"
 #include "strategies/strategy.h"
 
 #include <benchmark/benchmark.h>
@@ -14,9 +15,10 @@
 
 namespace parbench {
 
-// "bf16" (autocast), "tf32" (fp32 where TF32 is allowed for the model's main operation:
-// cuDNN's convolutions for an image model, cuBLAS's matmuls for a language model) or "fp32".
-std::string peak_math(Precision precision, bool language_model);
+// "bf16" (autocast), "tf32" (fp32 where TF32 is allowed for the library that runs the model's
+// main products, as the model declares it: ModelInfo::fp32_engine, cuDNN's convolutions or
+// cuBLAS's matmuls) or "fp32".
+std::string peak_math(Precision precision, Fp32Engine fp32_engine);
 
 struct DatasheetPeak {
   double flops = 0;  // dense, per GPU

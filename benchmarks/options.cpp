@@ -258,6 +258,33 @@ std::string strategy_options_help() {
   return text;
 }
 
+// --models' help line: the registered models, image models apart from language models.
+std::string models_help() {
+  std::vector<std::string> images, tokens;
+  for (const auto* info : ModelRegistry::instance().all()) (info->language_model() ? tokens : images).push_back(info->name);
+  std::vector<std::string> parts;
+  if (!images.empty()) parts.push_back("image models " + joined(images));
+  if (!tokens.empty()) parts.push_back("language models (token sequences) " + joined(tokens));
+  parts.push_back("default " + joined(Options().models));
+  const std::string text = "models: " + joined(parts, "; ");
+  // Wrapped at 100 columns under the flag's help column (25).
+  constexpr size_t kWidth = 100 - 25;
+  std::string wrapped, line;
+  size_t begin = 0;
+  while (begin < text.size()) {
+    auto end = text.find(' ', begin);
+    if (end == std::string::npos) end = text.size();
+    const auto word = text.substr(begin, end - begin);
+    if (!line.empty() && line.size() + 1 + word.size() > kWidth) {
+      wrapped += line + "\n";
+      line.clear();
+    }
+    line += (line.empty() ? "" : " ") + word;
+    begin = end + 1;
+  }
+  return help_lines("models", wrapped + line);
+}
+
 std::string usage() {
   std::string text = R"(usage: parbench [parbench options] [Google Benchmark options]
 
@@ -269,9 +296,7 @@ Google Benchmark's own flags all work: --benchmark_filter=REGEX, --benchmark_rep
                          data, warm-up, device-synchronised timing); tutorial: PyTorch's
                          model-parallel tutorial as it ran; cpu: small images and batch (the
                          default on a machine without a GPU). Later flags override a preset.
-  --models=LIST          models (resnet18, resnet34, resnet50, resnet101, resnet152, tinycnn; GPT-2-style
-                         language models gpt2-small, gpt2-medium, gpt2-large, tinygpt); default resnet50
-  --strategies=LIST      strategies to run; default all (@STRATEGIES@)
+@MODELS@  --strategies=LIST      strategies to run; default all (@STRATEGIES@)
   --batch=LIST           images (language models: sequences) per step (ddp: per rank in weak scaling,
                          global in strong); default 120
   --image=LIST           image side in pixels; default 128
@@ -370,6 +395,7 @@ The last line on stderr sums the run up: "parbench: 12 ran, 9 skipped (...), 1 f
   text.replace(text.find("@MIN_DEVICES@"), std::strlen("@MIN_DEVICES@"), minimums);
   text.replace(text.find("@STRATEGIES@"), std::strlen("@STRATEGIES@"), StrategyRegistry::instance().names());
   text.replace(text.find("@STRATEGY_OPTIONS@"), std::strlen("@STRATEGY_OPTIONS@"), strategy_options_help());
+  text.replace(text.find("@MODELS@"), std::strlen("@MODELS@"), models_help());
   return text;
 }
 
@@ -523,11 +549,16 @@ Options parse_options(int argc, char** argv, bool has_gpu, std::vector<char*>* b
     }
   }
   const size_t cut_parts = std::count(options.cut.begin(), options.cut.end(), '|') + 1;
+  // Each model is checked from its declaration, without building it: only the processes that
+  // train a model build it (gpt2-large holds 3 GB of weights).
   for (const auto& model : options.models) {
-    std::vector<std::string> stage_names;
-    std::vector<StageGroup> stage_groups;
-    if (const auto* gpt = find_gpt_config(model)) {
-      // Checked without building it: gpt2-large holds 3 GB of weights.
+    const ModelInfo* info = nullptr;
+    try {
+      info = &ModelRegistry::instance().get(model);
+    } catch (const std::invalid_argument& error) {
+      throw UsageError(std::string("--models: ") + error.what());
+    }
+    if (info->language_model()) {
       for (auto seq : options.seq_lens) {
         try {
           check_sequence_length(model, seq);
@@ -535,26 +566,17 @@ Options parse_options(int argc, char** argv, bool has_gpu, std::vector<char*>* b
           throw UsageError(error.what());
         }
       }
-      stage_names = gpt_stage_names(*gpt);
     } else {
-      ModelPtr instance;
-      try {
-        instance = make_model(model, /*num_classes=*/1000);
-      } catch (const std::invalid_argument& error) {
-        throw UsageError(std::string("--models: ") + error.what());
-      }
       for (auto image : options.image_sizes) {
-        if (image < instance->min_image_size()) {
+        if (image < info->sample.min_side) {
           throw UsageError("--image=" + std::to_string(image) + " is smaller than " + model + " accepts (at least " +
-                           std::to_string(instance->min_image_size()) + ")");
+                           std::to_string(info->sample.min_side) + ")");
         }
       }
-      for (const auto& stage : instance->stages()) stage_names.push_back(stage.name);
-      stage_groups = instance->stage_groups();
     }
     if (explicit_cut) {
       try {
-        parse_cut(options.cut, stage_names, cut_parts, stage_groups);
+        parse_cut(options.cut, info->stage_names, cut_parts, info->stage_groups);
       } catch (const std::invalid_argument& error) {
         throw UsageError(error.what());
       }

@@ -34,7 +34,7 @@ struct Options {
   std::vector<std::string> strategies;  // empty: every registered strategy
   std::vector<int64_t> batch_sizes = {120};
   std::vector<int64_t> image_sizes = {128};
-  std::vector<int64_t> seq_lens = {1024};  // language models (gpt2-*, tinygpt)
+  std::vector<int64_t> seq_lens = {1024};  // language models (ModelInfo::language_model)
   std::vector<Precision> precisions = {Precision::kFloat32};
   std::vector<DataMode> data_modes = {DataMode::kDevice};
   std::vector<OptimizerKind> optimizers = {OptimizerKind::kSgd};

@@ -1,5 +1,7 @@
 #include "models/gpt.h"
 
+#include "models/model_zoo.h"
+
 #include <ATen/SDPBackend.h>
 #include <ATen/ops/_fused_sdp_choice.h>
 #include <ATen/ops/scaled_dot_product_attention.h>
@@ -43,6 +45,13 @@ const std::vector<GptConfig>& gpt_configs() {
       {"tinygpt", 2, 32, 4, 96, 1024},
   };
   return configs;
+}
+
+const GptConfig* find_gpt_config(const std::string& name) {
+  for (const auto& config : gpt_configs()) {
+    if (config.name == name) return &config;
+  }
+  return nullptr;
 }
 
 double gpt_non_embedding_params(const GptConfig& config) {
@@ -159,10 +168,10 @@ std::vector<Stage> GPTImpl::stages() {
   return stages;
 }
 
-double GPTImpl::forward_flops_per_sample(int64_t seq_len) const {
+double gpt_forward_flops_per_sample(const GptConfig& config, int64_t seq_len) {
   const double tokens = static_cast<double>(seq_len);
-  const double attention = 4.0 * static_cast<double>(config_.layers) * static_cast<double>(config_.width) * tokens;
-  return tokens * (2.0 * gpt_non_embedding_params(config_) + attention);
+  const double attention = 4.0 * static_cast<double>(config.layers) * static_cast<double>(config.width) * tokens;
+  return tokens * (2.0 * gpt_non_embedding_params(config) + attention);
 }
 
 std::map<std::string, std::string> GPTImpl::forward_facts() const {
@@ -170,4 +179,31 @@ std::map<std::string, std::string> GPTImpl::forward_facts() const {
   return {{"attention", backend_name(blocks_.front()->attn->sdpa_backend)}};
 }
 
+namespace {
+
+// Each configuration, listed after the image models. Its samples are token sequences up to its
+// context; its next-token loss has its vocabulary for classes (fit_config_to_model).
+std::vector<ModelInfo> gpt_models() {
+  std::vector<ModelInfo> models;
+  int position = 30;
+  for (const auto& config : gpt_configs()) {
+    models.push_back(ModelInfo::named(config.name)
+                         .listed_at(position++)
+                         .takes_tokens(config.vocabulary, config.context)
+                         .with_stages(gpt_stage_names(config))
+                         .with_forward_flops([config](int64_t seq_len, int64_t /*num_classes*/) {
+                           return gpt_forward_flops_per_sample(config, seq_len);
+                         })
+                         // Linear layers and attention's products: cuBLAS's TF32 switch decides them.
+                         .fp32_runs_on(Fp32Engine::kCublasMatmul)
+                         .built_by([config](int64_t /*num_classes*/) -> ModelPtr {
+                           return std::make_shared<GPTImpl>(config);
+                         }));
+  }
+  return models;
+}
+
+PARBENCH_REGISTER_MODEL(gpt_models());
+
+}  // namespace
 }  // namespace parbench

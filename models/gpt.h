@@ -23,6 +23,9 @@ struct GptConfig {
 // gpt2-small, gpt2-medium, gpt2-large and tinygpt (for CPU tests).
 const std::vector<GptConfig>& gpt_configs();
 
+// The configuration of that name, or null.
+const GptConfig* find_gpt_config(const std::string& name);
+
 // Parameters other than the token and position embeddings: N in the training FLOPs per token
 // 6N + 12 L d T (docs/METRICS.md). Per block 12 d^2 + 13 d, the final LayerNorm 2 d, the
 // untied head V d (no bias).
@@ -30,6 +33,10 @@ double gpt_non_embedding_params(const GptConfig& config);
 
 // Stage names: embed, h.0 ... h.<layers-1>, head.
 std::vector<std::string> gpt_stage_names(const GptConfig& config);
+
+// Per sequence of seq_len tokens: seq_len x (2 N + 4 L d seq_len), a third of the
+// (6 N + 12 L d T) per token that training counts (docs/METRICS.md).
+double gpt_forward_flops_per_sample(const GptConfig& config, int64_t seq_len);
 
 struct CausalSelfAttentionImpl : torch::nn::Cloneable<CausalSelfAttentionImpl> {
   CausalSelfAttentionImpl(int64_t width, int64_t heads);
@@ -75,10 +82,6 @@ class GPTImpl : public StagedModule<GPTImpl> {
   std::string name() const override { return config_.name; }
   const GptConfig& config() const { return config_; }
   std::vector<Stage> stages() override;
-  // Per sequence of seq_len tokens: seq_len x (2 N + 4 L d seq_len), a third of the
-  // (6 N + 12 L d T) per token that training counts (docs/METRICS.md).
-  double forward_flops_per_sample(int64_t seq_len) const override;
-  bool takes_tokens() const override { return true; }
   // attention=<flash_attention|efficient_attention|cudnn_attention|math>: the kernel
   // scaled_dot_product_attention chose.
   std::map<std::string, std::string> forward_facts() const override;

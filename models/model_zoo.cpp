@@ -1,12 +1,10 @@
 #include "models/model_zoo.h"
 
 #include "core/text.h"
-#include "models/gpt.h"
-#include "models/resnet.h"
-#include "models/tiny_cnn.h"
 
 #include <ATen/autocast_mode.h>
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace parbench {
@@ -44,45 +42,148 @@ void copy_named_tensors(const torch::OrderedDict<std::string, torch::Tensor>& so
   }
 }
 
-std::vector<std::string> model_names() {
-  std::vector<std::string> names;
-  for (const auto& variant : resnet_variants()) names.push_back(variant.name);
-  names.push_back("tinycnn");
-  for (const auto& config : gpt_configs()) names.push_back(config.name);
-  return names;
+ModelInfo ModelInfo::named(std::string name) {
+  ModelInfo info;
+  info.name = std::move(name);
+  return info;
 }
 
-const GptConfig* find_gpt_config(const std::string& name) {
-  for (const auto& config : gpt_configs()) {
-    if (config.name == name) return &config;
+ModelInfo& ModelInfo::listed_at(int position) {
+  order = position;
+  return *this;
+}
+
+ModelInfo& ModelInfo::takes_images(int64_t channels, int64_t min_side) {
+  sample = SampleShape{};
+  sample.kind = SampleShape::Kind::kImage;
+  sample.channels = channels;
+  sample.min_side = min_side;
+  return *this;
+}
+
+ModelInfo& ModelInfo::takes_tokens(int64_t vocabulary, int64_t context) {
+  sample = SampleShape{};
+  sample.kind = SampleShape::Kind::kTokens;
+  sample.vocabulary = vocabulary;
+  sample.context = context;
+  return *this;
+}
+
+ModelInfo& ModelInfo::with_stages(std::vector<std::string> names, std::vector<StageGroup> groups) {
+  stage_names = std::move(names);
+  stage_groups = std::move(groups);
+  return *this;
+}
+
+ModelInfo& ModelInfo::with_forward_flops(FlopsFunction flops) {
+  forward_flops_per_sample = std::move(flops);
+  return *this;
+}
+
+ModelInfo& ModelInfo::fp32_runs_on(Fp32Engine engine) {
+  fp32_engine = engine;
+  return *this;
+}
+
+ModelInfo& ModelInfo::built_by(Builder builder) {
+  build = std::move(builder);
+  return *this;
+}
+
+ModelRegistry& ModelRegistry::instance() {
+  static ModelRegistry registry;
+  return registry;
+}
+
+namespace {
+
+// Why a declaration cannot be used, or "".
+std::string declaration_problem(const ModelInfo& info) {
+  if (info.name.empty()) return "has no name";
+  if (info.stage_names.empty()) return "declares no stages";
+  if (!info.forward_flops_per_sample) return "declares no forward FLOPs";
+  if (!info.build) return "declares no builder";
+  const auto& sample = info.sample;
+  if (sample.kind == SampleShape::Kind::kImage && (sample.channels < 1 || sample.min_side < 1)) {
+    return "declares images of " + std::to_string(sample.channels) + " channels and a smallest side of " +
+           std::to_string(sample.min_side) + " (both must be at least 1)";
   }
-  return nullptr;
+  if (sample.kind == SampleShape::Kind::kTokens && (sample.vocabulary < 1 || sample.context < 1)) {
+    return "declares tokens of a vocabulary of " + std::to_string(sample.vocabulary) + " and a context of " +
+           std::to_string(sample.context) + " (both must be at least 1)";
+  }
+  // A group is a run of consecutive stages: the cut and the label read it so.
+  for (const auto& group : info.stage_groups) {
+    const auto first = group.stages.empty()
+                           ? info.stage_names.end()
+                           : std::find(info.stage_names.begin(), info.stage_names.end(), group.stages.front());
+    const auto available = static_cast<size_t>(info.stage_names.end() - first);
+    if (first == info.stage_names.end() || available < group.stages.size() ||
+        !std::equal(group.stages.begin(), group.stages.end(), first)) {
+      return "declares group '" + group.name + "', which is not a run of its consecutive stages";
+    }
+  }
+  return "";
 }
 
-bool is_language_model(const std::string& name) { return find_gpt_config(name) != nullptr; }
+}  // namespace
 
-void fit_config_to_model(RunConfig& config) {
-  const auto* gpt = find_gpt_config(config.model);
-  if (gpt == nullptr) return;
-  config.loss = LossKind::kCrossEntropy;
-  config.num_classes = gpt->vocabulary;
+bool ModelRegistry::add(ModelInfo info) {
+  const auto problem = declaration_problem(info);
+  if (!problem.empty()) throw std::logic_error("model '" + info.name + "' " + problem);
+  const std::string name = info.name;
+  // Two models under one name would leave one of them silently unreachable.
+  if (!models_.emplace(name, std::move(info)).second) throw std::logic_error("model '" + name + "' is registered twice");
+  return true;
+}
+
+bool ModelRegistry::add(std::vector<ModelInfo> infos) {
+  for (auto& info : infos) add(std::move(info));
+  return true;
+}
+
+const ModelInfo* ModelRegistry::find(const std::string& name) const {
+  const auto found = models_.find(name);
+  return found == models_.end() ? nullptr : &found->second;
+}
+
+const ModelInfo& ModelRegistry::get(const std::string& name) const {
+  const auto* info = find(name);
+  if (info == nullptr) throw std::invalid_argument("unknown model '" + name + "' (allowed: " + joined(names()) + ")");
+  return *info;
+}
+
+std::vector<const ModelInfo*> ModelRegistry::all() const {
+  std::vector<const ModelInfo*> result;
+  for (const auto& entry : models_) result.push_back(&entry.second);
+  // The map keeps names in order, so equal positions list by name.
+  std::stable_sort(result.begin(), result.end(), [](auto* a, auto* b) { return a->order < b->order; });
+  return result;
+}
+
+std::vector<std::string> ModelRegistry::names() const {
+  std::vector<std::string> result;
+  for (const auto* info : all()) result.push_back(info->name);
+  return result;
+}
+
+std::vector<std::string> model_names() { return ModelRegistry::instance().names(); }
+
+bool is_language_model(const std::string& name) {
+  const auto* info = ModelRegistry::instance().find(name);
+  return info != nullptr && info->language_model();
 }
 
 void check_sequence_length(const std::string& model, int64_t seq_len) {
-  const auto* gpt = find_gpt_config(model);
-  if (gpt != nullptr && seq_len > gpt->context) {
+  const auto* info = ModelRegistry::instance().find(model);
+  if (info != nullptr && info->language_model() && seq_len > info->sample.context) {
     throw std::invalid_argument("--seq=" + std::to_string(seq_len) + " is longer than " + model + "'s context (at most " +
-                                std::to_string(gpt->context) + " tokens)");
+                                std::to_string(info->sample.context) + " tokens)");
   }
 }
 
 ModelPtr make_model(const std::string& name, int64_t num_classes) {
-  for (const auto& variant : resnet_variants()) {
-    if (variant.name == name) return std::make_shared<ResNetImpl>(variant, num_classes);
-  }
-  if (name == "tinycnn") return std::make_shared<TinyCnnImpl>(num_classes);
-  if (const auto* gpt = find_gpt_config(name)) return std::make_shared<GPTImpl>(*gpt);
-  throw std::invalid_argument("unknown model '" + name + "' (allowed: " + joined(model_names()) + ")");
+  return ModelRegistry::instance().get(name).build(num_classes);
 }
 
 }  // namespace parbench

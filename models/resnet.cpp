@@ -1,5 +1,7 @@
 #include "models/resnet.h"
 
+#include "models/model_zoo.h"
+
 namespace parbench {
 namespace {
 
@@ -27,6 +29,10 @@ double conv_macs(int64_t out_side, int64_t in_channels, int64_t out_channels, in
 // A block's stage name, its module path as torchvision writes it: "layer1.0" for layer 0, block 0.
 std::string block_name(size_t layer, size_t block) {
   return "layer" + std::to_string(layer + 1) + "." + std::to_string(block);
+}
+
+int64_t expansion_of(BlockKind block) {
+  return block == BlockKind::kBottleneck ? BottleneckImpl::kExpansion : BasicBlockImpl::kExpansion;
 }
 
 }  // namespace
@@ -99,9 +105,7 @@ std::shared_ptr<ResNetImpl> ResNetImpl::same_architecture() const {
   return std::make_shared<ResNetImpl>(variant_, num_classes_, /*torchvision_init=*/false);
 }
 
-int64_t ResNetImpl::expansion() const {
-  return variant_.block == BlockKind::kBottleneck ? BottleneckImpl::kExpansion : BasicBlockImpl::kExpansion;
-}
+int64_t ResNetImpl::expansion() const { return expansion_of(variant_.block); }
 
 torch::nn::Sequential ResNetImpl::make_layer(int64_t& in_planes, int64_t planes, int64_t blocks,
                                              int64_t stride) const {
@@ -169,11 +173,13 @@ std::vector<Stage> ResNetImpl::stages() {
   return stages;
 }
 
-std::vector<StageGroup> ResNetImpl::stage_groups() const {
+std::vector<StageGroup> ResNetImpl::stage_groups() const { return resnet_stage_groups(variant_); }
+
+std::vector<StageGroup> resnet_stage_groups(const ResNetVariant& variant) {
   std::vector<StageGroup> groups;
-  for (size_t layer = 0; layer < variant_.blocks_per_layer.size(); ++layer) {
+  for (size_t layer = 0; layer < variant.blocks_per_layer.size(); ++layer) {
     StageGroup group{"layer" + std::to_string(layer + 1), {}};
-    for (int64_t block = 0; block < variant_.blocks_per_layer[layer]; ++block) {
+    for (int64_t block = 0; block < variant.blocks_per_layer[layer]; ++block) {
       group.stages.push_back(block_name(layer, static_cast<size_t>(block)));
     }
     groups.push_back(std::move(group));
@@ -181,7 +187,14 @@ std::vector<StageGroup> ResNetImpl::stage_groups() const {
   return groups;
 }
 
-double ResNetImpl::forward_flops_per_sample(int64_t image_size) const {
+std::vector<std::string> resnet_stage_names(const ResNetVariant& variant) {
+  std::vector<std::string> names = {"stem"};
+  for (const auto& group : resnet_stage_groups(variant)) names.insert(names.end(), group.stages.begin(), group.stages.end());
+  names.push_back("head");
+  return names;
+}
+
+double resnet_forward_flops_per_sample(const ResNetVariant& variant, int64_t num_classes, int64_t image_size) {
   // Convolutions and the classifier only (batch-norm, ReLU and pooling are < 1% of ResNet's
   // work); one multiply-accumulate counts as 2 FLOPs. docs/METRICS.md defines it.
   double macs = 0;
@@ -192,11 +205,11 @@ double ResNetImpl::forward_flops_per_sample(int64_t image_size) const {
   const std::array<int64_t, 4> planes_per_layer = {64, 128, 256, 512};
   for (size_t layer = 0; layer < 4; ++layer) {
     const int64_t planes = planes_per_layer[layer];
-    for (int64_t block = 0; block < variant_.blocks_per_layer[layer]; ++block) {
+    for (int64_t block = 0; block < variant.blocks_per_layer[layer]; ++block) {
       const int64_t stride = (layer > 0 && block == 0) ? 2 : 1;
       const int64_t out_side = conv_out(side, 3, stride, 1);
-      const int64_t out_planes = planes * expansion();
-      if (variant_.block == BlockKind::kBottleneck) {
+      const int64_t out_planes = planes * expansion_of(variant.block);
+      if (variant.block == BlockKind::kBottleneck) {
         macs += conv_macs(side, in_planes, planes, 1);
         macs += conv_macs(out_side, planes, planes, 3);
         macs += conv_macs(out_side, planes, out_planes, 1);
@@ -209,8 +222,38 @@ double ResNetImpl::forward_flops_per_sample(int64_t image_size) const {
       side = out_side;
     }
   }
-  macs += static_cast<double>(in_planes) * num_classes_;
+  macs += static_cast<double>(in_planes) * num_classes;
   return 2.0 * macs;
 }
+
+namespace {
+
+// The network's total stride: smaller inputs collapse to 1x1 before layer4.
+constexpr int64_t kMinImageSide = 32;
+
+// Each variant, listed in depth order.
+std::vector<ModelInfo> resnet_models() {
+  std::vector<ModelInfo> models;
+  int position = 10;
+  for (const auto& variant : resnet_variants()) {
+    models.push_back(ModelInfo::named(variant.name)
+                         .listed_at(position++)
+                         .takes_images(/*channels=*/3, /*min_side=*/kMinImageSide)
+                         .with_stages(resnet_stage_names(variant), resnet_stage_groups(variant))
+                         .with_forward_flops([variant](int64_t image_size, int64_t num_classes) {
+                           return resnet_forward_flops_per_sample(variant, num_classes, image_size);
+                         })
+                         // Convolutions: cuDNN's TF32 switch decides their arithmetic.
+                         .fp32_runs_on(Fp32Engine::kCudnnConvolution)
+                         .built_by([variant](int64_t num_classes) -> ModelPtr {
+                           return std::make_shared<ResNetImpl>(variant, num_classes);
+                         }));
+  }
+  return models;
+}
+
+PARBENCH_REGISTER_MODEL(resnet_models());
+
+}  // namespace
 
 }  // namespace parbench

@@ -46,6 +46,15 @@ struct ResNetVariant {
 // resnet18, resnet34, resnet50, resnet101, resnet152.
 const std::vector<ResNetVariant>& resnet_variants();
 
+// The stem, each block (layer1.0, ..., layer4.2 for resnet50) and the head: the stages'
+// names, known without building the model; and layer1..layer4, each of its blocks.
+std::vector<std::string> resnet_stage_names(const ResNetVariant& variant);
+std::vector<StageGroup> resnet_stage_groups(const ResNetVariant& variant);
+
+// Forward FLOPs of one image of image_size x image_size pixels: convolutions and the
+// classifier only (docs/METRICS.md), 2 per multiply-accumulate.
+double resnet_forward_flops_per_sample(const ResNetVariant& variant, int64_t num_classes, int64_t image_size);
+
 class ResNetImpl : public StagedModule<ResNetImpl> {
  public:
   // torchvision_init: false leaves the weights as LibTorch's layers create them.
@@ -58,9 +67,6 @@ class ResNetImpl : public StagedModule<ResNetImpl> {
   std::vector<Stage> stages() override;
   // layer1..layer4, each of its blocks.
   std::vector<StageGroup> stage_groups() const override;
-  double forward_flops_per_sample(int64_t image_size) const override;
-  // The network's total stride: smaller inputs collapse to 1x1 before layer4.
-  int64_t min_image_size() const override { return 32; }
 
   torch::nn::Conv2d conv1{nullptr};
   torch::nn::BatchNorm2d bn1{nullptr};

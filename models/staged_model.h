@@ -46,7 +46,9 @@ class AutocastScope {
   c10::ScalarType previous_dtype_ = c10::ScalarType::Float;
 };
 
-// What strategies see of a model. Implemented by StagedModule<Derived> below.
+// What strategies see of a model. Implemented by StagedModule<Derived> below. What is known of a
+// model without building it (its sample, stage names, FLOPs) is its declaration in the model
+// registry (models/model_zoo.h).
 class StagedModel {
  public:
   virtual ~StagedModel() = default;
@@ -61,13 +63,6 @@ class StagedModel {
   // torch::nn::parallel::data_parallel on this model: replicate, scatter, apply, gather.
   virtual torch::Tensor data_parallel_forward(const torch::Tensor& input,
                                               const std::vector<torch::Device>& devices) = 0;
-  // Forward floating-point operations for one sample (2 per MAC): an image of sample_size x
-  // sample_size pixels or, for a language model, a sequence of sample_size tokens.
-  virtual double forward_flops_per_sample(int64_t sample_size) const = 0;
-  // Smallest square input the architecture accepts (image models).
-  virtual int64_t min_image_size() const { return 1; }
-  // A language model: its input is token ids (N, T), its output logits (N, T, vocabulary).
-  virtual bool takes_tokens() const { return false; }
   // Facts about the last forward for the benchmark label (a transformer's attention kernel).
   virtual std::map<std::string, std::string> forward_facts() const { return {}; }
 

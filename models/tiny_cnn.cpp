@@ -1,5 +1,7 @@
 #include "models/tiny_cnn.h"
 
+#include "models/model_zoo.h"
+
 namespace parbench {
 namespace {
 
@@ -37,11 +39,26 @@ std::vector<Stage> TinyCnnImpl::stages() {
   };
 }
 
-double TinyCnnImpl::forward_flops_per_sample(int64_t image_size) const {
+namespace {
+
+// Convolutions and the classifier, 2 FLOPs per multiply-accumulate.
+double forward_flops_per_sample(int64_t image_size, int64_t num_classes) {
   const double side1 = halve(image_size), side2 = halve(side1);
   const double macs = side1 * side1 * 3 * kWidth1 * 9 + side2 * side2 * kWidth1 * kWidth2 * 9 +
-                      side2 * side2 * kWidth2 * kWidth3 * 9 + kWidth3 * num_classes_;
+                      side2 * side2 * kWidth2 * kWidth3 * 9 + kWidth3 * num_classes;
   return 2.0 * macs;
 }
+
+PARBENCH_REGISTER_MODEL(ModelInfo::named("tinycnn")
+                            .listed_at(20)
+                            .takes_images(/*channels=*/3, /*min_side=*/8)
+                            .with_stages({"stem", "block1", "block2", "head"})
+                            .with_forward_flops(forward_flops_per_sample)
+                            .fp32_runs_on(Fp32Engine::kCudnnConvolution)
+                            .built_by([](int64_t num_classes) -> ModelPtr {
+                              return std::make_shared<TinyCnnImpl>(num_classes);
+                            }));
+
+}  // namespace
 
 }  // namespace parbench

@@ -15,8 +15,6 @@ class TinyCnnImpl : public StagedModule<TinyCnnImpl> {
 
   std::string name() const override { return "tinycnn"; }
   std::vector<Stage> stages() override;
-  double forward_flops_per_sample(int64_t image_size) const override;
-  int64_t min_image_size() const override { return 8; }
 
   torch::nn::Conv2d conv1{nullptr}, conv2{nullptr}, conv3{nullptr};
   torch::nn::Linear fc{nullptr};

@@ -4,7 +4,7 @@
 // model, through PARBENCH_REGISTER_STRATEGY (docs/EXTENDING.md).
 #pragma once
 
-#include "models/staged_model.h"
+#include "models/model_zoo.h"
 
 #include <torch/torch.h>
 
@@ -77,8 +77,6 @@ struct Batch {
   torch::Tensor inputs;
   torch::Tensor targets;
 };
-
-using ModelFactory = std::function<ModelPtr()>;
 
 class Strategy {
  public:

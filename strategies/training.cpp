@@ -56,15 +56,23 @@ void sgd_update(const std::vector<torch::Tensor>& parameters, double learning_ra
   if (!updated.empty()) torch::_foreach_add_(updated, gradients, -learning_rate);
 }
 
+void fit_config_to_model(RunConfig& config) {
+  const auto* model = ModelRegistry::instance().find(config.model);
+  if (model == nullptr || !model->language_model()) return;
+  config.loss = LossKind::kCrossEntropy;
+  config.num_classes = model->sample.vocabulary;
+}
+
 Batch make_random_batch(const RunConfig& config, int64_t batch_size, torch::Device input_device,
                         torch::Device target_device) {
-  if (const auto* gpt = find_gpt_config(config.model)) {
+  const auto& sample = ModelRegistry::instance().get(config.model).sample;
+  if (sample.kind == SampleShape::Kind::kTokens) {
     // One sequence of seq_len + 1 tokens per sample: the inputs, and the same shifted by one.
-    const auto tokens = torch::randint(gpt->vocabulary, {batch_size, config.seq_len + 1}, torch::kLong);
+    const auto tokens = torch::randint(sample.vocabulary, {batch_size, config.seq_len + 1}, torch::kLong);
     return {tokens.narrow(1, 0, config.seq_len).contiguous().to(input_device),
             tokens.narrow(1, 1, config.seq_len).contiguous().to(target_device)};
   }
-  auto inputs = torch::randn({batch_size, 3, config.image_size, config.image_size});
+  auto inputs = torch::randn({batch_size, sample.channels, config.image_size, config.image_size});
   auto classes = torch::randint(config.num_classes, {batch_size}, torch::kLong);
   torch::Tensor targets = config.loss == LossKind::kCrossEntropy
                               ? classes

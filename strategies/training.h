@@ -32,8 +32,12 @@ std::unique_ptr<torch::optim::SGD> make_sgd(StagedModel& model, double learning_
 // gradient are left alone.
 void sgd_update(const std::vector<torch::Tensor>& parameters, double learning_rate);
 
-// A random batch of `batch_size` images: inputs ~ N(0, 1), uniformly drawn classes as
-// one-hot rows (MSE) or indices (cross-entropy). For a language model, `batch_size` sequences
+// For a model whose samples are tokens: next-token cross-entropy over its vocabulary (the loss
+// and classes a run config holds). Image models keep the config's own.
+void fit_config_to_model(RunConfig& config);
+
+// A random batch of `batch_size` images of the model's channels (its SampleShape): inputs
+// ~ N(0, 1), uniformly drawn classes as one-hot rows (MSE) or indices (cross-entropy). For a language model, `batch_size` sequences
 // of config.seq_len tokens drawn uniformly from its vocabulary, and as targets each
 // sequence shifted by one token.
 Batch make_random_batch(const RunConfig& config, int64_t batch_size, torch::Device input_device,

@@ -159,7 +159,8 @@ TEST(Cli, DdpReportsTheGlobalBatchItsImagesPerSecondAndTflops) {
   const auto [run, json] = run_small_to_json(dir, "--strategies=single,ddp --scaling=weak,strong --allreduce=off --steps=2");
   ASSERT_EQ(run.exit_code, 0) << run.output;
   if (json["context"]["gpu_count"] != "0") GTEST_SKIP() << "the CPU ranks' test: GPUs are visible";
-  const double forward_flops = parbench::make_model("tinycnn", /*num_classes=*/1000)->forward_flops_per_sample(16);
+  const double forward_flops =
+      parbench::ModelRegistry::instance().get("tinycnn").forward_flops_per_sample(16, /*num_classes=*/1000);
   std::map<std::string, int> repetitions;
   for (const auto& entry : json["benchmarks"]) {
     if (entry["run_type"] != "iteration") continue;

@@ -61,6 +61,31 @@ TEST(Mfu, DividesByThePeakTimesTheGpus) {
   }
 }
 
+// Which TF32 switch decides an fp32 model's peak is the model's declared fp32 engine: cuDNN's for
+// the convolution networks, cuBLAS's for the transformers (as before the registry, when it was
+// chosen by "language model").
+TEST(Mfu, TheModelsFp32EngineChoosesTheTf32SwitchThatSetsItsPeak) {
+  auto& context = at::globalContext();
+  const bool cudnn_was = context.allowTF32CuDNN(), cublas_was = context.allowTF32CuBLAS();
+  const auto engine = [](const std::string& model) { return ModelRegistry::instance().get(model).fp32_engine; };
+  for (const std::string model : {"resnet18", "resnet50", "resnet152", "tinycnn"}) {
+    EXPECT_EQ(engine(model), Fp32Engine::kCudnnConvolution) << model;
+  }
+  for (const std::string model : {"gpt2-small", "gpt2-large", "tinygpt"}) {
+    EXPECT_EQ(engine(model), Fp32Engine::kCublasMatmul) << model;
+  }
+  for (const bool cudnn : {false, true}) {
+    context.setAllowTF32CuDNN(cudnn);
+    context.setAllowTF32CuBLAS(!cudnn);
+    EXPECT_EQ(peak_math(Precision::kFloat32, engine("resnet50")), cudnn ? "tf32" : "fp32");
+    EXPECT_EQ(peak_math(Precision::kFloat32, engine("tinygpt")), cudnn ? "fp32" : "tf32");
+    EXPECT_EQ(peak_math(Precision::kBFloat16, engine("resnet50")), "bf16");
+    EXPECT_EQ(peak_math(Precision::kBFloat16, engine("tinygpt")), "bf16");
+  }
+  context.setAllowTF32CuDNN(cudnn_was);
+  context.setAllowTF32CuBLAS(cublas_was);
+}
+
 TEST(Mfu, AGpuOutsideTheTableGetsOnlyTheGemmFigure) {
   auto peaks = h100_bf16_peaks();
   peaks.gpu_name = "Imaginary GPU";

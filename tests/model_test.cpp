@@ -2,6 +2,7 @@
 // make_torchvision_fixture.py), output shapes and the analytic FLOP count.
 #include "models/model_zoo.h"
 #include "models/resnet.h"
+#include "strategies/training.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -171,16 +172,99 @@ TEST(ResNet, CloneCopiesWeightsBuffersModesAndAutocastIntoNewTensors) {
 }
 
 TEST(Flops, Resnet50At224MatchesKnownMacs) {
-  auto model = make_model("resnet50", 1000);
-  const double macs = model->forward_flops_per_sample(224) / 2;
+  const auto& resnet50 = ModelRegistry::instance().get("resnet50");
+  const double macs = resnet50.forward_flops_per_sample(224, /*num_classes=*/1000) / 2;
   EXPECT_NEAR(macs, 4.09e9, 0.01 * 4.09e9);
 }
 
 TEST(Flops, ScalesWithImageArea) {
-  auto model = make_model("resnet50", 1000);
+  const auto flops = [](int64_t side) {
+    return ModelRegistry::instance().get("resnet50").forward_flops_per_sample(side, /*num_classes=*/1000);
+  };
   // Without the classifier the count scales with the pixel count exactly at powers of two.
   const double fc = 2.0 * 2048 * 1000;
-  EXPECT_NEAR((model->forward_flops_per_sample(256) - fc) / (model->forward_flops_per_sample(128) - fc), 4.0, 1e-9);
+  EXPECT_NEAR((flops(256) - fc) / (flops(128) - fc), 4.0, 1e-9);
+}
+
+// The FLOPs every model declared before the registry held them (models' own methods then), for
+// MFU and tflops: the same numbers, exactly.
+TEST(Flops, EveryModelCountsAsBeforeTheRegistry) {
+  struct Pinned {
+    std::string model;
+    int64_t sample, classes;
+    double flops;
+  };
+  const std::vector<Pinned> pinned = {
+      {"resnet18", 128, 1000, 1185390592}, {"resnet18", 224, 10, 3627132928},
+      {"resnet34", 128, 1000, 2393350144}, {"resnet34", 224, 10, 7326509056},
+      {"resnet50", 128, 1000, 2673246208}, {"resnet50", 224, 10, 8174313472},
+      {"resnet101", 128, 1000, 5097553920}, {"resnet101", 16, 10, 101253120},
+      {"resnet152", 128, 1000, 7521861632}, {"resnet152", 224, 10, 23023198208},
+      {"tinycnn", 16, 1000, 275968},       {"tinycnn", 224, 10, 41546368},
+      {"gpt2-small", 1024, 10, 291970744320}, {"gpt2-medium", 1024, 10, 827708145664},
+      {"tinygpt", 8, 10, 473088},          {"tinygpt", 1024, 10, 326893568},
+  };
+  for (const auto& [model, sample, classes, flops] : pinned) {
+    EXPECT_EQ(ModelRegistry::instance().get(model).forward_flops_per_sample(sample, classes), flops)
+        << model << " at " << sample << ", " << classes << " classes";
+  }
+}
+
+// What a model declares is what it builds: its stages' names and groups, and a batch of its
+// samples goes through it. Every registered model but the two largest GPT-2s (1.4 and 3 GB of
+// weights; their stage names come from gpt_stage_names as gpt2-small's do).
+TEST(ModelZoo, EachDeclarationMatchesTheModelItBuilds) {
+  for (const auto* info : ModelRegistry::instance().all()) {
+    if (info->name == "gpt2-medium" || info->name == "gpt2-large") continue;
+    auto model = make_model(info->name, /*num_classes=*/10);
+    EXPECT_EQ(model->name(), info->name);
+    std::vector<std::string> names;
+    for (const auto& stage : model->stages()) names.push_back(stage.name);
+    EXPECT_EQ(names, info->stage_names) << info->name;
+    const auto groups = model->stage_groups();
+    ASSERT_EQ(groups.size(), info->stage_groups.size()) << info->name;
+    for (size_t i = 0; i < groups.size(); ++i) {
+      EXPECT_EQ(groups[i].name, info->stage_groups[i].name) << info->name;
+      EXPECT_EQ(groups[i].stages, info->stage_groups[i].stages) << info->name;
+    }
+    RunConfig config;
+    config.model = info->name;
+    config.num_classes = 10;
+    config.image_size = info->language_model() ? 1 : info->sample.min_side;
+    config.seq_len = 4;
+    fit_config_to_model(config);
+    const auto batch = make_random_batch(config, /*batch_size=*/2, torch::kCPU, torch::kCPU);
+    if (!info->language_model()) EXPECT_EQ(batch.inputs.size(1), info->sample.channels) << info->name;
+    model->module().eval();
+    torch::NoGradGuard no_grad;
+    const auto output = model->forward(batch.inputs);
+    EXPECT_EQ(output.size(0), 2) << info->name;
+    EXPECT_EQ(output.size(-1), config.num_classes) << info->name;
+  }
+}
+
+TEST(ModelZoo, RefusesASecondModelUnderATakenNameAndAnIncompleteDeclaration) {
+  ModelInfo twin = ModelRegistry::instance().get("tinycnn");
+  EXPECT_THROW(ModelRegistry::instance().add(twin), std::logic_error);
+  auto incomplete = twin;
+  incomplete.name = "tinycnn-without-a-builder";
+  incomplete.build = nullptr;
+  EXPECT_THROW(ModelRegistry::instance().add(incomplete), std::logic_error);
+  auto scattered = twin;
+  scattered.name = "tinycnn-with-a-scattered-group";
+  scattered.stage_groups = {{"ends", {"stem", "head"}}};
+  EXPECT_THROW(ModelRegistry::instance().add(scattered), std::logic_error);
+  EXPECT_EQ(ModelRegistry::instance().find(incomplete.name), nullptr);
+  EXPECT_EQ(ModelRegistry::instance().find(scattered.name), nullptr);
+}
+
+TEST(ModelZoo, ListsImageModelsThenLanguageModelsInTheirOrder) {
+  const auto names = model_names();
+  const std::vector<std::string> shipped = {"resnet18",   "resnet34",    "resnet50",   "resnet101", "resnet152",
+                                            "tinycnn",    "gpt2-small",  "gpt2-medium", "gpt2-large", "tinygpt"};
+  // This binary may hold test-only models too; parbench's own come first, in this order.
+  ASSERT_GE(names.size(), shipped.size());
+  EXPECT_EQ(std::vector<std::string>(names.begin(), names.begin() + static_cast<long>(shipped.size())), shipped);
 }
 
 TEST(ModelZoo, UnknownModelNamesTheAllowedOnes) {

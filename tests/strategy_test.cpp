@@ -7,6 +7,7 @@
 #include "strategies/stage_timing.h"
 #include "strategies/strategy.h"
 #include "strategies/training.h"
+#include "tests/split_equivalence.h"
 #include "tests/tensor_compare.h"
 
 #include <gtest/gtest.h>
@@ -63,20 +64,6 @@ void expect_same_step(const StepResult& value, const StepResult& reference, cons
   }
 }
 
-struct EquivalenceCase {
-  std::string model;
-  int64_t batch, image;  // image: a language model's sequence length
-  bool eval_mode;  // batch-norm models: eval mode, so per-micro-batch statistics do not differ
-  size_t devices;
-  std::vector<int64_t> split_sizes;
-};
-
-void PrintTo(const EquivalenceCase& c, std::ostream* os) {
-  *os << c.model << " batch " << c.batch << " on " << c.devices << " devices";
-}
-
-class SplitEquivalence : public ::testing::TestWithParam<EquivalenceCase> {};
-
 TEST_P(SplitEquivalence, MatchesSingleDevice) {
   const auto& c = GetParam();
   torch::manual_seed(7);
@@ -103,7 +90,7 @@ TEST_P(SplitEquivalence, MatchesSingleDevice) {
   }
   // interleaved-1f1b with 2 or 3 chunks per device, where the model has a stage for every chunk
   // and the micro-batches fill whole rounds of the devices.
-  const auto model_stages = make_model(c.model, config.num_classes)->stages().size();
+  const auto model_stages = ModelRegistry::instance().get(c.model).stage_names.size();
   for (int64_t split : c.split_sizes) {
     for (int chunks : {2, 3}) {
       const auto micro_batches = static_cast<size_t>((c.batch + split - 1) / split);
