@@ -2,7 +2,7 @@
 ci/gate-job.sh and nothing else of the gate, the same command in both, and that script is run here
 on the CPU with its default case set: a baseline made by a first run (--make-baseline), a pass that
 lands in the history, a planted regression that fails and stays out of it, and bad flags.
-Needs the parbench binary: PARBENCH_BINARY (the python_tools ctest entry sets it)."""
+Needs the parbench binary: PARBENCH_BINARY (its ctest entry, python_gate_job, sets it)."""
 from __future__ import annotations
 
 import json
@@ -19,7 +19,7 @@ GATE_JOB = REPO / "ci" / "gate-job.sh"
 PERF_GATE_MD = REPO / "docs" / "PERF_GATE.md"
 BINARY = os.environ.get("PARBENCH_BINARY")
 needs_binary = pytest.mark.skipif(not BINARY or not os.access(BINARY, os.X_OK),
-                                  reason="PARBENCH_BINARY is not set to the parbench binary (ctest's python_tools sets it)")
+                                  reason="PARBENCH_BINARY is not set to the parbench binary (its ctest entry sets it)")
 # CPU times on this shared 2-core machine: with LibTorch's default 2 intra-op threads, a tinycnn
 # step took 0.9 ms in one run, 11 ms and 220 ms in others while other builds ran (its threads
 # waiting on each other for a core); with one thread (OMP_NUM_THREADS=1, set for every run here)
