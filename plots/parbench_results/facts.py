@@ -195,7 +195,8 @@ def legacy_counter_table() -> CounterTable:
 def legacy_schedule_facts() -> dict:
     """The schedules of files before schema 1.8.0, which name them but do not describe them."""
     return {
-        "tutorial": ScheduleFacts("tutorial", ops=(("F", "forward"), ("B", "backward of one loss over every micro-batch"))),
+        "tutorial": ScheduleFacts("tutorial", ops=(("F", "forward"), ("B", "backward"),
+                                                   ("B", "backward of one loss over every micro-batch"))),
         "gpipe": ScheduleFacts("gpipe"),
         "1f1b": ScheduleFacts("1f1b"),
         "interleaved-1f1b": ScheduleFacts("interleaved-1f1b", "(S-1)/(vM+S-1)", 1, True),

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import subprocess
 
 import pytest
 
@@ -177,3 +179,28 @@ def test_the_global_batch_is_the_batch_counter(tmp_path):
         path.write_text(json.dumps(document))
         case = next(case for case in pr.load([str(path)]).cases if case.name == name)
         assert case.global_batch() == expected
+
+
+# The compatibility tables against what this checkout's parbench declares: they must describe the
+# same counters and schedules, or a file before 1.8.0 would read differently from a new one.
+
+BINARY = os.environ.get("PARBENCH_BINARY")
+
+
+@pytest.mark.skipif(not BINARY, reason="PARBENCH_BINARY names no binary (ctest sets it)")
+def test_the_compatibility_tables_equal_what_parbench_declares(tmp_path):
+    out = tmp_path / "run.json"
+    result = subprocess.run([BINARY, "--preset=cpu", "--models=tinycnn", "--strategies=single", "--batch=2",
+                             "--image=16", "--warmup=0", "--repetitions=1", "--iterations=1",
+                             f"--benchmark_out={out}", "--benchmark_out_format=json"],
+                            capture_output=True, text=True, check=False, timeout=300)
+    assert result.returncode == 0, result.stderr
+    context = json.loads(out.read_text())["context"]
+    assert context["parbench_json_schema"] == "1.8.0"
+    declared = {(fact.name, fact.per): (fact.unit, fact.better) for fact in facts.counter_table(context).facts}
+    legacy = {(fact.name, fact.per): (fact.unit, fact.better) for fact in facts.legacy_counter_table().facts}
+    assert declared == legacy
+    assert facts.schedule_facts(context) == facts.legacy_schedule_facts()
+    # The report reads the new file as it read the old ones: its ideal bubble, its global batch.
+    case = next(case for case in pr.load([str(out)]).cases if case.ran)
+    assert case.global_batch() == 2
