@@ -2,6 +2,7 @@
 
 #include "benchmarks/nvml.h"
 #include "benchmarks/test_hooks.h"
+#include "core/counter_table.h"
 #include "core/text.h"
 #include "strategies/distributed/world.h"
 #include "strategies/pipeline_schedule.h"
@@ -177,6 +178,10 @@ std::vector<std::pair<std::string, std::string>> run_context(const Options& opti
   context.emplace_back("strategies",
                        joined(StrategyRegistry::instance().all(), ",", [](const StrategyInfo* info) { return info->name; }));
   context.emplace_back("schedules", joined(schedule_table(), ",", [](const ScheduleInfo& info) { return info.name; }));
+  // How to read each counter and each schedule (1.8.0): readers take these facts from here
+  // instead of knowing counters, schedules or strategies by name.
+  context.emplace_back("counters", CounterTable::instance().json());
+  context.emplace_back("schedule_facts", schedule_facts_json());
   context.emplace_back("libtorch_version", TORCH_VERSION);
 
   std::string cuda = "none", cudnn = "none", nccl = "none", gpu_names;

@@ -29,6 +29,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from parbench_results.facts import ScheduleFacts
+
 ACTION = re.compile(r"^(?P<op>[FBW])(?P<micro_batch>\d+|\*) stage(?P<stage>\d+)$")
 UPDATE = re.compile(r"^optimizer stage(?P<stage>\d+)$")
 DEVICE_CATEGORIES = {"kernel", "gpu_memcpy", "gpu_memset"}
@@ -94,10 +96,10 @@ def bubble_fractions(spans: list[Span], devices: int) -> tuple[float, list[float
     return step, bubble
 
 
-def ideal_bubble(schedule: str, devices: int, micro_batches: int, chunks: int = 1) -> float:
-    """(S-1)/(vM+S-1); zb-h1's (S-1)/(3M+S-1) (docs/METRICS.md, "The pipeline's ideal bubble")."""
-    work = 3 * micro_batches if schedule == "zb-h1" else chunks * micro_batches
-    return (devices - 1) / (work + devices - 1)
+def ideal_bubble(schedule: ScheduleFacts, devices: int, micro_batches: int, chunks: int = 1) -> float:
+    """(S-1)/(wM+S-1), w the schedule's work per micro-batch as its facts give it (the context's
+    `schedule_facts`; docs/METRICS.md, "The pipeline's ideal bubble")."""
+    return schedule.ideal_bubble_fraction(devices, micro_batches, chunks)
 
 
 def read_trace(path) -> list[dict]:

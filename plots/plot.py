@@ -196,7 +196,7 @@ def _draw_split_size(results, groups, notes):
     curves against single with a graph."""
     panels: dict[pr.Setup, list[tuple[pr.Setup, list[pr.Case], pr.Case]]] = {}
     for setup, cases in groups.items():
-        pipeline = [case for case in cases if case.strategy == "pipeline" and case.ran]
+        pipeline = [case for case in cases if case.pipelined and case.ran]
         if not pipeline:
             continue
         single = pr.single_reference(cases)
@@ -205,7 +205,7 @@ def _draw_split_size(results, groups, notes):
             continue
         panels.setdefault(dataclasses.replace(setup, graph="off"), []).append((setup, pipeline, single))
     if not panels:
-        ran = any(case.strategy == "pipeline" and case.ran for cases in groups.values() for case in cases)
+        ran = any(case.pipelined and case.ran for cases in groups.values() for case in cases)
         notes.append((None, "no pipeline case ran beside a single case" if ran else "no pipeline case ran"))
         return None
     figure, axes, titles = _figure(results, "Pipeline speedup over single against split_size", panels,

@@ -18,6 +18,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 import pipeline_timeline as pt
+from parbench_results.facts import ScheduleFacts
 
 FIGURE_WIDTH_IN = 8.6  # plot.py's width: a README column at 100 dpi
 TITLE_HEIGHT_IN = 1.1
@@ -32,11 +33,12 @@ OP_NAMES = {"F": "F forward", "B": "B backward", "B_input": "B input gradient", 
 DARK_TEXT_OPS = {"B", pt.UPDATE_OP}  # light bars take black labels, the others white
 
 
-def draw_timeline(title: str, measured: pt.Timeline, predicted: pt.Predicted | None, schedule: str,
+def draw_timeline(title: str, measured: pt.Timeline, predicted: pt.Predicted | None, schedule: ScheduleFacts,
                   ideal_bubble: float, note: str = "") -> Figure:
-    """The figure for one case: `title` names the case and where it ran; `note` says what else a
-    reader must know (why there is no predicted panel, CPU stand-ins)."""
-    input_only = schedule == "zb-h1"  # its B is the input gradient; W does the rest
+    """The figure for one case: `title` names the case and where it ran; `schedule` its schedule's
+    facts (the context's `schedule_facts`); `note` says what else a reader must know (why there is
+    no predicted panel, CPU stand-ins)."""
+    input_only = schedule.splits_backward  # its B is the input gradient; W does the rest
     rows_measured = _rows(measured)
     rows_predicted = _rows(predicted.timeline) if predicted else []
     heights = [PANEL_HEIGHT_IN + ROW_IN * len(rows_measured)]
@@ -49,7 +51,7 @@ def draw_timeline(title: str, measured: pt.Timeline, predicted: pt.Predicted | N
     shared = 1 / MAX_SHARED_AXIS_RATIO <= ratio <= MAX_SHARED_AXIS_RATIO
     end = max(measured.step_ms, predicted.timeline.step_ms) if predicted and shared else measured.step_ms
     lines = [textwrap.fill(title, 100),
-             f"each row's label: its device's bubble; the ideal {_ideal_formula(schedule)} = {ideal_bubble:.2f}"]
+             f"each row's label: its device's bubble; the ideal {schedule.ideal_bubble} = {ideal_bubble:.2f}"]
     if note:
         lines.append(textwrap.fill(note, 100))
     figure.suptitle("\n".join(lines))
@@ -83,10 +85,6 @@ def draw_timeline(title: str, measured: pt.Timeline, predicted: pt.Predicted | N
 def _kind(span: pt.Span, input_only: bool) -> str:
     """The colour key: zb-h1's B (input gradient only) apart from a whole backward."""
     return "B_input" if span.op == "B" and input_only else span.op
-
-
-def _ideal_formula(schedule: str) -> str:
-    return {"zb-h1": "(S-1)/(3M+S-1)", "interleaved-1f1b": "(S-1)/(vM+S-1)"}.get(schedule, "(S-1)/(M+S-1)")
 
 
 def _rows(timeline: pt.Timeline) -> list[tuple[int, int]]:

@@ -107,7 +107,7 @@ def load_timelines(results: pr.Results) -> tuple[dict[str, CaseTimeline], list[s
     the traces that could not be read, which the report goes on without."""
     timelines, notes = {}, []
     for case in results.train_cases():
-        if case.strategy != "pipeline" or not case.ran or "trace" not in case.label:
+        if not case.pipelined or not case.ran or "trace" not in case.label:
             continue
         trace = _find_trace(case)
         if trace is None:
@@ -166,7 +166,7 @@ def draw_timeline_figures(results: pr.Results, timelines: dict[str, CaseTimeline
                     note += (" " if note else "") + "CPU stand-ins: both devices share this machine's CPUs."
                 figure = timeline_plot.draw_timeline(
                     f"pipeline: {best.config()}; {setup.describe()}; {machines}", timeline.measured,
-                    timeline.predicted, best.fields["schedule"], best.ideal_bubble_fraction(), note)
+                    timeline.predicted, best.schedule_facts(), best.ideal_bubble_fraction(), note)
                 for extension in plot.FORMATS:
                     figure.savefig(out_dir / f"{name}.{extension}", dpi=plot.DPI, bbox_inches="tight",
                                    metadata={"Date": None} if extension == "svg" else None)
@@ -272,7 +272,7 @@ def build_report(results: pr.Results, rendered: plot.Rendered, generated: dateti
               "compare with the single-GPU case of the same set-up; peak memory is the highest over "
               "repetitions, per device; pipeline is shown at its best split_size "
               "(all splits under *Pipeline split sweep*)."]
-    weak = {case.setup for case in results.train_cases() if case.strategy == "ddp" and case.fields["scaling"] == "weak"}
+    weak = {case.setup for case in results.train_cases() if case.fields.get("scaling") == "weak"}
     if weak:
         unit = plot.throughput_words(weak)
         samples = " or ".join(dict.fromkeys(setup.samples for setup in weak))
@@ -287,7 +287,7 @@ def build_report(results: pr.Results, rendered: plot.Rendered, generated: dateti
     lines += noise_section(results)
     lines += scaling_section(groups)
     sweeps = {setup: cases for setup, cases in groups.items()
-              if any(case.strategy == "pipeline" and case.ran for case in cases)}
+              if any(case.pipelined and case.ran for case in cases)}
     if sweeps:
         lines += ["## Pipeline split sweep", ""]
         for setup, cases in sweeps.items():
@@ -446,7 +446,7 @@ def findings(cases: list[pr.Case]) -> list[str]:
         sentences.append(f"{_name(fastest)} has the lowest median step time, {step:.1f} ms.")
     best_phrases, one_split = [], []
     for best in sorted(pr.best_splits(cases).values(), key=pr.Case.sort_key):
-        series = [case for case in cases if case.strategy == "pipeline" and case.ran
+        series = [case for case in cases if case.pipelined and case.ran
                   and case.series == best.series]
         name = f"{best.fields['schedule']} on {best.device_count()}"
         if len(series) == 1:
@@ -477,9 +477,9 @@ def summary_table(cases: list[pr.Case]) -> list[str]:
     for case in shown:
         step = case.stats("step_ms")
         best_split = ""
-        if case.strategy == "pipeline":  # shown at its best split
+        if case.pipelined:  # shown at its best split
             tried = sorted(c.split_size for c in cases
-                           if c.strategy == "pipeline" and c.ran and c.series == case.series)
+                           if c.pipelined and c.ran and c.series == case.series)
             best_split = f"{case.split_size} (of {', '.join(map(str, tried))})"
         throttled = _throttled(case)
         rows.append([
@@ -533,7 +533,7 @@ def scaling_section(groups: dict[pr.Setup, list[pr.Case]]) -> list[str]:
 
 
 def sweep_table(cases: list[pr.Case], timelines: dict[str, CaseTimeline]) -> list[str]:
-    pipeline = sorted((case for case in cases if case.strategy == "pipeline" and case.ran),
+    pipeline = sorted((case for case in cases if case.pipelined and case.ran),
                       key=pr.Case.sort_key)
     single = pr.single_reference(cases)
     best = set(map(id, pr.best_splits(pipeline).values()))
@@ -584,12 +584,6 @@ def prediction_preamble(results: pr.Results) -> list[str]:
     return [text]
 
 
-def _global_batch(case: pr.Case) -> int:
-    """Samples (images or sequences) per step over every device and rank."""
-    weak_ddp = case.strategy == "ddp" and case.fields.get("scaling") == "weak"
-    return case.reference_batch * (case.gpus if weak_ddp else 1)
-
-
 def _prediction_error(case: pr.Case) -> float:
     measured = case.stats("step_ms").median
     return (case.stats("predicted_step_ms").median - measured) / measured
@@ -604,7 +598,7 @@ def prediction_groups(groups: dict[pr.Setup, list[pr.Case]]) -> dict[tuple, list
     for setup, cases in groups.items():
         for case in cases:
             if case.ran and case.stats("predicted_step_ms"):
-                ranked.setdefault((setup, _global_batch(case)), []).append(case)
+                ranked.setdefault((setup, case.global_batch()), []).append(case)
     predicted: dict[tuple, list[pr.Case]] = {}
     for (setup, global_batch), cases in ranked.items():
         counts = sorted({case.gpus for case in cases if case.strategy != "single"})
@@ -633,7 +627,7 @@ def prediction_summary(cases: list[pr.Case]) -> str:
     text = (f"Recommended: {_name(recommended)}, measured {recommended.stats('step_ms').median:.2f} ms; "
             f"the best measured here is {_name(best)} at {best.stats('step_ms').median:.2f} ms "
             f"({recommended.stats('step_ms').median / best.stats('step_ms').median - 1:.1%} slower).")
-    pipeline = [abs(_prediction_error(case)) for case in cases if case.strategy == "pipeline"]
+    pipeline = [abs(_prediction_error(case)) for case in cases if case.pipelined]
     if pipeline:
         text += (f" Over {len(pipeline)} pipeline case(s) the mean absolute error is "
                  f"{sum(pipeline) / len(pipeline):.1%}, the largest {max(pipeline):.1%}.")
@@ -732,7 +726,6 @@ def _throttled(case: pr.Case) -> int:
     return sum(1 for entry in case.repetitions if entry.get("throttled", 0) > 0)
 
 
-_CLOCK_COUNTER = re.compile(r"^sm_clock_mhz_dev(\d+)$")
 _CLOCK_EVENTS = ((0x1, "gpu_idle"), (0x2, "applications_clocks_setting"), (0x4, "sw_power_cap"),
                  (0x8, "hw_slowdown"), (0x10, "sync_boost"), (0x20, "sw_thermal_slowdown"),
                  (0x40, "hw_thermal_slowdown"), (0x80, "hw_power_brake_slowdown"), (0x100, "display_clock_setting"))
@@ -746,18 +739,18 @@ def clock_event_names(reasons: int) -> str:
     return ", ".join(names) or "none"
 
 
-# The memory breakdown's columns: header, counter prefix (before the device index), and whether
-# it is a count rather than GiB.
+# The memory breakdown's columns: header and per-device counter (its stem in the counter
+# table, whose unit says whether it is a count rather than GiB).
 _MEMORY_COLUMNS = (
-    ("parameters", "param_mem_gib_dev", False),
-    ("gradients", "grad_mem_gib_dev", False),
-    ("optimizer state", "optim_mem_gib_dev", False),
-    ("model states", "model_state_mem_gib_dev", False),
-    ("activations at peak", "activation_mem_gib_dev", False),
-    ("peak allocated", "peak_mem_gib_dev", False),
-    ("peak reserved", "peak_reserved_gib_dev", False),
-    ("alloc retries", "alloc_retries_dev", True),
-    ("OOMs", "ooms_dev", True),
+    ("parameters", "param_mem_gib"),
+    ("gradients", "grad_mem_gib"),
+    ("optimizer state", "optim_mem_gib"),
+    ("model states", "model_state_mem_gib"),
+    ("activations at peak", "activation_mem_gib"),
+    ("peak allocated", "peak_mem_gib"),
+    ("peak reserved", "peak_reserved_gib"),
+    ("alloc retries", "alloc_retries"),
+    ("OOMs", "ooms"),
 )
 
 
@@ -770,8 +763,10 @@ def memory_section(results: pr.Results) -> list[str]:
         breakdown = case.memory_breakdown()
         for device, values in breakdown.items():
             cells = []
-            for _, prefix, count in _MEMORY_COLUMNS:
-                value = values.get(prefix)
+            for _, name in _MEMORY_COLUMNS:
+                value = values.get(name)
+                fact = case.facts.counters.get(name, "device")
+                count = fact is not None and fact.unit == "count"
                 cells.append("" if value is None else f"{value:,.0f}" if count else f"{value:.3f}")
             rows.append([_name(case), str(device), *cells])
     if not rows:
@@ -783,7 +778,7 @@ def memory_section(results: pr.Results) -> list[str]:
             "persists), the peak allocated and reserved, and the allocator's retries and OOMs during the case; "
             "the highest of each over the repetitions (docs/METRICS.md, \"Memory\"). Empty cells: not measured "
             "(the allocator's figures on GPUs only).", "",
-            *_table(["case", "device", *(header for header, _, _ in _MEMORY_COLUMNS)], rows), ""]
+            *_table(["case", "device", *(header for header, _ in _MEMORY_COLUMNS)], rows), ""]
 
 
 def clocks_section(results: pr.Results) -> list[str]:
@@ -794,16 +789,14 @@ def clocks_section(results: pr.Results) -> list[str]:
         return []
     rows = []
     for case in sampled:
-        devices = sorted({int(match.group(1)) for entry in case.repetitions for key in entry
-                          if (match := _CLOCK_COUNTER.match(key))})
         per_device = []
-        for device in devices:
-            def values(prefix):
-                return [entry[f"{prefix}{device}"] for entry in case.repetitions if f"{prefix}{device}" in entry]
-            clock, top = values("sm_clock_mhz_dev"), values("sm_clock_max_mhz_dev")
-            temperature, power = values("temperature_c_dev"), values("power_w_dev")
+        for device in case.per_device("sm_clock_mhz"):
+            def values(name):
+                return case.per_device(name).get(device, [])
+            clock, top = values("sm_clock_mhz"), values("sm_clock_max_mhz")
+            temperature, power = values("temperature_c"), values("power_w")
             reasons = 0
-            for value in values("throttle_reasons_dev"):
+            for value in values("throttle_reasons"):
                 reasons |= int(value)
             parts = [f"dev{device}: SM {min(clock):,.0f}" + (f" of {max(top):,.0f} MHz" if top else " MHz")]
             if temperature:

@@ -16,6 +16,7 @@
 //
 // --dp-replicate=clone runs LibTorch's torch::nn::parallel::data_parallel instead, which clones
 // the model for every replica every step, and whose replicas' batch-norm statistics are dropped.
+#include "core/counter_table.h"
 #include "core/device_timer.h"
 #include "strategies/flat_tensors.h"
 #include "strategies/optimizer.h"
@@ -36,6 +37,18 @@
 
 namespace parbench {
 namespace {
+
+// What counters() reports (docs/METRICS.md, "data_parallel").
+PARBENCH_DECLARE_COUNTER(Counter("broadcast_ms").unit("ms").lower_is_better()
+                             .means("data_parallel broadcast: the parameters' broadcast to the replicas"));
+PARBENCH_DECLARE_COUNTER(Counter("reduce_ms").unit("ms").lower_is_better()
+                             .means("data_parallel broadcast: the gradients' reduction onto the first device"));
+PARBENCH_DECLARE_COUNTER(Counter("replicate_ms").unit("ms").lower_is_better()
+                             .means("data_parallel clone: cloning the model onto every device once, as each step does"));
+PARBENCH_DECLARE_COUNTER(Counter("host_forward_ms").unit("ms").lower_is_better()
+                             .means("data_parallel: host time per step issuing the replicas' forwards"));
+PARBENCH_DECLARE_COUNTER(Counter("host_backward_ms").unit("ms").lower_is_better()
+                             .means("data_parallel: host time per step issuing the replicas' backwards"));
 
 using Clock = std::chrono::steady_clock;
 

@@ -2,6 +2,7 @@
 // while stage k works on micro-batch i, stage k-1 already works on micro-batch i+1. The
 // schedules are in strategies/pipeline_schedule.h; strategies/stage_executor.h runs them, one
 // host thread per device, each stage owning its backward.
+#include "core/counter_table.h"
 #include "strategies/partition.h"
 #include "strategies/pipeline_schedule.h"
 #include "strategies/stage_executor.h"
@@ -13,6 +14,9 @@
 
 namespace parbench {
 namespace {
+
+// The split option's counter (StrategyOption::counter, below).
+PARBENCH_DECLARE_COUNTER(Counter("split_size").unit("items").means("pipeline: images (sequences) per micro-batch"));
 
 class Pipeline final : public StagedStrategy {
  public:

@@ -2,6 +2,8 @@
 
 #include "core/text.h"
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <stdexcept>
 
@@ -124,7 +126,7 @@ const std::vector<ScheduleInfo>& schedule_table() {
        "devices",
        true, interleaved},
       {"zb-h1", "zero bubble: each backward split into input and weight gradients, the latter deferred", false,
-       zero_bubble_h1},
+       zero_bubble_h1, /*ideal_work_per_micro_batch=*/3},
   };
   return table;
 }
@@ -158,6 +160,66 @@ std::vector<StageProgram> make_schedule(const std::string& schedule, size_t devi
     throw std::invalid_argument("only schedules that take --chunks (interleaved-1f1b) run more than one chunk per device, not " + schedule);
   }
   return info.programs(devices, micro_batches, chunks);
+}
+
+double ideal_bubble_fraction(const ScheduleInfo& info, size_t devices, size_t micro_batches, size_t chunks) {
+  const double work = static_cast<double>(info.ideal_work_per_micro_batch) * static_cast<double>(info.uses_chunks ? chunks : 1) *
+                      static_cast<double>(micro_batches);
+  const double idle = static_cast<double>(devices) - 1.0;
+  return idle / (work + idle);
+}
+
+std::string ideal_bubble_formula(const ScheduleInfo& info) {
+  std::string work = info.ideal_work_per_micro_batch == 1 ? "" : std::to_string(info.ideal_work_per_micro_batch);
+  if (info.uses_chunks) work += "v";
+  return "(S-1)/(" + work + "M+S-1)";
+}
+
+const char* op_letter(StageOp op) {
+  switch (op) {
+    case StageOp::kForward: return "F";
+    case StageOp::kBackwardWeight: return "W";
+    case StageOp::kBackward:
+    case StageOp::kBackwardAll:
+    case StageOp::kBackwardInput:
+    default: return "B";
+  }
+}
+
+const char* op_meaning(StageOp op) {
+  switch (op) {
+    case StageOp::kForward: return "forward";
+    case StageOp::kBackward: return "backward";
+    case StageOp::kBackwardAll: return "backward of one loss over every micro-batch";
+    case StageOp::kBackwardInput: return "input gradient";
+    case StageOp::kBackwardWeight: return "weight gradients";
+    default: return "unknown";
+  }
+}
+
+std::vector<StageOp> schedule_ops(const ScheduleInfo& info) {
+  std::vector<StageOp> ops;
+  for (const auto& program : info.programs(2, 4, info.uses_chunks ? 2 : 1)) {
+    for (const auto& action : program) {
+      if (std::find(ops.begin(), ops.end(), action.op) == ops.end()) ops.push_back(action.op);
+    }
+  }
+  std::sort(ops.begin(), ops.end());
+  return ops;
+}
+
+std::string schedule_facts_json() {
+  auto facts = nlohmann::ordered_json::array();
+  for (const auto& info : schedule_table()) {
+    auto ops = nlohmann::ordered_json::array();
+    for (const auto op : schedule_ops(info)) ops.push_back({{"letter", op_letter(op)}, {"means", op_meaning(op)}});
+    facts.push_back({{"name", info.name},
+                     {"ideal_bubble", ideal_bubble_formula(info)},
+                     {"ideal_work_per_micro_batch", info.ideal_work_per_micro_batch},
+                     {"work_times_chunks", info.uses_chunks},
+                     {"ops", ops}});
+  }
+  return facts.dump();
 }
 
 }  // namespace parbench

@@ -59,8 +59,32 @@ struct ScheduleInfo {
   std::string summary;  // for --help
   bool uses_chunks = false;  // takes --chunks stages per device
   std::function<std::vector<StageProgram>(size_t devices, size_t micro_batches, size_t chunks)> programs;
+  // The ideal bubble (docs/METRICS.md, "The pipeline's ideal bubble"): (S-1)/(wM+S-1) with w
+  // this many equal actions per micro-batch and stage on a device's critical path (zb-h1's F, B
+  // and W: 3), times the chunks where the schedule uses them.
+  int ideal_work_per_micro_batch = 1;
 };
 const std::vector<ScheduleInfo>& schedule_table();
+
+// The ideal bubble of `info` over `devices` devices, `micro_batches` equal micro-batches and
+// `chunks` stages per device, and its formula as the report prints it: "(S-1)/(M+S-1)",
+// "(S-1)/(vM+S-1)", "(S-1)/(3M+S-1)".
+double ideal_bubble_fraction(const ScheduleInfo& info, size_t devices, size_t micro_batches, size_t chunks = 1);
+std::string ideal_bubble_formula(const ScheduleInfo& info);
+
+// An action's letter in traces, timelines and --print-schedule: F, B (a whole backward, the
+// tutorial's backward over every micro-batch, or zb-h1's input gradient) or W; and what it means.
+const char* op_letter(StageOp op);
+const char* op_meaning(StageOp op);
+
+// The kinds of action `info`'s programs run, in StageOp's order (its programs at 2 devices and
+// 4 micro-batches, 2 chunks where it uses them).
+std::vector<StageOp> schedule_ops(const ScheduleInfo& info);
+
+// Every schedule's facts as JSON text, the context's `schedule_facts` (docs/JSON.md): an array,
+// in the table's order, of {"name", "ideal_bubble", "ideal_work_per_micro_batch",
+// "work_times_chunks", "ops": [{"letter", "means"}]}, so readers need no schedule's name.
+std::string schedule_facts_json();
 
 // The entry of `schedule`; throws std::invalid_argument naming the allowed ones.
 const ScheduleInfo& schedule_info(const std::string& schedule);

@@ -1,5 +1,6 @@
 #include "strategies/stage_executor.h"
 
+#include "core/counter_table.h"
 #include "models/autocast_cache.h"
 #include "strategies/optimizer.h"
 #include "strategies/training.h"
@@ -451,6 +452,14 @@ std::vector<DeviceModelStates> StageExecutor::model_states() const {
   }
   return states;
 }
+
+// What host_counters() reports: model_parallel's and pipeline's (docs/METRICS.md).
+PARBENCH_DECLARE_COUNTER(Counter("host_forward_ms").unit("ms").lower_is_better().per_stage()
+                             .means("host time per step of the stage's thread issuing forwards"));
+PARBENCH_DECLARE_COUNTER(Counter("host_backward_ms").unit("ms").lower_is_better().per_stage()
+                             .means("host time per step of the stage's thread issuing backwards"));
+PARBENCH_DECLARE_COUNTER(Counter("host_wait_ms").unit("ms").lower_is_better().per_stage()
+                             .means("host time per step the stage's thread waited for its inputs"));
 
 std::map<std::string, double> StageExecutor::host_counters() const {
   std::map<std::string, double> counters;

@@ -5,6 +5,9 @@
   Standard library only.
 - parbench_results.cases: the cases of one or more files with their statistics, set-ups and
   single-GPU references, for plots/plot.py and reports/make_report.py.
+- parbench_results.facts: the context's counter table and schedule facts (schema 1.8.0), and the
+  tables for older files. Standard library only.
+- parbench_results.paired_runs: ci/paired-runs, processes run in adjacent pairs and their ratios.
 - parbench_results.perf_gate: the regression gate behind ci/perf-gate (docs/PERF_GATE.md), on
   the schema module and the standard library alone.
 

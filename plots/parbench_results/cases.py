@@ -30,12 +30,13 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import re
 import statistics
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from parbench_results import facts as facts_module
+from parbench_results.facts import CounterTable, ScheduleFacts
 from parbench_results.schema import (SECONDS_PER_UNIT, ResultsError, case_fields, key_values, listed_order,
                                      name_parts, read_document)
 
@@ -57,12 +58,9 @@ _FIELDS_READ_FOR = {
 }
 _REQUIRED_TRAIN_COUNTERS = ("step_ms", "items_per_second")
 _REQUIRED_COMM_COUNTERS = ("real_time", "bytes", "algbw_gbps", "busbw_gbps")
-_BUBBLE_COUNTER = re.compile(r"^bubble_frac_dev(\d+)$")
-_BUSY_COUNTER = re.compile(r"^busy_frac_dev(\d+)$")
-_MEMORY_COUNTER = re.compile(r"peak_mem_gib_dev(\d+)$")
-# The memory breakdown's per-device counters (schema 1.6.0; docs/METRICS.md, "Memory").
-_BREAKDOWN_COUNTER = re.compile(r"^((?:param|grad|optim|model_state|activation|peak)_mem_gib_dev|peak_reserved_gib_dev|"
-                                r"alloc_retries_dev|ooms_dev)(\d+)$")
+# The memory breakdown's per-device counters (schema 1.6.0; docs/METRICS.md, "Memory"): the
+# counter table's per-device counters in these units.
+MEMORY_UNITS = ("GiB", "count")
 SKIP_PREFIX = "skipped: "  # a case's error_message when it was skipped, not failed (docs/JSON.md)
 
 
@@ -143,6 +141,28 @@ class Order:
     schedules: tuple = SCHEDULE_ORDER
 
 
+@dataclass(frozen=True)
+class Facts:
+    """What the files' contexts say about counters and schedules (parbench_results.facts): schema
+    1.8.0's tables, or for older files the compatibility tables."""
+
+    counters: CounterTable = field(default_factory=facts_module.legacy_counter_table)
+    schedules: dict = field(default_factory=facts_module.legacy_schedule_facts)
+
+    @staticmethod
+    def of(contexts: list) -> "Facts":
+        """The facts of several files: the first file's, then what later ones add."""
+        if not contexts:
+            return Facts()
+        counters, schedules = None, {}
+        for context in contexts:
+            table = facts_module.counter_table(context)
+            counters = table if counters is None else counters.merged(table)
+            for name, described in facts_module.schedule_facts(context).items():
+                schedules.setdefault(name, described)
+        return Facts(counters, schedules)
+
+
 @dataclass
 class Case:
     name: str  # Google Benchmark's run_name
@@ -154,6 +174,7 @@ class Case:
     name_keys: frozenset = frozenset()  # the fields its name shows: not options at their default
     devices: str = "cuda"  # what it ran on: "cuda" or "cpu"
     order: Order = Order()
+    facts: Facts = field(default_factory=Facts)
     files: list[str] = field(default_factory=list)
     repetitions: list[dict] = field(default_factory=list)  # per-repetition entries that ran
     errors: list[str] = field(default_factory=list)  # error_message of each failed repetition
@@ -190,8 +211,18 @@ class Case:
             return f"{self.gpus} devices on {len(set(self.fields['devices'].split(',')))} GPU(s)"
         if self.devices != "cpu":
             return f"{self.gpus} GPU{'s' if self.gpus != 1 else ''}"
-        unit = "rank" if self.strategy == "ddp" else "device"
+        unit = "rank" if self.over_ranks else "device"
         return f"{self.gpus} CPU {unit}{'s' if self.gpus != 1 else ''}"
+
+    @property
+    def pipelined(self) -> bool:
+        """Whether it runs micro-batches through a pipeline schedule: it has a `schedule`."""
+        return "schedule" in self.fields
+
+    @property
+    def over_ranks(self) -> bool:
+        """Whether it runs as ranks whose batch scales weakly or strongly: it has a `scaling`."""
+        return "scaling" in self.fields
 
     @property
     def split_size(self) -> int | None:
@@ -237,42 +268,45 @@ class Case:
         return Stats.of([entry.get("tokens_per_second", entry["items_per_second"] * seq)
                          for entry in self.repetitions])
 
+    def per_device(self, name: str) -> dict[int, list[float]]:
+        """Device index -> every repetition's value of the per-device counter `name` (its stem in
+        the counter table: "peak_mem_gib" for peak_mem_gib_dev<i>), devices in order."""
+        values: dict[int, list[float]] = {}
+        for entry in self.repetitions:
+            for device, value in self.facts.counters.per_device(entry, name).items():
+                values.setdefault(device, []).append(value)
+        return dict(sorted(values.items()))
+
     def peak_memory_gib(self) -> dict[int, float]:
         """Device index -> highest peak_mem_gib_dev<i> over the repetitions (CUDA runs only)."""
-        peaks: dict[int, float] = {}
-        for entry in self.repetitions:
-            for key, value in entry.items():
-                match = _MEMORY_COUNTER.match(key)
-                if match:
-                    device = int(match.group(1))
-                    peaks[device] = max(value, peaks.get(device, value))
-        return dict(sorted(peaks.items()))
+        return {device: max(values) for device, values in self.per_device("peak_mem_gib").items()}
 
     def memory_breakdown(self) -> dict[int, dict[str, float]]:
-        """Device index -> counter prefix ("param_mem_gib_dev", ...) -> its highest value over the
-        repetitions; devices without a breakdown counter (a run before schema 1.6.0) are left out."""
+        """Device index -> memory counter (the table's per-device counters in MEMORY_UNITS:
+        "param_mem_gib", ...) -> its highest value over the repetitions; devices without a
+        breakdown counter (a run before schema 1.6.0) are left out."""
         breakdown: dict[int, dict[str, float]] = {}
-        for entry in self.repetitions:
-            for key, value in entry.items():
-                match = _BREAKDOWN_COUNTER.match(key)
-                if match:
-                    device = breakdown.setdefault(int(match.group(2)), {})
-                    device[match.group(1)] = max(value, device.get(match.group(1), value))
+        for fact in self.facts.counters.facts:
+            if fact.per != "device" or fact.unit not in MEMORY_UNITS:
+                continue
+            for device, values in self.per_device(fact.name).items():
+                breakdown.setdefault(device, {})[fact.name] = max(values)
         return {device: values for device, values in sorted(breakdown.items())
-                if set(values) - {"peak_mem_gib_dev"}}
+                if set(values) - {"peak_mem_gib"}}
 
     def bubble_fractions(self) -> dict[int, float]:
         """Device index -> median bubble_frac_dev<i> over the repetitions (CUDA runs only)."""
-        return self._per_device_medians(_BUBBLE_COUNTER, "bubble_frac_dev")
+        return {device: Stats.of(values).median for device, values in self.per_device("bubble_frac").items()}
 
     def busy_fractions(self) -> dict[int, float]:
         """Device index -> median busy_frac_dev<i> over the repetitions (CUDA runs only)."""
-        return self._per_device_medians(_BUSY_COUNTER, "busy_frac_dev")
+        return {device: Stats.of(values).median for device, values in self.per_device("busy_frac").items()}
 
-    def _per_device_medians(self, pattern: re.Pattern, prefix: str) -> dict[int, float]:
-        devices = sorted({int(match.group(1)) for entry in self.repetitions for key in entry
-                          if (match := pattern.match(key))})
-        return {device: self.stats(f"{prefix}{device}").median for device in devices}
+    def global_batch(self) -> int:
+        """Samples (images or sequences) per step over every device and rank: the `batch`
+        counter; legacy_global_batch() for an entry without it."""
+        batch = self.stats("batch")
+        return int(batch.median) if batch is not None else legacy_global_batch(self)
 
     def micro_batches(self) -> int | None:
         """M: the pipeline's micro-batches per step, ceil(batch / split_size)."""
@@ -280,15 +314,19 @@ class Case:
             return None
         return -(-int(self.fields["batch"]) // self.split_size)
 
+    def schedule_facts(self) -> ScheduleFacts | None:
+        """Its schedule's facts (the context's `schedule_facts`), None for a case without one."""
+        if "schedule" not in self.fields:
+            return None
+        return facts_module.schedule(self.facts.schedules, self.fields["schedule"])
+
     def ideal_bubble_fraction(self) -> float | None:
-        """(S-1)/(vM+S-1) for a pipeline over S devices of M equal micro-batches, each device
-        holding v chunks (v = 1 but for interleaved-1f1b; docs/METRICS.md)."""
+        """(S-1)/(wM+S-1) for a pipeline over S devices of M equal micro-batches, w its schedule's
+        work per micro-batch (the chunks per device v, or 3 for F, B and W; docs/METRICS.md)."""
         if self.split_size is None:
             return None
-        chunks = int(self.fields.get("chunks", 1))
-        if self.fields.get("schedule") == "zb-h1":  # (S-1)(F+B-W) over M(F+B+W) + that, F = B = W
-            return (self.gpus - 1) / (3 * self.micro_batches() + self.gpus - 1)
-        return (self.gpus - 1) / (chunks * self.micro_batches() + self.gpus - 1)
+        return self.schedule_facts().ideal_bubble_fraction(self.gpus, self.micro_batches(),
+                                                           int(self.fields.get("chunks", 1)))
 
     def ideal_speedup(self) -> float | None:
         """S*M/(M+S-1): a pipeline's speedup over single with balanced stages and free copies
@@ -314,7 +352,7 @@ class Case:
             words.append(f"{self.fields['scaling']} scaling")
         if "replicate" in self.fields:
             words.append(f"replicate {self.fields['replicate']}")
-        if self.strategy == "ddp":
+        if self.over_ranks:
             batch = int(self.fields["batch"])  # the global batch in strong scaling
             words.append(f"per-rank batch {batch if self.fields.get('scaling') == 'weak' else batch // self.gpus}")
         described = set(_SETUP_KEYS) | {"gpus", "schedule", "split", "bucket_mib", "overlap", "scaling", "graph",
@@ -468,7 +506,7 @@ def best_splits(cases: list[Case]) -> dict[tuple, Case]:
     """Pipeline series -> its case with the lowest median step time."""
     best: dict[tuple, Case] = {}
     for case in cases:
-        if case.strategy == "pipeline" and case.ran:
+        if case.pipelined and case.ran:
             incumbent = best.get(case.series)
             if incumbent is None or case.stats("step_ms").median < incumbent.stats("step_ms").median:
                 best[case.series] = case
@@ -479,7 +517,7 @@ def headline_cases(cases: list[Case]) -> list[Case]:
     """One set-up's cases that ran, pipeline reduced to its best split per series."""
     best = set(map(id, best_splits(cases).values()))
     return [case for case in cases
-            if case.ran and (case.strategy != "pipeline" or id(case) in best)]
+            if case.ran and (not case.pipelined or id(case) in best)]
 
 
 def load(paths: list[str]) -> Results:
@@ -498,8 +536,13 @@ def load(paths: list[str]) -> Results:
         for index, entry in enumerate(document["benchmarks"]):
             _add_entry(cases, path, index, entry, document["context"])
     order = Order(_listed_order(runs, "strategies", STRATEGY_ORDER), _listed_order(runs, "schedules", SCHEDULE_ORDER))
+    try:
+        facts = Facts.of([run.context for run in runs])
+    except facts_module.FactsError as error:
+        raise ResultsError(f"{', '.join(run.path for run in runs)}: {error}") from None
     for case in cases.values():
         case.order = order
+        case.facts = facts
         if case.family == "train" and not case.repetitions and not case.errors:
             raise ResultsError(f"{case.files[0]}: {case.name} has aggregates but no per-repetition "
                                "entries (written with --benchmark_report_aggregates_only?)")
@@ -619,3 +662,10 @@ def staged_output(out_dir: Path):
             with contextlib.suppress(OSError):
                 out_dir.rmdir()
         raise
+
+
+def legacy_global_batch(case: Case) -> int:
+    """Compatibility, for an entry without the `batch` counter: the name's batch, times the ranks
+    for weak-scaling ddp, whose name gives each rank's."""
+    weak_ddp = case.strategy == "ddp" and case.fields.get("scaling") == "weak"
+    return case.reference_batch * (case.gpus if weak_ddp else 1)

@@ -22,6 +22,7 @@ import traceback
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 
+from parbench_results import facts
 from parbench_results.schema import SECONDS_PER_UNIT, ResultsError, case_name, read_document
 
 EXIT_PASS = 0
@@ -56,6 +57,44 @@ COMPARED_VERDICTS = {PASS, IMPROVED, REGRESSION, SLOWER_NOT_SIGNIFICANT, FASTER_
 
 class UnusableInput(Exception):
     """An input the gate cannot judge: exit 2."""
+
+
+class UnknownMetric(Exception):
+    """A --metric the runs' counter table does not declare with a direction: exit 2, one line."""
+
+
+TIME_METRIC = "time"  # real_time, normalised by time_unit: not a counter
+
+
+@dataclass(frozen=True)
+class Metric:
+    """What --metric compares: its name, unit and whether higher is better."""
+
+    name: str
+    unit: str
+    higher_is_better: bool
+
+
+def resolve_metric(name: str, contexts: list) -> Metric:
+    """`time`, or a counter the runs' contexts declare (schema 1.8.0's `counters`; the built-in
+    table for older files) with a direction; UnknownMetric otherwise, naming the allowed ones."""
+    if name == TIME_METRIC:
+        return Metric(TIME_METRIC, "s", False)
+    table = None
+    for context in contexts:
+        try:
+            found = facts.counter_table(context)
+        except facts.FactsError as error:
+            raise UnusableInput(str(error)) from None
+        table = found if table is None else table.merged(found)
+    table = table or facts.legacy_counter_table()
+    fact = table.find(name)
+    if fact is None or fact.better not in ("higher", "lower"):
+        allowed = [TIME_METRIC] + [fact.key for fact in table.facts if fact.better in ("higher", "lower")]
+        why = "is not a counter the runs declare" if fact is None else "is a counter without a better direction"
+        raise UnknownMetric(f"--metric {name} {why}; allowed: {', '.join(allowed)} "
+                            "(<i>, <r>, <s>: a device, rank or stage index)")
+    return Metric(name, fact.unit, fact.better == "higher")
 
 
 @dataclass
@@ -201,17 +240,17 @@ def throttled_reason(candidate: Run) -> str | None:
 
 
 def metric_value(entry: dict, metric: str) -> float | None:
-    """The entry's metric, real_time in seconds or items_per_second; None when the entry has no
-    items_per_second (comm/ cases)."""
-    if metric == "time":
+    """The entry's metric, real_time in seconds or a counter (items_per_second, ...); None when
+    the entry has no such counter (comm/ cases have no items_per_second)."""
+    if metric == TIME_METRIC:
         unit = entry.get("time_unit")
         if unit not in SECONDS_PER_UNIT:
             raise UnusableInput(f"{entry['name']}: unknown time_unit {unit!r}")
         value, scale = entry.get("real_time"), SECONDS_PER_UNIT[unit]
     else:
-        if "items_per_second" not in entry:
+        if metric not in entry:
             return None
-        value, scale = entry["items_per_second"], 1.0
+        value, scale = entry[metric], 1.0
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
         raise UnusableInput(f"{entry['name']}: {metric} value {value!r} is not a positive number")
     return value * scale
@@ -269,7 +308,7 @@ def decide(rows: list, settings: argparse.Namespace) -> None:
         if row.change_pct is None or row.verdict == TOO_FEW_REPETITIONS:
             continue
         change = row.change_pct / 100
-        worse_by = change if settings.metric == "time" else -change
+        worse_by = -change if settings.resolved_metric.higher_is_better else change
         if abs(worse_by) <= threshold:
             row.verdict, row.decided_by = PASS, f"threshold: within {settings.threshold:g}%"
             continue
@@ -433,7 +472,8 @@ def draw_trend(path: str, history: History, candidate: Run, settings: argparse.N
     columns = min(3, len(series))
     rows = math.ceil(len(series) / columns)
     figure, axes = plt.subplots(rows, columns, figsize=(5 * columns, 3 * rows), squeeze=False)
-    scale, unit = (1e3, "ms") if settings.metric == "time" else (1.0, "items/s")
+    metric = settings.resolved_metric
+    scale, unit = (1e3, "ms") if metric.name == TIME_METRIC else (1.0, metric.unit)
     positions = list(range(len(labels)))
     for axis, (name, medians) in zip(axes.flat, series.items()):
         known = [(x, value * scale) for x, value in zip(positions, medians) if value is not None]
@@ -458,11 +498,13 @@ def draw_trend(path: str, history: History, candidate: Run, settings: argparse.N
 
 # Rendering.
 
-def format_metric(value: float | None, metric: str) -> str:
+def format_metric(value: float | None, metric: str, unit: str = "") -> str:
     if value is None:
         return "-"
     if metric == "items_per_second":
         return f"{value:,.1f}/s"
+    if metric != TIME_METRIC:
+        return f"{value:,.4g} {unit}".rstrip()
     for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
         if value >= scale:
             return f"{value / scale:.3f} {unit}"
@@ -474,11 +516,11 @@ def verdict_text(row: Row) -> str:
 
 
 def table_cells(report: Report) -> list:
-    metric = report.settings.metric
+    metric, unit = report.settings.metric, report.settings.resolved_metric.unit if report.settings.resolved_metric else ""
     return [[row.name,
              f"{row.baseline_repetitions}/{row.candidate_repetitions}",
-             format_metric(row.baseline_median, metric),
-             format_metric(row.candidate_median, metric),
+             format_metric(row.baseline_median, metric, unit),
+             format_metric(row.candidate_median, metric, unit),
              "-" if row.change_pct is None else f"{row.change_pct:+.1f}%",
              "-" if row.p_value is None else f"{row.p_value:.4f}",
              "-" if row.p_adjusted is None else f"{row.p_adjusted:.4f}",
@@ -491,7 +533,13 @@ TABLE_HEADER = ["benchmark", "reps b/c", "baseline median", "candidate median", 
 
 
 def decision_rule(settings: argparse.Namespace) -> str:
-    measure = "median real_time, lower is better" if settings.metric == "time" else "median items_per_second, higher is better"
+    metric = settings.resolved_metric
+    if metric is None:  # the runs could not be read: their counter table neither
+        measure = f"median {settings.metric}"
+    elif metric.name == TIME_METRIC:
+        measure = "median real_time, lower is better"
+    else:
+        measure = f"median {metric.name}, {'higher' if metric.higher_is_better else 'lower'} is better"
     correction = ("Holm's step-down correction over every benchmark tested" if settings.correction == "holm"
                   else "no correction for testing many benchmarks (--correction=none)")
     return (f"metric {settings.metric} ({measure}); regression: worse by more than {settings.threshold:g}% "
@@ -565,7 +613,7 @@ def render_json(report: Report) -> dict:
         "baseline": settings.baseline,
         "candidate": settings.candidate,
         "metric": settings.metric,
-        "metric_unit": "s" if settings.metric == "time" else "items/s",
+        "metric_unit": settings.resolved_metric.unit if settings.resolved_metric else None,
         "threshold_pct": settings.threshold,
         "alpha": settings.alpha,
         "correction": settings.correction,
@@ -629,9 +677,10 @@ def parse_arguments(argv: list | None) -> argparse.Namespace:
     parser.add_argument("runs", nargs="+", metavar="[BASELINE] CANDIDATE",
                         help="baseline JSON, from a trusted run on the same GPUs (left out with --window), "
                              "then the candidate JSON, from the build under test")
-    parser.add_argument("--metric", choices=["time", "items_per_second"], default="time",
-                        help="what to compare: real_time (lower is better) or items_per_second (higher is better); "
-                             "default %(default)s")
+    parser.add_argument("--metric", default=TIME_METRIC,
+                        help="what to compare: time, real_time (lower is better), or any counter the runs' context "
+                             "declares with a direction (docs/JSON.md, `counters`), e.g. items_per_second (higher "
+                             "is better), step_ms, mfu, peak_mem_gib_dev0; default %(default)s")
     parser.add_argument("--threshold", type=percentage, default=5.0, metavar="PCT",
                         help="a median worse by more than PCT percent can regress; default %(default)g")
     parser.add_argument("--alpha", type=probability, default=0.05,
@@ -664,6 +713,9 @@ def parse_arguments(argv: list | None) -> argparse.Namespace:
     parser.add_argument("--markdown-out", metavar="FILE",
                         help="append the comparison as Markdown to FILE, e.g. \"$GITHUB_STEP_SUMMARY\"")
     settings = parser.parse_args(argv)
+    # time and items_per_second read the same in every file; another counter's facts come with the runs.
+    settings.resolved_metric = resolve_metric(settings.metric, []) if settings.metric in (TIME_METRIC, "items_per_second") \
+        else None
     if settings.window:
         if len(settings.runs) != 1:
             parser.error(f"with --window give the candidate alone, got {len(settings.runs)} files")
@@ -687,6 +739,12 @@ def run_gate(settings: argparse.Namespace) -> Report:
         else:
             baseline = load_run(settings.baseline, settings.metric)
             candidate = load_run(settings.candidate, settings.metric)
+    except UnusableInput as problem:
+        return Report(settings=settings, unusable=[str(problem)])
+    contexts = [candidate.context] + ([run.context for _, runs in history.commits for run in runs] if history
+                                      else [baseline.context])
+    try:
+        settings.resolved_metric = resolve_metric(settings.metric, contexts)
     except UnusableInput as problem:
         return Report(settings=settings, unusable=[str(problem)])
     report = compare(baseline, candidate, settings)
@@ -717,6 +775,9 @@ def main(argv: list | None = None) -> int:
         sys.stdout.write(render_text(report))
         write_outputs(report, settings)
         return report.exit_code
+    except UnknownMetric as error:  # a bad option: one line naming the allowed metrics
+        print(f"perf-gate: {error}", file=sys.stderr)
+        return EXIT_UNUSABLE
     except Exception as error:  # a crash must not exit 1, which reads as "regression"; one line, no traceback
         message = str(error).splitlines()[0] if str(error) else ""
         print(f"perf-gate: internal error, input unusable: {type(error).__name__}"

@@ -13,6 +13,9 @@ import pytest
 
 import pipeline_timeline as pt
 import timeline_plot
+from parbench_results.facts import legacy_schedule_facts
+
+SCHEDULE_FACTS = legacy_schedule_facts()  # the fixtures' files predate schema 1.8.0's schedule_facts
 
 REPO = Path(__file__).resolve().parents[2]
 TRACES = Path(__file__).resolve().with_name("fixtures") / "traces"
@@ -201,7 +204,7 @@ def test_covered_counts_overlaps_once():
     ("zb-h1", 2, 4, 1, 1 / 13),       # (S-1)/(3M+S-1)
 ])
 def test_ideal_bubble(schedule, devices, micro_batches, chunks, expected):
-    assert pt.ideal_bubble(schedule, devices, micro_batches, chunks) == pytest.approx(expected)
+    assert pt.ideal_bubble(SCHEDULE_FACTS[schedule], devices, micro_batches, chunks) == pytest.approx(expected)
 
 
 def test_a_trace_without_labelled_actions_is_refused(tmp_path):
@@ -251,7 +254,7 @@ def test_figure_is_drawn_with_both_panels_and_a_row_per_device_and_lane(tmp_path
                     for s, op, m, start in ((0, "F", 0, 0.0), (0, "F", 1, 0.2), (1, "F", 0, 0.25), (1, "F", 1, 0.45),
                                             (1, "B", 1, 0.65), (1, "B", 0, 0.85), (0, "B", 1, 1.1), (0, "B", 0, 1.3))]}))
     predicted = pt.predicted_timeline(predicted_file)
-    figure = timeline_plot.draw_timeline("test", measured, predicted, "gpipe", 1 / 3)
+    figure = timeline_plot.draw_timeline("test", measured, predicted, SCHEDULE_FACTS["gpipe"], 1 / 3)
     measured_ax, predicted_ax = figure.axes
     assert [label.get_text() for label in measured_ax.get_yticklabels()] == [
         f"device 0\nbubble {measured.bubble[0]:.2f}", f"device 1 lane 0\nbubble {measured.bubble[1]:.2f}",
@@ -269,7 +272,7 @@ def test_figure_is_drawn_with_both_panels_and_a_row_per_device_and_lane(tmp_path
     for action in document["actions"]:
         action["start_ms"], action["end_ms"] = action["start_ms"] * 10, action["end_ms"] * 10
     predicted_file.write_text(json.dumps(document))
-    figure = timeline_plot.draw_timeline("test", measured, pt.predicted_timeline(predicted_file), "gpipe", 1 / 3)
+    figure = timeline_plot.draw_timeline("test", measured, pt.predicted_timeline(predicted_file), SCHEDULE_FACTS["gpipe"], 1 / 3)
     measured_ax, predicted_ax = figure.axes
     assert predicted_ax.get_xlim()[1] == pytest.approx(10 * measured_ax.get_xlim()[1] * 1.7 / 1.88)
     assert "on its own time axis" in predicted_ax.get_title(loc="left")
@@ -298,7 +301,7 @@ def test_report_draws_timelines_and_writes_timelines_json(tmp_path):
         timeline = pt.measured_timeline(pt.read_trace(trace), 2)
         assert entry["measured_bubble_fraction"] == pytest.approx(timeline.bubble, abs=1e-6)
         assert entry["ideal_bubble_fraction"] == pytest.approx(
-            pt.ideal_bubble(schedule, 2, 2, 2 if schedule == "interleaved-1f1b" else 1), abs=1e-6)
+            pt.ideal_bubble(SCHEDULE_FACTS[schedule], 2, 2, 2 if schedule == "interleaved-1f1b" else 1), abs=1e-6)
         assert entry["predicted_bubble_fraction"] == pytest.approx(
             json.loads(predicted_file.read_text())["bubble_fraction"], abs=1e-6)
         assert (tmp_path / entry["figure"]).read_bytes().startswith(PNG_SIGNATURE)
