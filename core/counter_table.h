@@ -17,7 +17,8 @@ enum class Better { kHigher, kLower, kNeither };
 
 // What one value describes. A per-device counter is written once per device as
 // `<name>_dev<i>`, a per-stage one as `<name>_stage<s>`, a per-rank one as `<name>_rank<r>`.
-// A distributed strategy's per-case counter reaches the JSON per rank, as `<name>_rank<r>`.
+// A distributed strategy's per-case counter reaches the JSON under its own name where every rank
+// reports the same value, else per rank, as `<name>_rank<r>` (docs/JSON.md).
 enum class CounterScope { kCase, kDevice, kRank, kStage };
 
 struct CounterInfo {

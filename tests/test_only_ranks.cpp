@@ -6,6 +6,7 @@
 // rank spent in its all-reduces per step, which differs between ranks.
 // tests/python/test_plugin_ranks.py runs it as ranks on CPU stand-ins and checks that both reach
 // the JSON as docs/JSON.md says a distributed strategy's counters do.
+#include "core/counter_table.h"
 #include "strategies/distributed/world.h"
 #include "strategies/strategy.h"
 #include "strategies/training.h"
@@ -14,6 +15,11 @@
 #include <stdexcept>
 
 namespace parbench {
+
+PARBENCH_DECLARE_COUNTER(Counter("allreduces_per_step").unit("all-reduces").means("test_ranks: all-reduces per step"));
+PARBENCH_DECLARE_COUNTER(Counter("allreduce_ms").unit("ms").lower_is_better()
+                             .means("test_ranks: host time of a step's all-reduces, per rank"));
+
 namespace {
 
 class TestRanks final : public Strategy {
