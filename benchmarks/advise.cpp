@@ -79,7 +79,7 @@ std::vector<int64_t> profile_sizes(int64_t batch, size_t devices) {
 // The strategy whose step is the whole model on one device: the profile's reference step.
 const StrategyInfo& whole_model_strategy() {
   for (const auto* strategy : StrategyRegistry::instance().all()) {
-    if (strategy->advise_model == AdviseModel::kWholeModel) return *strategy;
+    if (strategy->advise_model() == AdviseModel::kWholeModel) return *strategy;
   }
   throw std::logic_error("advise needs a strategy of AdviseModel::kWholeModel");
 }
@@ -325,7 +325,7 @@ SimulatedStep predict_staged(const CutProfile& parts, const std::vector<int64_t>
 // A staged case's micro-batches: split_size's (a pipeline), or none (model parallelism: the
 // whole batch at once).
 bool pipelined(const CaseSpec& spec) {
-  return spec.strategy->advise_model == AdviseModel::kStaged && spec.config.split_size > 0;
+  return spec.strategy->advise_model() == AdviseModel::kStaged && spec.config.split_size > 0;
 }
 
 // Stages per device of a staged case: more than one for interleaved-1f1b's.
@@ -361,7 +361,7 @@ bool splits_backwards(const std::string& schedule) {
 
 // Adds what `spec`'s prediction needs profiled to `request`.
 void add_to_request(const CaseSpec& spec, ProfileRequest& request) {
-  const auto model = spec.strategy->advise_model;
+  const auto model = spec.strategy->advise_model();
   const bool chunked = chunks_of(spec) > 1;
   request.parts |= model == AdviseModel::kReplicated || (model == AdviseModel::kStaged && !chunked);
   request.backward_halves |= pipelined(spec) && splits_backwards(spec.config.schedule);
@@ -411,13 +411,13 @@ double predict_ddp(const AdviseProfile& profile, const CaseSpec& spec) {
 // Whether the strategy declares a model for the case (StrategyInfo::advise_model, advised).
 bool modelled(const CaseSpec& spec) {
   const auto& strategy = *spec.strategy;
-  if (strategy.advise_model == AdviseModel::kNone) return false;
+  if (strategy.advise_model() == AdviseModel::kNone) return false;
   // The all-reduces are profiled across the ranks' GPUs.
-  if (strategy.advise_model == AdviseModel::kRankedAllReduce && (visible_gpu_count() < spec.gpus || spec.gpus < 2)) {
+  if (strategy.advise_model() == AdviseModel::kRankedAllReduce && (visible_gpu_count() < spec.gpus || spec.gpus < 2)) {
     return false;
   }
   const CaseConditions conditions{spec.config, spec.global_batch, spec.gpus, visible_gpu_count(), spec.cuda_graph};
-  return !strategy.advised || strategy.advised(conditions);
+  return strategy.advises(conditions);
 }
 
 // A case skipped only because it needs more GPUs than are visible: predicted all the same from
@@ -426,7 +426,7 @@ bool modelled(const CaseSpec& spec) {
 // per rank.
 bool predicted_only(const CaseSpec& spec) {
   const auto visible = visible_gpu_count();
-  return visible > 0 && spec.gpus > visible && spec.strategy->advise_model != AdviseModel::kRankedAllReduce &&
+  return visible > 0 && spec.gpus > visible && spec.strategy->advise_model() != AdviseModel::kRankedAllReduce &&
          spec.wants_more_gpus;
 }
 
@@ -472,7 +472,7 @@ AdviseProfile profile_setup(const CaseSpec& spec, const std::vector<torch::Devic
 }
 
 std::optional<SimulatedStep> predict_staged_case(const CaseSpec& spec) {
-  if (spec.strategy->advise_model != AdviseModel::kStaged || !modelled(spec)) return std::nullopt;
+  if (spec.strategy->advise_model() != AdviseModel::kStaged || !modelled(spec)) return std::nullopt;
   const auto devices = case_devices(spec);
   ProfileRequest request;
   add_to_request(spec, request);
@@ -496,7 +496,7 @@ std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& 
       continue;
     }
     advised.push_back(&spec);
-    if (spec.strategy->advise_model != AdviseModel::kWholeModel) counts[setup_key(spec)].insert(spec.gpus);
+    if (spec.strategy->advise_model() != AdviseModel::kWholeModel) counts[setup_key(spec)].insert(spec.gpus);
   }
   for (const auto* spec : advised) {
     const auto key = setup_key(*spec);
@@ -505,7 +505,7 @@ std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& 
     if (setup_counts.size() > 1) {
       keys.clear();
       for (int count : setup_counts) {
-        if (spec->strategy->advise_model == AdviseModel::kWholeModel || count == spec->gpus) {
+        if (spec->strategy->advise_model() == AdviseModel::kWholeModel || count == spec->gpus) {
           keys.push_back(key + "/gpus:" + std::to_string(count));
         }
       }
@@ -532,7 +532,7 @@ std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& 
     const auto began = std::chrono::steady_clock::now();
     AdviseProfile profile;
     const auto multi = std::find_if(specs.begin(), specs.end(),
-                                    [](const auto& s) { return s.strategy->advise_model != AdviseModel::kWholeModel; });
+                                    [](const auto& s) { return s.strategy->advise_model() != AdviseModel::kWholeModel; });
     const auto devices = profile_devices(multi != specs.end() ? *multi : specs.front());
     const auto device = devices.front();
     // The set-up's whole batch, whatever a ddp case's own config holds.
@@ -556,7 +556,7 @@ std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& 
 
     // A staged case whose cut the model cannot make runs unpredicted, and fails on its own.
     const auto unprofiled = std::stable_partition(specs.begin(), specs.end(), [&](const CaseSpec& spec) {
-      return spec.strategy->advise_model != AdviseModel::kStaged || cut_of(profile, spec) != nullptr;
+      return spec.strategy->advise_model() != AdviseModel::kStaged || cut_of(profile, spec) != nullptr;
     });
     for (auto spec = unprofiled; spec != specs.end(); ++spec) {
       std::fprintf(stderr, "parbench advise: %s: its cut of %d chunks per device was not profiled (the model cannot "
@@ -565,7 +565,7 @@ std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& 
     }
     specs.erase(unprofiled, specs.end());
     for (auto& spec : specs) {
-      switch (spec.strategy->advise_model) {
+      switch (spec.strategy->advise_model()) {
         case AdviseModel::kWholeModel: spec.predicted_step_ms = profile.single_step_ms; break;
         case AdviseModel::kReplicated:
           spec.predicted_step_ms = predict_data_parallel(profile, spec.config.batch_size, devices.size());
@@ -595,7 +595,7 @@ std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& 
       std::printf("  %4zu  %12.2f  %10.0f  %s%s%s\n", rank + 1, *spec.predicted_step_ms, images_per_second,
                   spec.name.c_str(), rank == 0 ? "  <- recommended" : "",
                   runs ? "" : ("  (not run: " + spec.skip_reason + ")").c_str());
-      const auto* parts = spec.strategy->advise_model == AdviseModel::kStaged ? cut_of(profile, spec) : &profile.parts;
+      const auto* parts = spec.strategy->advise_model() == AdviseModel::kStaged ? cut_of(profile, spec) : &profile.parts;
       if (!recorded.insert(spec.name).second) continue;  // single, in a later count's ranking
       nlohmann::json prediction = {{"name", spec.name}, {"predicted_step_ms", *spec.predicted_step_ms},
                                    {"rank", rank + 1}, {"profile", parts->cut.empty() ? "single" : parts->cut}};
@@ -603,7 +603,7 @@ std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& 
       predictions.push_back(prediction);
       // The reference step always runs.
       const bool validated = static_cast<int>(rank) < options.advise_validate ||
-                             spec.strategy->advise_model == AdviseModel::kWholeModel;
+                             spec.strategy->advise_model() == AdviseModel::kWholeModel;
       if (validated && runs) to_run.push_back(spec);
     }
     std::fflush(stdout);

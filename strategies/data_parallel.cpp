@@ -321,33 +321,34 @@ class DataParallel final : public Strategy {
 };
 
 StrategyInfo data_parallel_info() {
-  StrategyInfo info{"data_parallel",
-                    "one process; broadcast parameters to replicas, scatter, parallel forwards, gather, reduce gradients",
-                    /*order=*/3, /*min_devices=*/2, /*distributed=*/false,
-                    [] { return std::make_unique<DataParallel>(); }, /*graph_capturable=*/true,
-                    /*device_role=*/"replicas", /*options, below*/ {}, /*obstacle, below*/ nullptr,
-                    AdviseModel::kReplicated, /*advised, below*/ nullptr};
-  info.options = {{"replicate", "dp-replicate",
-                   "data_parallel: broadcast (replicas built once, parameters broadcast every\nstep, as PyTorch's "
-                   "DataParallel) | clone (LibTorch's data_parallel:\nreplicas cloned every step; GPUs only, no CUDA "
-                   "graph); default broadcast",
-                   StrategyOption::Kind::kChoice, {"broadcast", "clone"}, 1, {"broadcast"}, "", "", nullptr,
-                   [](RunConfig& config, const std::string& value, int) { config.dp_replicate = value; }}};
-  info.obstacle = [](const CaseConditions& conditions) -> std::optional<CaseObstacle> {
-    if (conditions.config.dp_replicate != "clone") return std::nullopt;
-    // LibTorch's data_parallel builds replicas on the host every step and gathers CUDA tensors only.
-    if (conditions.cuda_graph) {
-      return CaseObstacle{"data_parallel replicate:clone cannot be captured in a CUDA graph (it builds its replicas "
-                          "on the host every step)",
-                          /*capture_only=*/true};
-    }
-    if (conditions.visible_gpus == 0) {
-      return CaseObstacle{"needs GPUs, 0 visible (LibTorch's data_parallel gathers CUDA tensors only)"};
-    }
-    return std::nullopt;
-  };
-  info.advised = [](const CaseConditions& conditions) { return conditions.config.dp_replicate == "broadcast"; };
-  return info;
+  return StrategyInfo("data_parallel")
+      .creates<DataParallel>()
+      .summary("one process; broadcast parameters to replicas, scatter, parallel forwards, gather, reduce gradients")
+      .order(3)
+      .min_devices(2)
+      .graph_capturable()
+      .device_role("replicas")
+      .option(StrategyOption::choice("replicate", "dp-replicate", {"broadcast", "clone"})
+                  .help("data_parallel: broadcast (replicas built once, parameters broadcast every\nstep, as PyTorch's "
+                        "DataParallel) | clone (LibTorch's data_parallel:\nreplicas cloned every step; GPUs only, no "
+                        "CUDA graph); default broadcast")
+                  .defaults({"broadcast"})
+                  .apply([](RunConfig& config, const std::string& value, int) { config.dp_replicate = value; }))
+      .obstacle([](const CaseConditions& conditions) -> std::optional<CaseObstacle> {
+        if (conditions.config.dp_replicate != "clone") return std::nullopt;
+        // LibTorch's data_parallel builds replicas on the host every step and gathers CUDA tensors only.
+        if (conditions.cuda_graph) {
+          return CaseObstacle{"data_parallel replicate:clone cannot be captured in a CUDA graph (it builds its "
+                              "replicas on the host every step)",
+                              /*capture_only=*/true};
+        }
+        if (conditions.visible_gpus == 0) {
+          return CaseObstacle{"needs GPUs, 0 visible (LibTorch's data_parallel gathers CUDA tensors only)"};
+        }
+        return std::nullopt;
+      })
+      .advise_model(AdviseModel::kReplicated)
+      .advised([](const CaseConditions& conditions) { return conditions.config.dp_replicate == "broadcast"; });
 }
 
 PARBENCH_REGISTER_STRATEGY(data_parallel_info());

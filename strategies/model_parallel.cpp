@@ -25,11 +25,14 @@ class ModelParallel final : public StagedStrategy {
 
 };
 
-PARBENCH_REGISTER_STRATEGY({"model_parallel", "stages split across devices, whole batch one device at a time",
-                            /*order=*/1, /*min_devices=*/2, /*distributed=*/false,
-                            [] { return std::make_unique<ModelParallel>(); }, /*graph_capturable=*/true,
-                            /*device_role=*/"stages", /*options=*/{}, /*obstacle=*/nullptr, AdviseModel::kStaged,
-                            /*advised=*/nullptr});
+PARBENCH_REGISTER_STRATEGY(StrategyInfo("model_parallel")
+                               .creates<ModelParallel>()
+                               .summary("stages split across devices, whole batch one device at a time")
+                               .order(1)
+                               .min_devices(2)
+                               .graph_capturable()
+                               .device_role("stages")
+                               .advise_model(AdviseModel::kStaged));
 
 }  // namespace
 }  // namespace parbench

@@ -47,10 +47,12 @@ class SingleDevice final : public Strategy {
   std::unique_ptr<Optimizer> optimizer_;
 };
 
-PARBENCH_REGISTER_STRATEGY({"single", "the whole model on one device", /*order=*/0, /*min_devices=*/1,
-                            /*distributed=*/false, [] { return std::make_unique<SingleDevice>(); },
-                            /*graph_capturable=*/true, /*device_role=*/"devices", /*options=*/{},
-                            /*obstacle=*/nullptr, AdviseModel::kWholeModel, /*advised=*/nullptr});
+PARBENCH_REGISTER_STRATEGY(StrategyInfo("single")
+                               .creates<SingleDevice>()
+                               .summary("the whole model on one device")
+                               .order(0)
+                               .graph_capturable()
+                               .advise_model(AdviseModel::kWholeModel));
 
 }  // namespace
 }  // namespace parbench

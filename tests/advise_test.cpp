@@ -30,7 +30,7 @@ std::vector<CaseSpec> every_schedule(const std::string& lanes = "1") {
 
 const CaseSpec& case_of(const std::vector<CaseSpec>& cases, const std::string& schedule) {
   const auto found = std::find_if(cases.begin(), cases.end(), [&](const CaseSpec& spec) {
-    return spec.strategy->name == "pipeline" && spec.config.schedule == schedule;
+    return spec.strategy->name() == "pipeline" && spec.config.schedule == schedule;
   });
   if (found == cases.end()) throw std::logic_error("no " + schedule + " case");
   return *found;

@@ -322,7 +322,7 @@ TEST(Advise, PredictsCasesNeedingMoreGpusThanVisibleWithoutRunningThem) {
   const auto to_run = advise(cases, options);
   const auto table = testing::internal::GetCapturedStdout();
   ASSERT_EQ(to_run.size(), 1u);  // single; pipeline needs a GPU more than are visible, ddp too
-  EXPECT_EQ(to_run.front().strategy->name, "single");
+  EXPECT_EQ(to_run.front().strategy->name(), "single");
   EXPECT_TRUE(to_run.front().predicted_step_ms.has_value());
   const auto pipeline_row = table.find("train/pipeline/tinycnn");
   ASSERT_NE(pipeline_row, std::string::npos) << table;
