@@ -1,6 +1,8 @@
-// parbench --advise: predicts the step time of every single, model_parallel, pipeline and
-// data_parallel case from a short profile, ranks them, and runs the best predicted ones to check
-// the prediction.
+// parbench --advise: predicts, from a short profile, the step time of the cases whose strategy
+// declares a model for them (StrategyInfo::advise_model and advised: single, model_parallel,
+// pipeline on one lane, data_parallel's broadcast variant, and ddp where it has a GPU per rank),
+// ranks each set-up's cases, and runs the whole-model reference (single) and the best predicted
+// ones to check the predictions; the others are left out, with a line saying how many.
 //
 // The profile, per set-up (model, batch, image, precision, data), on the devices the
 // multi-device cases use: single's step; and, for the cut model_parallel and pipeline use, each

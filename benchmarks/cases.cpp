@@ -40,7 +40,8 @@ std::string join_ids(const std::vector<int>& ids) {
   return joined(ids, ",", [](int id) { return std::to_string(id); });
 }
 
-// "single, ddp": the strategies whose step can be captured in a CUDA graph.
+// The names of the strategies whose step can be captured in a CUDA graph, comma-separated, in
+// listing order.
 std::string capturable_names() {
   std::vector<std::string> names;
   for (const auto* info : StrategyRegistry::instance().all()) {
