@@ -99,7 +99,10 @@ std::optional<SimulatedStep> predict_staged_case(const CaseSpec& spec);
 // data_parallel's clone variant and pipeline cases on two lanes (the simulator models one compute
 // stream per device) are not modelled: they are left out, with a line saying so. A case skipped
 // for want of GPUs (on a machine with fewer than it needs, but some) is predicted all the same,
-// from its parts profiled sharing the visible GPUs, and marked not run.
+// from its parts profiled sharing the visible GPUs, and marked not run. A pipeline case whose
+// schedule cannot be built where advise models it (make_schedule refuses its devices,
+// micro-batches or chunks) is reported on its own line and runs unpredicted; the others are
+// still predicted.
 std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& options);
 
 }  // namespace parbench

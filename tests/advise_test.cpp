@@ -127,6 +127,31 @@ TEST(Advise, RanksEveryScheduleBesideSingle) {
   EXPECT_NE(table.find("2 chunks: stem|block1|block2|head"), std::string::npos) << table;
 }
 
+// A case whose schedule cannot be built where advise models it (make_schedule refuses it; here a
+// name the table lacks) is reported and runs unpredicted; it does not end the run, and its
+// set-up's other cases are still predicted.
+TEST(Advise, ReportsAScheduleItCannotBuildAndPredictsTheRest) {
+  auto cases = every_schedule();
+  const auto broken_name = case_of(cases, "1f1b").name;
+  for (auto& spec : cases) {
+    if (spec.name == broken_name) spec.config.schedule = "no-such-schedule";
+  }
+  const auto options = parse({"--advise=all"});
+  testing::internal::CaptureStdout();
+  testing::internal::CaptureStderr();
+  std::vector<CaseSpec> to_run;
+  EXPECT_NO_THROW(to_run = advise(cases, options));
+  const auto table = testing::internal::GetCapturedStdout();
+  const auto errors = testing::internal::GetCapturedStderr();
+  EXPECT_NE(errors.find(broken_name + ": its schedule no-such-schedule cannot be built"), std::string::npos) << errors;
+  ASSERT_EQ(to_run.size(), cases.size()) << table << errors;
+  for (const auto& spec : to_run) {
+    EXPECT_EQ(spec.predicted_step_ms.has_value(), spec.name != broken_name) << spec.name;
+  }
+  EXPECT_EQ(table.find(broken_name), std::string::npos) << table;  // not ranked
+  EXPECT_NE(table.find(case_of(cases, "gpipe").name), std::string::npos) << table;
+}
+
 // A scaling run (--gpus=2,3): each count profiled on its own devices and ranked apart, single in
 // both rankings but run once.
 TEST(Advise, ProfilesAndRanksEachCountOfAScalingRunApart) {
