@@ -417,7 +417,7 @@ CaseProfile profile_case(const CaseSpec& spec, const Options& options) {
   if (torch::cuda::is_available()) c10::cuda::CUDACachingAllocator::emptyCache();
 #endif
   if (!profile.trace_path.empty()) {
-    if (const auto predicted = predict_staged_case(spec)) {
+    if (const auto predicted = simulate_case(spec)) {
       auto path = profile.trace_path;
       path.replace(path.size() - std::strlen(".trace.json"), std::string::npos, ".predicted.json");
       write_predicted_timeline(spec, *predicted, path);

@@ -19,6 +19,7 @@
 #include "core/device_timer.h"
 #include "strategies/flat_tensors.h"
 #include "strategies/optimizer.h"
+#include "strategies/prediction.h"
 #include "strategies/strategy.h"
 #include "strategies/training.h"
 #include "strategies/worker_thread.h"
@@ -320,6 +321,40 @@ class DataParallel final : public Strategy {
   double replicate_ms_ = 0;
 };
 
+// --advise (broadcast variant): the broadcast, the replicas' forwards side by side, then their
+// backwards side by side (each replica's is the cut's parts in sequence, at its shard's size), the
+// reduction, and the update of the whole model on device 0. The broadcast and the reduction are
+// the strategy's own, measured at set-up on the profile's devices (broadcast_ms, reduce_ms).
+StrategyPredictor data_parallel_predictor() {
+  StrategyPredictor predictor;
+  predictor.covers = [](const CaseConditions& conditions) { return conditions.config.dp_replicate == "broadcast"; };
+  predictor.request = [](const CaseConditions& conditions, ProfileRequest& request) {
+    request.parts = true;
+    if (request.set_up == nullptr) {
+      request.set_up = &StrategyRegistry::instance().get("data_parallel");
+      request.set_up_config = conditions.config;
+    }
+  };
+  predictor.predict = [](const AdviseProfile& profile, const CaseConditions& conditions) {
+    const auto whole_model = [&](const std::vector<std::vector<double>>& per_part, int64_t size) {
+      double sum = 0;
+      for (const auto& values : per_part) sum += interpolate(profile.sizes, values, size);
+      return sum;
+    };
+    double forward = 0, backward = 0;
+    for (auto size : shard_sizes(conditions.config.batch_size, static_cast<size_t>(conditions.devices))) {
+      forward = std::max(forward, whole_model(profile.parts.forward_ms, size));
+      backward = std::max(backward, whole_model(profile.parts.backward_ms, size));
+    }
+    double update = 0;
+    for (auto part_update : profile.parts.update_ms) update += part_update;
+    const double step_ms = profile.set_up_counters.at("broadcast_ms") + forward + backward +
+                           profile.set_up_counters.at("reduce_ms") + update;
+    return Prediction{step_ms, profile.parts.cut};
+  };
+  return predictor;
+}
+
 StrategyInfo data_parallel_info() {
   return StrategyInfo("data_parallel")
       .creates<DataParallel>()
@@ -347,8 +382,7 @@ StrategyInfo data_parallel_info() {
         }
         return std::nullopt;
       })
-      .advise_model(AdviseModel::kReplicated)
-      .advised([](const CaseConditions& conditions) { return conditions.config.dp_replicate == "broadcast"; });
+      .predictor(data_parallel_predictor());
 }
 
 PARBENCH_REGISTER_STRATEGY(data_parallel_info());

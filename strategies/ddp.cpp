@@ -13,8 +13,11 @@
 #include "strategies/distributed/world.h"
 #include "strategies/flat_tensors.h"
 #include "strategies/optimizer.h"
+#include "strategies/prediction.h"
 #include "strategies/strategy.h"
 #include "strategies/training.h"
+
+#include <algorithm>
 
 
 namespace parbench {
@@ -87,6 +90,28 @@ class DistributedDataParallel final : public Strategy {
   std::unique_ptr<GradientBuckets> buckets_;
 };
 
+// --advise: a rank's step (the whole model's at the per-rank batch) plus the all-reduce time its
+// backward does not hide, from each gradient bucket's ready time and all-reduce across the ranks'
+// GPUs (docs/METRICS.md, "Predicted step time").
+StrategyPredictor ddp_predictor() {
+  StrategyPredictor predictor;
+  predictor.needs_gpu_per_device = true;
+  predictor.request = [](const CaseConditions& conditions, ProfileRequest& request) {
+    const std::pair<double, int64_t> ranked{conditions.config.bucket_mib, conditions.config.batch_size};
+    if (std::find(request.ranks.begin(), request.ranks.end(), ranked) == request.ranks.end()) {
+      request.ranks.push_back(ranked);
+    }
+  };
+  predictor.predict = [](const AdviseProfile& profile, const CaseConditions& conditions) {
+    const auto& config = conditions.config;
+    const auto& rank = profile.ranks.at({config.bucket_mib, config.batch_size});
+    return Prediction{rank.rank_step_ms + exposed_allreduce_ms(rank.bucket_ready_ms, rank.bucket_allreduce_ms,
+                                                               rank.backward_ms, config.overlap),
+                      profile.parts.cut};
+  };
+  return predictor;
+}
+
 StrategyInfo ddp_info() {
   return StrategyInfo("ddp")
       .creates<DistributedDataParallel>()
@@ -117,7 +142,7 @@ StrategyInfo ddp_info() {
         }
         return std::nullopt;
       })
-      .advise_model(AdviseModel::kRankedAllReduce);
+      .predictor(ddp_predictor());
 }
 
 PARBENCH_REGISTER_STRATEGY(ddp_info());

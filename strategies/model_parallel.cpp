@@ -2,6 +2,7 @@
 // through one device after the other (the tutorial's ModelParallelResNet50). It is a pipeline
 // of one micro-batch: strategies/stage_executor.h runs it, each stage owning its backward.
 #include "strategies/partition.h"
+#include "strategies/prediction.h"
 #include "strategies/stage_executor.h"
 #include "strategies/strategy.h"
 
@@ -32,7 +33,8 @@ PARBENCH_REGISTER_STRATEGY(StrategyInfo("model_parallel")
                                .min_devices(2)
                                .graph_capturable()
                                .device_role("stages")
-                               .advise_model(AdviseModel::kStaged));
+                               // --advise: the schedule simulator over one micro-batch of the whole batch.
+                               .predictor(staged_predictor()));
 
 }  // namespace
 }  // namespace parbench

@@ -4,6 +4,7 @@
 // host thread per device, each stage owning its backward.
 #include "strategies/partition.h"
 #include "strategies/pipeline_schedule.h"
+#include "strategies/prediction.h"
 #include "strategies/stage_executor.h"
 #include "strategies/strategy.h"
 
@@ -111,15 +112,15 @@ StrategyInfo pipeline_info() {
         }
         return std::nullopt;
       })
-      .advise_model(AdviseModel::kStaged)
-      .advised([](const CaseConditions& conditions) {
+      // --advise: the schedule simulator replays the case's schedule over its profiled cut.
+      .predictor(staged_predictor([](const CaseConditions& conditions) {
         const auto& config = conditions.config;
         // The simulator gives each device one compute stream; two lanes overlap a forward with a backward.
         if (config.stage_lanes != 1) return false;
         // An interleaved schedule that cannot run (its own skip says so) has nothing to predict.
         return !schedule_info(config.schedule).uses_chunks || config.chunks == 1 ||
                micro_batch_count(config.batch_size, config.split_size) % conditions.devices == 0;
-      });
+      }));
 }
 
 PARBENCH_REGISTER_STRATEGY(pipeline_info());

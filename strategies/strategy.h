@@ -1,7 +1,7 @@
 // The contract every parallelism strategy implements, and the registry that finds them.
 // Each strategy is a file under strategies/ (the machinery several share, such as the stage
-// executor, lives beside them) that registers itself, with its options, skip rule and advise
-// model, through PARBENCH_REGISTER_STRATEGY (docs/EXTENDING.md).
+// executor, lives beside them) that registers itself, with its options, skip rule and
+// predictor, through PARBENCH_REGISTER_STRATEGY (docs/EXTENDING.md).
 #pragma once
 
 #include "models/staged_model.h"
@@ -210,25 +210,43 @@ struct CaseObstacle {
   bool capture_only = false;
 };
 
-// How --advise predicts a strategy's step from its profile (benchmarks/advise.h).
-enum class AdviseModel {
-  kNone,
-  kWholeModel,        // one device's step: single's profile
-  kStaged,            // stages on devices: the schedule simulator over the profiled parts
-  kReplicated,        // replicas in one process: broadcast, side-by-side shards, reduce
-  kRankedAllReduce,   // one process per device: a rank's step plus the all-reduce backward does not hide
+struct AdviseProfile;   // strategies/prediction.h
+struct ProfileRequest;
+struct Prediction;
+struct SimulatedStep;   // strategies/schedule_simulator.h
+
+// How --advise predicts a strategy's cases, declared in the strategy's own file
+// (strategies/prediction.h has the profile and the shared pieces; benchmarks/advise.h profiles,
+// calls the predictors and ranks). A strategy without one is not predicted.
+struct StrategyPredictor {
+  // The whole model on one device: the profile's reference step, ranked beside every set-up's
+  // cases and always run. One strategy is.
+  bool reference = false;
+  // Its profile needs a GPU per device (collectives across them): not predicted on CPU
+  // stand-ins, nor from GPUs that devices share.
+  bool needs_gpu_per_device = false;
+  // Which of its cases it predicts (unset: every case).
+  std::function<bool(const CaseConditions& conditions)> covers;
+  // Adds what a case's prediction needs profiled beyond the reference step (unset: nothing).
+  // Throws std::exception where the case cannot be modelled (a schedule that cannot be built at
+  // its shape): the case is reported and runs unpredicted.
+  std::function<void(const CaseConditions& conditions, ProfileRequest& request)> request;
+  // The case's step from its set-up's profile. Throws std::exception where the profile lacks
+  // what it needs (a cut the model cannot make): the case is reported and runs unpredicted.
+  std::function<Prediction(const AdviseProfile& profile, const CaseConditions& conditions)> predict;
+  // The simulated step with every action placed, for --trace's predicted timeline (unset: none).
+  std::function<SimulatedStep(const AdviseProfile& profile, const CaseConditions& conditions)> simulate;
 };
 
 // A strategy's declaration: its name and class, then named setters, each returning the declaration:
 //   StrategyInfo("ddp").creates<DistributedDataParallel>().summary("...").order(4).distributed()
 //       .option(StrategyOption::number("bucket_mib", "bucket-mib").help("...").defaults({"25"}))
+//       .predictor(ddp_predictor())
 // Its slots are private: a declaration names each one it sets, and readers use the accessors.
 class StrategyInfo {
  public:
   // A case of this strategy that cannot run, beyond the devices it needs (nullopt: it can).
   using Obstacle = std::function<std::optional<CaseObstacle>(const CaseConditions& conditions)>;
-  // Whether --advise's model covers a case (its options).
-  using Advised = std::function<bool(const CaseConditions& conditions)>;
 
   explicit StrategyInfo(std::string name) : name_(std::move(name)) {}
 
@@ -256,10 +274,8 @@ class StrategyInfo {
   StrategyInfo& option(StrategyOption declared) { options_.push_back(std::move(declared)); return *this; }
   // Its skip rule (unset: none beyond the devices it needs).
   StrategyInfo& obstacle(Obstacle rule) { obstacle_ = std::move(rule); return *this; }
-  // What --advise predicts its cases from (benchmarks/advise.h); kNone unless set: not predicted.
-  StrategyInfo& advise_model(AdviseModel model) { advise_model_ = model; return *this; }
-  // Which of its cases that model covers (unset: every case).
-  StrategyInfo& advised(Advised rule) { advised_ = std::move(rule); return *this; }
+  // How --advise predicts its cases (unset: not predicted).
+  StrategyInfo& predictor(StrategyPredictor declared) { predictor_ = std::move(declared); return *this; }
 
   const std::string& name() const { return name_; }
   const std::string& summary() const { return summary_; }
@@ -274,8 +290,11 @@ class StrategyInfo {
   std::optional<CaseObstacle> obstacle_in(const CaseConditions& conditions) const {
     return obstacle_ ? obstacle_(conditions) : std::nullopt;
   }
-  AdviseModel advise_model() const { return advise_model_; }
-  bool advises(const CaseConditions& conditions) const { return !advised_ || advised_(conditions); }
+  const StrategyPredictor& predictor() const { return predictor_; }
+  // Whether --advise predicts this case of it: it declares a predictor that covers the case.
+  bool predicts(const CaseConditions& conditions) const {
+    return predictor_.predict && (!predictor_.covers || predictor_.covers(conditions));
+  }
 
  private:
   std::string name_;
@@ -288,8 +307,7 @@ class StrategyInfo {
   std::string device_role_ = "devices";
   std::vector<StrategyOption> options_;
   Obstacle obstacle_;
-  AdviseModel advise_model_ = AdviseModel::kNone;
-  Advised advised_;
+  StrategyPredictor predictor_;
 };
 
 // The strategies linked into this binary. A function-local static, so registration from

@@ -292,11 +292,11 @@ TEST(AdviseProfile, TimesDdpsBucketsOnTwoGpus) {
   const std::vector<torch::Device> gpus = {torch::Device(torch::kCUDA, 0), torch::Device(torch::kCUDA, 1)};
   for (bool graphed : {false, true}) {
     ProfileRequest request;
-    request.ddp = {{25.0, 8}, {100.0, 8}};
+    request.ranks = {{25.0, 8}, {100.0, 8}};
     const auto profile = profile_setup(spec, gpus, graphed, request);
-    ASSERT_EQ(profile.ddp.size(), 2u);
-    const auto& small = profile.ddp.at({25.0, 8});
-    const auto& large = profile.ddp.at({100.0, 8});
+    ASSERT_EQ(profile.ranks.size(), 2u);
+    const auto& small = profile.ranks.at({25.0, 8});
+    const auto& large = profile.ranks.at({100.0, 8});
     EXPECT_GT(small.rank_step_ms, small.backward_ms);
     EXPECT_EQ(small.rank_step_ms, large.rank_step_ms);  // one measurement serves both
     EXPECT_GE(small.bucket_ready_ms.size(), 4u);  // 97.5 MiB of fp32 gradients

@@ -2,6 +2,7 @@
 // process gives single's loss, gradients and updated weights (CPU "devices").
 #include "models/model_zoo.h"
 #include "strategies/partition.h"
+#include "strategies/prediction.h"
 #include "strategies/optimizer.h"
 #include "strategies/pipeline_schedule.h"
 #include "strategies/stage_timing.h"
@@ -324,6 +325,10 @@ static_assert(!std::is_convertible_v<const char*, StrategyInfo>);
 
 // Each setter fills its own slot, and what is not set keeps its documented default.
 TEST(Registry, DeclarationSettersFillTheirOwnSlots) {
+  StrategyPredictor predictor;
+  predictor.reference = true;
+  predictor.covers = [](const CaseConditions& conditions) { return conditions.devices > 1; };
+  predictor.predict = [](const AdviseProfile&, const CaseConditions&) { return Prediction{}; };
   const auto info =
       StrategyInfo("declared")
           .summary("its summary")
@@ -340,7 +345,7 @@ TEST(Registry, DeclarationSettersFillTheirOwnSlots) {
                       .values_for([](const std::vector<std::string>& values, bool defaulted, const RunConfig&) {
                         return defaulted ? std::vector<std::string>{} : values;
                       }))
-          .advise_model(AdviseModel::kStaged);
+          .predictor(predictor);
   EXPECT_EQ(info.name(), "declared");
   EXPECT_EQ(info.summary(), "its summary");
   EXPECT_EQ(info.order(), 7);
@@ -349,11 +354,14 @@ TEST(Registry, DeclarationSettersFillTheirOwnSlots) {
   EXPECT_FALSE(info.is_graph_capturable());
   EXPECT_EQ(info.device_role(), "ranks");
   EXPECT_FALSE(info.has_class());
-  EXPECT_EQ(info.advise_model(), AdviseModel::kStaged);
+  EXPECT_TRUE(info.predictor().reference);
+  EXPECT_FALSE(info.predictor().needs_gpu_per_device);
   RunConfig config;
   const CaseConditions conditions{config};
   EXPECT_FALSE(info.obstacle_in(conditions).has_value());
-  EXPECT_TRUE(info.advises(conditions));
+  EXPECT_FALSE(info.predicts(conditions));  // its predictor covers cases on several devices
+  EXPECT_TRUE(info.predicts(CaseConditions{config, 0, /*devices=*/2}));
+  EXPECT_FALSE(StrategyInfo("unpredicted").predicts(conditions));
   ASSERT_EQ(info.options().size(), 3u);
   const auto& width = info.options()[0];
   EXPECT_EQ(width.field(), "width");
