@@ -2,9 +2,11 @@
 
 #include "benchmarks/graphed_step.h"
 #include "core/device_timer.h"
+#include "core/text.h"
 #include "models/model_zoo.h"
 #include "strategies/distributed/gradient_buckets.h"
 #include "strategies/partition.h"
+#include "strategies/prediction.h"
 #include "strategies/schedule_simulator.h"
 #include "strategies/training.h"
 
@@ -24,20 +26,6 @@ namespace parbench {
 namespace {
 
 constexpr int kProfileRepeats = 5;
-
-// The sizes of `batch` images cut into pieces of `piece` (the last may be smaller), as
-// torch::split cuts them.
-std::vector<int64_t> piece_sizes(int64_t batch, int64_t piece) {
-  std::vector<int64_t> sizes;
-  for (int64_t begin = 0; begin < batch; begin += piece) sizes.push_back(std::min(piece, batch - begin));
-  return sizes;
-}
-
-// How data_parallel scatters `batch` images over `devices` replicas: torch::chunk's sizes.
-std::vector<int64_t> shard_sizes(int64_t batch, size_t devices) {
-  const auto count = static_cast<int64_t>(devices);
-  return piece_sizes(batch, (batch + count - 1) / count);
-}
 
 double median_ms(const std::vector<torch::Device>& devices, const std::function<void()>& work) {
   return 1e3 * median_synchronised_seconds(devices, kProfileRepeats, work);
@@ -69,7 +57,7 @@ double work_ms(torch::Device device, bool graphed, const std::function<torch::Te
   return median_ms({device}, [&] { replayed.run(nothing); });
 }
 
-// 1, 2, 4, ... below the batch, the batch, and data_parallel's shard on `devices` devices.
+// 1, 2, 4, ... below the batch, the batch, and the batch's shard over `devices` devices.
 std::vector<int64_t> profile_sizes(int64_t batch, size_t devices) {
   std::set<int64_t> sizes = {batch, shard_sizes(batch, devices).front()};
   for (int64_t size = 1; size < batch; size *= 2) sizes.insert(size);
@@ -77,27 +65,27 @@ std::vector<int64_t> profile_sizes(int64_t batch, size_t devices) {
 }
 
 // The strategy whose step is the whole model on one device: the profile's reference step.
-const StrategyInfo& whole_model_strategy() {
+const StrategyInfo& reference_strategy() {
   for (const auto* strategy : StrategyRegistry::instance().all()) {
-    if (strategy->advise_model == AdviseModel::kWholeModel) return *strategy;
+    if (strategy->predictor().reference) return *strategy;
   }
-  throw std::logic_error("advise needs a strategy of AdviseModel::kWholeModel");
+  throw std::logic_error("advise needs a strategy whose predictor is the reference (StrategyPredictor::reference)");
 }
 
-double single_step_ms(const CaseSpec& spec, torch::Device device, bool graphed) {
-  auto single = whole_model_strategy().create();
+double reference_step_ms(const CaseSpec& spec, torch::Device device, bool graphed) {
+  auto reference = reference_strategy().create();
   const auto& config = spec.config;
-  single->setup([&config] { return make_model(config.model, config.num_classes); }, {device}, config);
+  reference->setup([&config] { return make_model(config.model, config.num_classes); }, {device}, config);
   const auto batch = make_random_batch(config, config.batch_size, device, device);
-  for (int step = 0; step < kProfileRepeats; ++step) single->train_step(batch);
-  if (!graphed) return median_ms({device}, [&] { single->train_step(batch); });
-  GraphedStep replayed(*single, batch);
+  for (int step = 0; step < kProfileRepeats; ++step) reference->train_step(batch);
+  if (!graphed) return median_ms({device}, [&] { reference->train_step(batch); });
+  GraphedStep replayed(*reference, batch);
   return median_ms({device}, [&] { replayed.run(batch); });
 }
 
 // Per part and size: its forward, its backward (the loss included on the last part), where
-// `copies` the copy of its output to the next part's device, and where `halves` zb-h1's B and W
-// (CutProfile).
+// `copies` the copy of its output to the next part's device, and where `halves` the backward's
+// B and W halves (CutProfile).
 struct PartTimes {
   std::vector<std::vector<double>> forward_ms, backward_ms, copy_ms, input_gradient_ms, weight_gradient_ms;
 };
@@ -197,7 +185,7 @@ CutProfile profile_cut(const CaseSpec& spec, const std::vector<torch::Device>& p
   return profile;
 }
 
-// interleaved-1f1b's parts over `devices` with `chunks` per device: part c on device c mod D, as
+// A chunked schedule's parts over `devices` with `chunks` per device: part c on device c mod D, as
 // StagedStrategy::set_up_stages places them.
 std::vector<torch::Device> round_robin(const std::vector<torch::Device>& devices, int chunks) {
   std::vector<torch::Device> part_devices;
@@ -208,7 +196,7 @@ std::vector<torch::Device> round_robin(const std::vector<torch::Device>& devices
 }
 
 // The time of one all-reduce (sum) of `bytes` of `dtype` across `devices`, one buffer on each,
-// by NCCL in this process (ddp's ranks are processes; on one host NCCL takes the same links).
+// by NCCL in this process (the ranks are processes; on one host NCCL takes the same links).
 double allreduce_ms(const std::vector<torch::Device>& devices, int64_t bytes, c10::ScalarType dtype) {
 #ifdef PARBENCH_WITH_CUDA
   std::vector<torch::Tensor> buffers;
@@ -221,21 +209,21 @@ double allreduce_ms(const std::vector<torch::Device>& devices, int64_t bytes, c1
   return median_ms(devices, all_reduce);
 #else
   (void)devices, (void)bytes, (void)dtype;
-  throw std::logic_error("ddp's all-reduces are profiled with NCCL, on GPUs");
+  throw std::logic_error("the ranks' all-reduces are profiled with NCCL, on GPUs");
 #endif
 }
 
-// ddp's pieces (AdviseProfile::ddp) for every (bucket MiB, per-rank batch) asked for, on the
-// ranks' GPUs `devices`: single's step at the per-rank batch on the first; the backward of each
+// The ranks' pieces (AdviseProfile::ranks) for every (bucket MiB, per-rank batch) asked for, on
+// the ranks' GPUs `devices`: the reference step at the per-rank batch on the first; the backward of each
 // stage of the model there, each stage a part of its own, from which each gradient's ready time
 // follows (backward runs the stages last first; within a stage, its parameters' gradients are
 // taken to come evenly, last first); and each bucket's all-reduce.
-void profile_ddp(const CaseSpec& spec, const std::vector<torch::Device>& devices, bool graphed,
+void profile_ranks(const CaseSpec& spec, const std::vector<torch::Device>& devices, bool graphed,
                  const std::vector<std::pair<double, int64_t>>& cases, AdviseProfile& profile) {
   std::map<std::pair<int64_t, c10::ScalarType>, double> allreduce_cache;
   std::set<int64_t> rank_batches;
-  for (const auto& ddp_case : cases) rank_batches.insert(ddp_case.second);
-  // Per per-rank batch, once: the stages' backwards and single's step; per bucket size, the buckets.
+  for (const auto& ranked : cases) rank_batches.insert(ranked.second);
+  // Per per-rank batch, once: the stages' backwards and the reference step; per bucket size, the buckets.
   for (auto rank_batch : rank_batches) {
     auto config = spec.config;
     config.batch_size = rank_batch;
@@ -248,7 +236,7 @@ void profile_ddp(const CaseSpec& spec, const std::vector<torch::Device>& devices
     const auto times = time_parts(*model, stages, config, {rank_batch}, graphed, /*copies=*/false);
     CaseSpec at_rank_batch = spec;
     at_rank_batch.config.batch_size = rank_batch;
-    const double rank_step_ms = single_step_ms(at_rank_batch, devices.front(), graphed);
+    const double rank_step_ms = reference_step_ms(at_rank_batch, devices.front(), graphed);
 
     double backward_ms = 0;
     std::map<const c10::TensorImpl*, double> ready_ms;
@@ -264,9 +252,9 @@ void profile_ddp(const CaseSpec& spec, const std::vector<torch::Device>& devices
     const auto parameters = model->module().parameters();
     for (const auto& [bucket_mib, batch] : cases) {
       if (batch != rank_batch) continue;
-      DdpProfile ddp;
-      ddp.rank_step_ms = rank_step_ms;
-      ddp.backward_ms = backward_ms;
+      RankProfile rank;
+      rank.rank_step_ms = rank_step_ms;
+      rank.backward_ms = backward_ms;
       for (const auto& members : plan_buckets(parameters, bucket_mib)) {
         double ready = 0;
         int64_t bytes = 0;
@@ -276,158 +264,45 @@ void profile_ddp(const CaseSpec& spec, const std::vector<torch::Device>& devices
         }
         const auto dtype = parameters[members.front()].scalar_type();
         if (allreduce_cache.count({bytes, dtype}) == 0) allreduce_cache[{bytes, dtype}] = allreduce_ms(devices, bytes, dtype);
-        ddp.bucket_ready_ms.push_back(ready);
-        ddp.bucket_allreduce_ms.push_back(allreduce_cache[{bytes, dtype}]);
+        rank.bucket_ready_ms.push_back(ready);
+        rank.bucket_allreduce_ms.push_back(allreduce_cache[{bytes, dtype}]);
       }
-      profile.ddp[{bucket_mib, rank_batch}] = std::move(ddp);
+      profile.ranks[{bucket_mib, rank_batch}] = std::move(rank);
     }
-  }
-}
-
-// `values` (one per profiled size) at `size`, linearly between the neighbouring sizes.
-double interpolate(const std::vector<int64_t>& sizes, const std::vector<double>& values, int64_t size) {
-  const auto upper = std::lower_bound(sizes.begin(), sizes.end(), size);
-  if (upper == sizes.begin()) return values.front();
-  if (upper == sizes.end()) return values.back();
-  const auto i = static_cast<size_t>(upper - sizes.begin());
-  const double weight = static_cast<double>(size - sizes[i - 1]) / static_cast<double>(sizes[i] - sizes[i - 1]);
-  return values[i - 1] + weight * (values[i] - values[i - 1]);
-}
-
-// model_parallel (one micro-batch of the whole batch) or pipeline, from the profile of its cut
-// (`chunks` parts per device).
-SimulatedStep predict_staged(const CutProfile& parts, const std::vector<int64_t>& sizes, int64_t batch, int64_t split,
-                             const std::string& schedule, int chunks) {
-  const auto micro_batches = piece_sizes(batch, split);
-  StageDurations durations;
-  const auto per_micro_batch = [&](const std::vector<double>& values) {
-    std::vector<double> row;
-    for (auto size : micro_batches) row.push_back(interpolate(sizes, values, size));
-    return row;
-  };
-  for (size_t p = 0; p < parts.forward_ms.size(); ++p) {
-    durations.forward_ms.push_back(per_micro_batch(parts.forward_ms[p]));
-    durations.backward_ms.push_back(per_micro_batch(parts.backward_ms[p]));
-  }
-  for (size_t p = 0; p < parts.input_gradient_ms.size(); ++p) {
-    durations.input_gradient_ms.push_back(per_micro_batch(parts.input_gradient_ms[p]));
-    durations.weight_gradient_ms.push_back(per_micro_batch(parts.weight_gradient_ms[p]));
-  }
-  for (const auto& copies : parts.copy_ms) {
-    durations.activation_copy_ms.push_back(per_micro_batch(copies));
-    durations.gradient_copy_ms.push_back(per_micro_batch(copies));  // the same shape, the other way
-  }
-  durations.update_ms = parts.update_ms;
-  const auto devices = parts.forward_ms.size() / static_cast<size_t>(chunks);
-  return simulate_step(make_schedule(schedule, devices, micro_batches.size(), static_cast<size_t>(chunks)), durations);
-}
-
-// A staged case's micro-batches: split_size's (a pipeline), or none (model parallelism: the
-// whole batch at once).
-bool pipelined(const CaseSpec& spec) {
-  return spec.strategy->advise_model == AdviseModel::kStaged && spec.config.split_size > 0;
-}
-
-// Stages per device of a staged case: more than one for interleaved-1f1b's.
-int chunks_of(const CaseSpec& spec) {
-  return pipelined(spec) && schedule_info(spec.config.schedule).uses_chunks ? spec.config.chunks : 1;
-}
-
-// The profiled cut a staged case runs; nullptr where it was not profiled
-// (a cut the model cannot make).
-const CutProfile* cut_of(const AdviseProfile& profile, const CaseSpec& spec) {
-  const int chunks = chunks_of(spec);
-  if (chunks == 1) return &profile.parts;
-  const auto found = profile.chunked.find(chunks);
-  return found == profile.chunked.end() ? nullptr : &found->second;
-}
-
-// A staged case's predicted step from its cut's profile.
-SimulatedStep predict_staged_step(const AdviseProfile& profile, const CutProfile& parts, const CaseSpec& spec) {
-  const auto batch = spec.config.batch_size;
-  if (!pipelined(spec)) return predict_staged(parts, profile.sizes, batch, batch, "gpipe", 1);
-  return predict_staged(parts, profile.sizes, batch, spec.config.split_size, spec.config.schedule, chunks_of(spec));
-}
-
-// Whether `schedule` splits its backwards into B and W (zb-h1), as its programs say.
-bool splits_backwards(const std::string& schedule) {
-  for (const auto& program : make_schedule(schedule, /*devices=*/2, /*micro_batches=*/2)) {
-    for (const auto& action : program) {
-      if (action.op == StageOp::kBackwardInput || action.op == StageOp::kBackwardWeight) return true;
-    }
-  }
-  return false;
-}
-
-// Adds what `spec`'s prediction needs profiled to `request`.
-void add_to_request(const CaseSpec& spec, ProfileRequest& request) {
-  const auto model = spec.strategy->advise_model;
-  const bool chunked = chunks_of(spec) > 1;
-  request.parts |= model == AdviseModel::kReplicated || (model == AdviseModel::kStaged && !chunked);
-  request.backward_halves |= pipelined(spec) && splits_backwards(spec.config.schedule);
-  if (chunked) request.chunks.insert(chunks_of(spec));
-  if (model == AdviseModel::kReplicated && request.replicated == nullptr) request.replicated = &spec;
-  const std::pair<double, int64_t> ddp_case{spec.config.bucket_mib, spec.config.batch_size};
-  if (model == AdviseModel::kRankedAllReduce &&
-      std::find(request.ddp.begin(), request.ddp.end(), ddp_case) == request.ddp.end()) {
-    request.ddp.push_back(ddp_case);
   }
 }
 
 // A set-up: what every case of it shares (its name up to the strategy's own options), with its
-// global batch: a ddp case's config holds its per-rank batch.
+// global batch: a distributed case's config holds its per-rank batch.
 std::string setup_key(const CaseSpec& spec) {
   const auto& c = spec.config;
   return c.model + "/batch:" + std::to_string(spec.global_batch) + sample_part(c) +
          "/precision:" + to_string(c.precision) + "/data:" + to_string(spec.data) + (spec.cuda_graph ? "/graph:on" : "");
 }
 
-// data_parallel (broadcast): the broadcast, the replicas' forwards side by side, then their
-// backwards side by side (each replica's is the cut's parts in sequence, at its shard's size),
-// the reduction, and the update of the whole model on device 0.
-double predict_data_parallel(const AdviseProfile& profile, int64_t batch, size_t devices) {
-  const auto whole_model = [&](const std::vector<std::vector<double>>& per_part, int64_t size) {
-    double sum = 0;
-    for (const auto& values : per_part) sum += interpolate(profile.sizes, values, size);
-    return sum;
-  };
-  double forward = 0, backward = 0;
-  for (auto size : shard_sizes(batch, devices)) {
-    forward = std::max(forward, whole_model(profile.parts.forward_ms, size));
-    backward = std::max(backward, whole_model(profile.parts.backward_ms, size));
-  }
-  double update = 0;
-  for (auto part_update : profile.parts.update_ms) update += part_update;
-  return profile.broadcast_ms + forward + backward + profile.reduce_ms + update;
+// What a case looks like to its predictor.
+CaseConditions conditions_of(const CaseSpec& spec) {
+  return CaseConditions{spec.config, spec.global_batch, spec.gpus, visible_gpu_count(), spec.cuda_graph};
 }
 
-// ddp: single's step at the per-rank batch, plus the all-reduce time its backward does not hide.
-double predict_ddp(const AdviseProfile& profile, const CaseSpec& spec) {
-  const auto& ddp = profile.ddp.at({spec.config.bucket_mib, spec.config.batch_size});
-  return ddp.rank_step_ms +
-         exposed_allreduce_ms(ddp.bucket_ready_ms, ddp.bucket_allreduce_ms, ddp.backward_ms, spec.config.overlap);
-}
+const StrategyPredictor& predictor_of(const CaseSpec& spec) { return spec.strategy->predictor(); }
 
-// Whether the strategy declares a model for the case (StrategyInfo::advise_model, advised).
+bool is_reference(const CaseSpec& spec) { return predictor_of(spec).reference; }
+
+// Whether the case's strategy declares a predictor that covers it, on devices it can profile.
 bool modelled(const CaseSpec& spec) {
-  const auto& strategy = *spec.strategy;
-  if (strategy.advise_model == AdviseModel::kNone) return false;
-  // The all-reduces are profiled across the ranks' GPUs.
-  if (strategy.advise_model == AdviseModel::kRankedAllReduce && (visible_gpu_count() < spec.gpus || spec.gpus < 2)) {
-    return false;
-  }
-  const CaseConditions conditions{spec.config, spec.global_batch, spec.gpus, visible_gpu_count(), spec.cuda_graph};
-  return !strategy.advised || strategy.advised(conditions);
+  if (!spec.strategy->predicts(conditions_of(spec))) return false;
+  // Profiled across a GPU per device (the ranks' all-reduces).
+  return !predictor_of(spec).needs_gpu_per_device || (visible_gpu_count() >= spec.gpus && spec.gpus >= 2);
 }
 
 // A case skipped only because it needs more GPUs than are visible: predicted all the same from
 // its parts profiled on the visible GPUs, which they share (so each part's time is its own, but
-// two parts on one GPU need no copy: copies count as free). Not ddp: its all-reduce needs a GPU
-// per rank.
+// two parts on one GPU need no copy: copies count as free). Not where the predictor needs a GPU
+// per device.
 bool predicted_only(const CaseSpec& spec) {
   const auto visible = visible_gpu_count();
-  return visible > 0 && spec.gpus > visible && spec.strategy->advise_model != AdviseModel::kRankedAllReduce &&
-         spec.wants_more_gpus;
+  return visible > 0 && spec.gpus > visible && !predictor_of(spec).needs_gpu_per_device && spec.wants_more_gpus;
 }
 
 // The devices a set-up's profile runs on: the case's, or for a predicted-only case the visible
@@ -440,13 +315,26 @@ std::vector<torch::Device> profile_devices(const CaseSpec& spec) {
   return devices;
 }
 
+// Adds what `spec`'s prediction needs profiled to `request`. Throws where its predictor cannot
+// model the case.
+void add_to_request(const CaseSpec& spec, ProfileRequest& request) {
+  const auto& predictor = predictor_of(spec);
+  if (predictor.request) predictor.request(conditions_of(spec), request);
+}
+
+// The first line of an exception's message.
+std::string first_line(const std::exception& error) {
+  const std::string message = error.what();
+  return message.substr(0, message.find('\n'));
+}
+
 }  // namespace
 
 AdviseProfile profile_setup(const CaseSpec& spec, const std::vector<torch::Device>& devices, bool graphed,
                             const ProfileRequest& request) {
   AdviseProfile profile;
   profile.graphed = graphed;
-  profile.single_step_ms = single_step_ms(spec, devices.front(), graphed);
+  profile.single_step_ms = reference_step_ms(spec, devices.front(), graphed);
   if (devices.size() < 2) return profile;
   profile.sizes = profile_sizes(spec.config.batch_size, devices.size());
   if (request.parts) profile.parts = profile_cut(spec, devices, profile.sizes, graphed, request.backward_halves);
@@ -458,28 +346,33 @@ AdviseProfile profile_setup(const CaseSpec& spec, const std::vector<torch::Devic
       // fail on their own at set-up, and the set-up's others are still predicted.
     }
   }
-  if (!request.ddp.empty()) profile_ddp(spec, devices, graphed, request.ddp, profile);
-  if (request.replicated == nullptr) return profile;
-  // The replicas' broadcast and reduction, as the strategy measures them at set-up.
-  auto replicated = request.replicated->strategy->create();
-  auto config = request.replicated->config;
+  if (!request.ranks.empty()) profile_ranks(spec, devices, graphed, request.ranks, profile);
+  if (request.set_up == nullptr) return profile;
+  // What the strategy measures at set-up, on the profile's devices at the set-up's whole batch.
+  auto strategy = request.set_up->create();
+  auto config = request.set_up_config;
   config.batch_size = spec.config.batch_size;
-  replicated->setup([&config] { return make_model(config.model, config.num_classes); }, devices, config);
-  const auto counters = replicated->counters();
-  profile.broadcast_ms = counters.at("broadcast_ms");
-  profile.reduce_ms = counters.at("reduce_ms");
+  strategy->setup([&config] { return make_model(config.model, config.num_classes); }, devices, config);
+  profile.set_up_counters = strategy->counters();
   return profile;
 }
 
-std::optional<SimulatedStep> predict_staged_case(const CaseSpec& spec) {
-  if (spec.strategy->advise_model != AdviseModel::kStaged || !modelled(spec)) return std::nullopt;
+std::optional<SimulatedStep> simulate_case(const CaseSpec& spec) {
+  const auto& predictor = predictor_of(spec);
+  if (!predictor.simulate || !modelled(spec)) return std::nullopt;
   const auto devices = case_devices(spec);
   ProfileRequest request;
-  add_to_request(spec, request);
+  try {
+    add_to_request(spec, request);
+  } catch (const std::exception&) {
+    return std::nullopt;  // a schedule that cannot be built at the case's shape
+  }
   const auto profile = profile_setup(spec, devices, spec.cuda_graph && devices.front().is_cuda(), request);
-  const auto* parts = cut_of(profile, spec);
-  if (parts == nullptr) return std::nullopt;
-  return predict_staged_step(profile, *parts, spec);
+  try {
+    return predictor.simulate(profile, conditions_of(spec));
+  } catch (const std::exception&) {
+    return std::nullopt;  // a cut the model cannot make
+  }
 }
 
 std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& options) {
@@ -487,16 +380,29 @@ std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& 
   std::map<std::string, std::vector<CaseSpec>> setups;
   size_t left_out = 0;
   std::vector<const CaseSpec*> advised;
+  std::vector<CaseSpec> to_run;
   // A scaling run (--gpus=LIST) has a set-up's multi-device cases at several counts: each count
   // is profiled on its own devices and ranked apart, with the whole-model reference in each.
   std::map<std::string, std::set<int>> counts;
   for (const auto& spec : cases) {
-    if (!modelled(spec) || (!spec.skip_reason.empty() && !predicted_only(spec))) {
-      ++left_out;
+    // Whether its predictor covers it, and what it needs profiled, asked before anything is: a
+    // case its predictor cannot model (a schedule that cannot be built at its shape, or that its
+    // rules cannot read) is reported and runs unpredicted.
+    ProfileRequest probe;
+    try {
+      if (!modelled(spec) || (!spec.skip_reason.empty() && !predicted_only(spec))) {
+        ++left_out;
+        continue;
+      }
+      add_to_request(spec, probe);
+    } catch (const std::exception& error) {
+      std::fprintf(stderr, "parbench advise: %s: cannot be predicted (%s); it runs without a prediction\n",
+                   spec.name.c_str(), first_line(error).c_str());
+      if (spec.skip_reason.empty()) to_run.push_back(spec);
       continue;
     }
     advised.push_back(&spec);
-    if (spec.strategy->advise_model != AdviseModel::kWholeModel) counts[setup_key(spec)].insert(spec.gpus);
+    if (!is_reference(spec)) counts[setup_key(spec)].insert(spec.gpus);
   }
   for (const auto* spec : advised) {
     const auto key = setup_key(*spec);
@@ -505,9 +411,7 @@ std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& 
     if (setup_counts.size() > 1) {
       keys.clear();
       for (int count : setup_counts) {
-        if (spec->strategy->advise_model == AdviseModel::kWholeModel || count == spec->gpus) {
-          keys.push_back(key + "/gpus:" + std::to_string(count));
-        }
+        if (is_reference(*spec) || count == spec->gpus) keys.push_back(key + "/gpus:" + std::to_string(count));
       }
     }
     for (const auto& group : keys) {
@@ -517,66 +421,62 @@ std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& 
   }
   std::set<std::string> recorded;  // the whole-model reference is predicted, recorded and run once
   if (left_out > 0) {
+    std::vector<std::string> predicted;
+    for (const auto* strategy : StrategyRegistry::instance().all()) {
+      if (strategy->predictor().predict) predicted.push_back(strategy->name());
+    }
     std::fprintf(stderr,
-                 "parbench advise: %zu case(s) left out: advise models single, model_parallel, pipeline on one "
-                 "lane (every schedule), data_parallel's broadcast variant, and ddp on GPUs, on the devices this "
-                 "machine has\n",
-                 left_out);
+                 "parbench advise: %zu case(s) left out: advise predicts the cases of %s that their predictors "
+                 "cover (docs/METRICS.md, \"Predicted step time\"), on the devices this machine has\n",
+                 left_out, joined(predicted, ", ").c_str());
   }
 
   nlohmann::json predictions = nlohmann::json::array();
   double profile_seconds = 0;
-  std::vector<CaseSpec> to_run;
   for (const auto& key : order) {
     auto& specs = setups[key];
     const auto began = std::chrono::steady_clock::now();
     AdviseProfile profile;
-    const auto multi = std::find_if(specs.begin(), specs.end(),
-                                    [](const auto& s) { return s.strategy->advise_model != AdviseModel::kWholeModel; });
+    const auto multi = std::find_if(specs.begin(), specs.end(), [](const auto& s) { return !is_reference(s); });
     const auto devices = profile_devices(multi != specs.end() ? *multi : specs.front());
     const auto device = devices.front();
-    // The set-up's whole batch, whatever a ddp case's own config holds.
+    // The set-up's whole batch, whatever a distributed case's own config holds.
     CaseSpec setup = multi != specs.end() ? *multi : specs.front();
     setup.config.batch_size = setup.global_batch;
     ProfileRequest request;
-    for (const auto& spec : specs) add_to_request(spec, request);
+    for (const auto& spec : specs) add_to_request(spec, request);  // each asked once already, without a throw
     try {
       // Graph cases are predicted from graphed work, where there are GPUs to capture it on.
       profile = profile_setup(setup, devices, specs.front().cuda_graph && device.is_cuda(), request);
     } catch (const std::exception& error) {
       // The set-up's cases still run, unpredicted, and fail or not on their own.
-      const std::string message = error.what();
       std::fprintf(stderr, "parbench advise: %s: the profile failed (%s); its cases run without predictions\n",
-                   key.c_str(), message.substr(0, message.find('\n')).c_str());
+                   key.c_str(), first_line(error).c_str());
       to_run.insert(to_run.end(), specs.begin(), specs.end());
       continue;
     }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
     profile_seconds += seconds;
 
-    // A staged case whose cut the model cannot make runs unpredicted, and fails on its own.
-    const auto unprofiled = std::stable_partition(specs.begin(), specs.end(), [&](const CaseSpec& spec) {
-      return spec.strategy->advise_model != AdviseModel::kStaged || cut_of(profile, spec) != nullptr;
-    });
-    for (auto spec = unprofiled; spec != specs.end(); ++spec) {
-      std::fprintf(stderr, "parbench advise: %s: its cut of %d chunks per device was not profiled (the model cannot "
-                   "make it); it runs without a prediction\n", spec->name.c_str(), chunks_of(*spec));
-      if (spec->skip_reason.empty()) to_run.push_back(*spec);
-    }
-    specs.erase(unprofiled, specs.end());
+    // A case its predictor cannot predict from this profile (a cut the model cannot make) runs
+    // unpredicted, and fails or not on its own.
+    std::map<std::string, std::string> labels;  // by case name: the cut it was predicted from
     for (auto& spec : specs) {
-      switch (spec.strategy->advise_model) {
-        case AdviseModel::kWholeModel: spec.predicted_step_ms = profile.single_step_ms; break;
-        case AdviseModel::kReplicated:
-          spec.predicted_step_ms = predict_data_parallel(profile, spec.config.batch_size, devices.size());
-          break;
-        case AdviseModel::kRankedAllReduce: spec.predicted_step_ms = predict_ddp(profile, spec); break;
-        case AdviseModel::kStaged:
-          spec.predicted_step_ms = predict_staged_step(profile, *cut_of(profile, spec), spec).step_ms;
-          break;
-        case AdviseModel::kNone: break;  // not modelled: left out above
+      try {
+        const auto prediction = predictor_of(spec).predict(profile, conditions_of(spec));
+        spec.predicted_step_ms = prediction.step_ms;
+        labels[spec.name] = prediction.profile;
+      } catch (const std::exception& error) {
+        std::fprintf(stderr, "parbench advise: %s: cannot be predicted (%s); it runs without a prediction\n",
+                     spec.name.c_str(), first_line(error).c_str());
       }
     }
+    const auto unpredicted = std::stable_partition(specs.begin(), specs.end(),
+                                                   [](const CaseSpec& spec) { return spec.predicted_step_ms.has_value(); });
+    for (auto spec = unpredicted; spec != specs.end(); ++spec) {
+      if (spec->skip_reason.empty()) to_run.push_back(*spec);
+    }
+    specs.erase(unpredicted, specs.end());
     std::stable_sort(specs.begin(), specs.end(),
                      [](const auto& a, const auto& b) { return *a.predicted_step_ms < *b.predicted_step_ms; });
     std::string cuts = profile.parts.cut.empty() ? "-" : profile.parts.cut;
@@ -595,20 +495,19 @@ std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& 
       std::printf("  %4zu  %12.2f  %10.0f  %s%s%s\n", rank + 1, *spec.predicted_step_ms, images_per_second,
                   spec.name.c_str(), rank == 0 ? "  <- recommended" : "",
                   runs ? "" : ("  (not run: " + spec.skip_reason + ")").c_str());
-      const auto* parts = spec.strategy->advise_model == AdviseModel::kStaged ? cut_of(profile, spec) : &profile.parts;
-      if (!recorded.insert(spec.name).second) continue;  // single, in a later count's ranking
+      const auto& label = labels.at(spec.name);
+      if (!recorded.insert(spec.name).second) continue;  // the reference, in a later count's ranking
       nlohmann::json prediction = {{"name", spec.name}, {"predicted_step_ms", *spec.predicted_step_ms},
-                                   {"rank", rank + 1}, {"profile", parts->cut.empty() ? "single" : parts->cut}};
+                                   {"rank", rank + 1}, {"profile", label.empty() ? "single" : label}};
       if (!runs) prediction["not_run"] = spec.skip_reason;
       predictions.push_back(prediction);
       // The reference step always runs.
-      const bool validated = static_cast<int>(rank) < options.advise_validate ||
-                             spec.strategy->advise_model == AdviseModel::kWholeModel;
+      const bool validated = static_cast<int>(rank) < options.advise_validate || is_reference(spec);
       if (validated && runs) to_run.push_back(spec);
     }
     std::fflush(stdout);
   }
-  std::set<std::string> seen;  // single, in every count's ranking of a scaling run, runs once
+  std::set<std::string> seen;  // the reference, in every count's ranking of a scaling run, runs once
   to_run.erase(std::remove_if(to_run.begin(), to_run.end(), [&](const CaseSpec& spec) { return !seen.insert(spec.name).second; }),
                to_run.end());
   benchmark::AddCustomContext("advise_predictions", predictions.dump());

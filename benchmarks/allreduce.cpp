@@ -37,8 +37,8 @@ std::vector<AllreduceCase> build_allreduce_cases(const Options& options, int gpu
   bool distributed_runs = false;
   for (const auto* strategy : StrategyRegistry::instance().all()) {
     const bool asked = options.strategies.empty() || std::find(options.strategies.begin(), options.strategies.end(),
-                                                               strategy->name) != options.strategies.end();
-    distributed_runs |= asked && strategy->distributed;
+                                                               strategy->name()) != options.strategies.end();
+    distributed_runs |= asked && strategy->is_distributed();
   }
   // NCCL's ranks cannot share a GPU, as a --devices list with repeats would have them.
   const bool shared_gpus = std::set<int>(options.devices.begin(), options.devices.end()).size() < options.devices.size();

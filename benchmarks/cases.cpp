@@ -42,17 +42,18 @@ std::string join_ids(const std::vector<int>& ids) {
   return joined(ids, ",", [](int id) { return std::to_string(id); });
 }
 
-// "single, ddp": the strategies whose step can be captured in a CUDA graph.
+// The names of the strategies whose step can be captured in a CUDA graph, comma-separated, in
+// listing order.
 std::string capturable_names() {
   std::vector<std::string> names;
   for (const auto* info : StrategyRegistry::instance().all()) {
-    if (info->graph_capturable) names.push_back(info->name);
+    if (info->is_graph_capturable()) names.push_back(info->name());
   }
   return joined(names);
 }
 
 // Whether a strategy's cases run on several devices (ddp: ranks), and so name their count.
-bool uses_several_devices(const StrategyInfo& strategy) { return strategy.min_devices > 1 || strategy.distributed; }
+bool uses_several_devices(const StrategyInfo& strategy) { return strategy.min_devices() > 1 || strategy.is_distributed(); }
 
 // A case's set-up before its strategy's options: config, devices (`devices` of them for a
 // strategy that uses several), and what the placement rules out.
@@ -78,17 +79,17 @@ CaseSpec set_up_case(const StrategyInfo& strategy, const std::string& model, int
   // Without GPUs every case runs on CPU devices (docs/JSON.md: devices=cpu).
   if (spec.cuda_graph && visible_gpus == 0) {
     spec.skip_reason = "CUDA graphs need a GPU, 0 visible";
-  } else if (spec.gpus < strategy.min_devices) {
+  } else if (spec.gpus < strategy.min_devices()) {
     spec.wants_more_gpus = true;
-    spec.skip_reason = "needs " + std::to_string(strategy.min_devices) + " devices, --devices names " +
+    spec.skip_reason = "needs " + std::to_string(strategy.min_devices()) + " devices, --devices names " +
                        std::to_string(spec.gpus);
-  } else if (strategy.distributed && !shared_gpu_placement(spec).empty()) {
-    spec.skip_reason = strategy.name + "'s NCCL ranks cannot share a GPU (--devices repeats one)";
+  } else if (strategy.is_distributed() && !shared_gpu_placement(spec).empty()) {
+    spec.skip_reason = strategy.name() + "'s NCCL ranks cannot share a GPU (--devices repeats one)";
   } else if (visible_gpus > 0 && spec.gpu_ids.empty() && spec.gpus > visible_gpus) {
     spec.wants_more_gpus = true;
     spec.skip_reason = "needs " + std::to_string(spec.gpus) + " GPUs, " + std::to_string(visible_gpus) + " visible";
   }
-  spec.fields = {{"strategy", strategy.name},
+  spec.fields = {{"strategy", strategy.name()},
                  {"model", model},
                  {"batch", std::to_string(batch), true},
                  {is_language_model(model) ? "seq" : "image", std::to_string(sample), true},
@@ -109,15 +110,15 @@ CaseSpec set_up_case(const StrategyInfo& strategy, const std::string& model, int
 }
 
 void add_option(CaseSpec& spec, const StrategyOption& option, const std::string& value) {
-  if (option.apply) option.apply(spec.config, value, spec.gpus);
-  spec.config.options[option.field] = value;
-  spec.fields.push_back({option.field, value, option.kind != StrategyOption::Kind::kChoice,
-                         option.unnamed_value.empty() || value != option.unnamed_value});
+  option.apply_to(spec.config, value, spec.gpus);
+  spec.config.options[option.field()] = value;
+  spec.fields.push_back({option.field(), value, option.kind() != StrategyOption::Kind::kChoice,
+                         option.unnamed_value().empty() || value != option.unnamed_value()});
 }
 
 // Its global batch, and its name from its fields (graph last).
 void name_case(CaseSpec& spec) {
-  spec.global_batch = spec.strategy->distributed ? spec.config.batch_size * spec.gpus : spec.config.batch_size;
+  spec.global_batch = spec.strategy->is_distributed() ? spec.config.batch_size * spec.gpus : spec.config.batch_size;
   spec.fields.push_back({"graph", spec.cuda_graph ? "on" : "off", false, spec.cuda_graph});
   spec.name = case_name(spec.fields);
 }
@@ -126,12 +127,10 @@ void name_case(CaseSpec& spec) {
 // a case left out (only the CUDA graph stands in its way, and its eager twin runs too).
 bool finish_case(CaseSpec& spec, int64_t named_batch, const Options& options, int visible_gpus) {
   const auto& strategy = *spec.strategy;
-  if (strategy.obstacle) {
-    const CaseConditions conditions{spec.config, named_batch, spec.gpus, visible_gpus, spec.cuda_graph};
-    if (const auto obstacle = strategy.obstacle(conditions)) {
-      if (obstacle->capture_only && options.cuda_graphs.size() > 1) return false;
-      if (spec.skip_reason.empty() || obstacle->capture_only) spec.skip_reason = obstacle->reason;
-    }
+  const CaseConditions conditions{spec.config, named_batch, spec.gpus, visible_gpus, spec.cuda_graph};
+  if (const auto obstacle = strategy.obstacle_in(conditions)) {
+    if (obstacle->capture_only && options.cuda_graphs.size() > 1) return false;
+    if (spec.skip_reason.empty() || obstacle->capture_only) spec.skip_reason = obstacle->reason;
   }
   name_case(spec);
   return true;
@@ -141,7 +140,7 @@ bool finish_case(CaseSpec& spec, int64_t named_batch, const Options& options, in
 // values_for gives them for the case so far, the first option outermost.
 void add_option_combinations(const CaseSpec& spec, size_t next, int64_t named_batch, const Options& options,
                              int visible_gpus, std::vector<CaseSpec>& cases) {
-  const auto& strategy_options = spec.strategy->options;
+  const auto& strategy_options = spec.strategy->options();
   if (next == strategy_options.size()) {
     CaseSpec finished = spec;
     if (finish_case(finished, named_batch, options, visible_gpus)) cases.push_back(std::move(finished));
@@ -149,7 +148,7 @@ void add_option_combinations(const CaseSpec& spec, size_t next, int64_t named_ba
   }
   const auto& option = strategy_options[next];
   const auto [given, defaulted] = option_values(options, option);
-  const auto values = option.values_for ? option.values_for(given, defaulted, spec.config) : given;
+  const auto values = option.values(given, defaulted, spec.config);
   if (values.empty()) return add_option_combinations(spec, next + 1, named_batch, options, visible_gpus, cases);
   for (const auto& value : values) {
     CaseSpec variant = spec;
@@ -162,11 +161,11 @@ void add_option_combinations(const CaseSpec& spec, size_t next, int64_t named_ba
 void add_strategy_cases(CaseSpec spec, const Options& options, int visible_gpus, std::vector<CaseSpec>& cases) {
   const auto& strategy = *spec.strategy;
   const auto named_batch = spec.config.batch_size;
-  if (spec.cuda_graph && !strategy.graph_capturable) {
+  if (spec.cuda_graph && !strategy.is_graph_capturable()) {
     // Listed once, without its options, and only when no case without a graph was asked for.
     if (options.cuda_graphs.size() > 1) return;
     // No options applied: its skip rule, which reads them, does not apply.
-    spec.skip_reason = strategy.name + " cannot be captured in a CUDA graph (" + capturable_names() + " can)";
+    spec.skip_reason = strategy.name() + " cannot be captured in a CUDA graph (" + capturable_names() + " can)";
     name_case(spec);
     cases.push_back(spec);
     return;
@@ -210,8 +209,8 @@ CaseSpec case_from_fields(const nlohmann::json& fields, const Options& options, 
                             precision_from(text("precision")), data_mode_from(text("data")),
                             fields.contains("optimizer") ? optimizer_from(text("optimizer")) : OptimizerKind::kSgd,
                             text("graph") == "on", devices, options, visible_gpus);
-    for (const auto& option : strategy.options) {
-      if (fields.contains(option.field)) add_option(spec, option, text(option.field));
+    for (const auto& option : strategy.options()) {
+      if (fields.contains(option.field())) add_option(spec, option, text(option.field()));
     }
     finish_case(spec, named_batch, options, visible_gpus);
     return spec;
@@ -326,7 +325,7 @@ std::vector<torch::Device> case_devices(const CaseSpec& spec) {
 std::string shared_gpu_placement(const CaseSpec& spec) {
   const std::set<int> distinct(spec.gpu_ids.begin(), spec.gpu_ids.end());
   if (distinct.size() == spec.gpu_ids.size()) return "";
-  return std::to_string(spec.gpu_ids.size()) + " " + spec.strategy->device_role + " on " +
+  return std::to_string(spec.gpu_ids.size()) + " " + spec.strategy->device_role() + " on " +
          std::to_string(distinct.size()) + (distinct.size() == 1 ? " GPU" : " GPUs");
 }
 
@@ -355,7 +354,7 @@ void check_devices(const Options& options, int visible_gpus) {
   }
   if (std::set<int>(options.devices.begin(), options.devices.end()).size() == options.devices.size()) return;
   for (const auto& name : options.strategies) {
-    if (!StrategyRegistry::instance().get(name).distributed) continue;
+    if (!StrategyRegistry::instance().get(name).is_distributed()) continue;
     throw UsageError(flag + " repeats a GPU, but " + name + " runs one NCCL rank per GPU and ranks cannot share one "
                      "(give distinct GPUs, or leave " + name + " out of --strategies)");
   }
@@ -415,7 +414,7 @@ CaseProfile profile_case(const CaseSpec& spec, const Options& options) {
   if (torch::cuda::is_available()) c10::cuda::CUDACachingAllocator::emptyCache();
 #endif
   if (!profile.trace_path.empty()) {
-    if (const auto predicted = predict_staged_case(spec)) {
+    if (const auto predicted = simulate_case(spec)) {
       auto path = profile.trace_path;
       path.replace(path.size() - std::strlen(".trace.json"), std::string::npos, ".predicted.json");
       write_predicted_timeline(spec, *predicted, path);
@@ -438,7 +437,7 @@ std::vector<int> strategy_device_counts(const StrategyInfo& strategy, const Opti
   if (options.gpu_counts.empty()) return {multi_device_count(options, visible_gpus)};
   std::vector<int> counts;
   for (auto count : options.gpu_counts) {
-    if (count >= strategy.min_devices) counts.push_back(count);
+    if (count >= strategy.min_devices()) counts.push_back(count);
   }
   return counts;
 }
@@ -568,9 +567,9 @@ TrainingCounters training_counters(const CaseSpec& spec, double seconds, int64_t
     counters["image"] = static_cast<double>(spec.config.image_size);
   }
   counters["gpus"] = spec.gpus;
-  for (const auto& option : spec.strategy->options) {
-    const auto value = spec.config.options.find(option.field);
-    if (!option.counter.empty() && value != spec.config.options.end()) counters[option.counter] = std::stod(value->second);
+  for (const auto& option : spec.strategy->options()) {
+    const auto value = spec.config.options.find(option.field());
+    if (!option.counter().empty() && value != spec.config.options.end()) counters[option.counter()] = std::stod(value->second);
   }
   if (spec.predicted_step_ms) {
     counters["predicted_step_ms"] = *spec.predicted_step_ms;
@@ -601,7 +600,7 @@ benchmark::UserCounters stall_counters(const std::vector<double>& iteration_seco
 
 int64_t fixed_iterations(const CaseSpec& spec, const Options& options) {
   if (options.iterations > 0) return options.iterations;
-  return spec.strategy->distributed ? kDefaultDistributedIterations : 0;
+  return spec.strategy->is_distributed() ? kDefaultDistributedIterations : 0;
 }
 
 std::string benchmark_name(const std::string& case_name, int64_t fixed_iterations) {
@@ -719,7 +718,7 @@ void register_cases(const std::vector<CaseSpec>& cases, const Options& options, 
             return;
           }
           progress.case_started(spec.name);
-          if (spec.strategy->distributed) {
+          if (spec.strategy->is_distributed()) {
             run_distributed_case(state, spec, options);
           } else {
             run_local_case(state, spec, options);

@@ -176,7 +176,7 @@ std::vector<std::pair<std::string, std::string>> run_context(const Options& opti
   context.emplace_back("timer", options.timer == TimerKind::kEvent ? "event" : "host");
   // The binary's strategies and schedules in listing order, for readers that order them.
   context.emplace_back("strategies",
-                       joined(StrategyRegistry::instance().all(), ",", [](const StrategyInfo* info) { return info->name; }));
+                       joined(StrategyRegistry::instance().all(), ",", [](const StrategyInfo* info) { return info->name(); }));
   context.emplace_back("schedules", joined(schedule_table(), ",", [](const ScheduleInfo& info) { return info.name; }));
   // How to read each counter and each schedule (1.8.0): readers take these facts from here
   // instead of knowing counters, schedules or strategies by name.

@@ -232,7 +232,7 @@ int main(int argc, char** argv) {
   const int case_gpus = external ? external->world_size : visible_gpus;
   auto cases = build_cases(options, case_gpus);
   if (external) {
-    cases.erase(std::remove_if(cases.begin(), cases.end(), [](const CaseSpec& spec) { return !spec.strategy->distributed; }),
+    cases.erase(std::remove_if(cases.begin(), cases.end(), [](const CaseSpec& spec) { return !spec.strategy->is_distributed(); }),
                 cases.end());
     if (writes_output) {
       std::fprintf(stderr, "parbench: rank 0 of %d (%s variables): running the distributed cases only\n",

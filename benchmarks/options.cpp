@@ -156,20 +156,21 @@ std::vector<std::pair<std::string, std::string>> preset_flags(const std::string&
 std::vector<std::string> strategy_option_values(const StrategyOption& option, const std::string& text) {
   using Kind = StrategyOption::Kind;
   std::vector<std::string> values;
-  if (option.kind == Kind::kChoice) {
+  if (option.kind() == Kind::kChoice) {
     std::vector<std::pair<std::string, std::string>> choices;
-    for (const auto& choice : option.choices) choices.emplace_back(choice, choice);
-    return pick_list(option.flag, text, choices);
+    for (const auto& choice : option.choices()) choices.emplace_back(choice, choice);
+    return pick_list(option.flag(), text, choices);
   }
   for (const auto& item : split_list(text)) {
-    values.push_back(option.kind == Kind::kInteger ? std::to_string(parse_int(option.flag, item, option.minimum))
-                                                   : format_number(parse_double(option.flag, item, 0.0, kMaxOptionNumber)));
-    if (!option.choices.empty() &&
-        std::find(option.choices.begin(), option.choices.end(), values.back()) == option.choices.end()) {
-      throw UsageError("--" + option.flag + "=" + item + " is not one of: " + joined(option.choices, ", "));
+    values.push_back(option.kind() == Kind::kInteger
+                         ? std::to_string(parse_int(option.flag(), item, option.minimum()))
+                         : format_number(parse_double(option.flag(), item, 0.0, kMaxOptionNumber)));
+    if (!option.choices().empty() &&
+        std::find(option.choices().begin(), option.choices().end(), values.back()) == option.choices().end()) {
+      throw UsageError("--" + option.flag() + "=" + item + " is not one of: " + joined(option.choices(), ", "));
     }
   }
-  if (values.empty()) throw UsageError("--" + option.flag + " needs at least one value");
+  if (values.empty()) throw UsageError("--" + option.flag() + " needs at least one value");
   return values;
 }
 
@@ -235,15 +236,15 @@ DataMode data_mode_from(const std::string& text) { return pick("data", text, kDa
 OptimizerKind optimizer_from(const std::string& text) { return pick("optimizer", text, kOptimizers); }
 
 std::pair<std::vector<std::string>, bool> option_values(const Options& options, const StrategyOption& option) {
-  const auto given = options.strategy_options.find(option.field);
-  if (given == options.strategy_options.end()) return {option.defaults, true};
+  const auto given = options.strategy_options.find(option.field());
+  if (given == options.strategy_options.end()) return {option.defaults(), true};
   return {given->second, false};
 }
 
 std::string first_option_value(const Options& options, const std::string& field) {
   for (const auto* strategy : StrategyRegistry::instance().all()) {
-    for (const auto& option : strategy->options) {
-      if (option.field == field) return option_values(options, option).first.front();
+    for (const auto& option : strategy->options()) {
+      if (option.field() == field) return option_values(options, option).first.front();
     }
   }
   throw std::logic_error("no strategy declares an option " + field);
@@ -253,7 +254,7 @@ std::string first_option_value(const Options& options, const std::string& field)
 std::string strategy_options_help() {
   std::string text;
   for (const auto* strategy : StrategyRegistry::instance().all()) {
-    for (const auto& option : strategy->options) text += help_lines(option.flag, option.help);
+    for (const auto& option : strategy->options()) text += help_lines(option.flag(), option.help());
   }
   return text;
 }
@@ -387,7 +388,9 @@ The last line on stderr sums the run up: "parbench: 12 ran, 9 skipped (...), 1 f
 )";
   std::map<int, std::vector<std::string>> by_minimum;
   for (const auto* strategy : StrategyRegistry::instance().all()) {
-    if (strategy->min_devices > 1 || strategy->distributed) by_minimum[strategy->min_devices].push_back(strategy->name);
+    if (strategy->min_devices() > 1 || strategy->is_distributed()) {
+      by_minimum[strategy->min_devices()].push_back(strategy->name());
+    }
   }
   const auto minimums = joined(by_minimum, "; ", [](const auto& entry) {
     return joined(entry.second, ", ") + ": " + std::to_string(entry.first);
@@ -501,12 +504,12 @@ Options parse_options(int argc, char** argv, bool has_gpu, std::vector<char*>* b
        }},
   };
   for (const auto* strategy : StrategyRegistry::instance().all()) {
-    for (const auto& option : strategy->options) {
-      const auto added = handlers.emplace(option.flag, [&options, &option](auto&, auto& v) {
-        options.strategy_options[option.field] = strategy_option_values(option, v);
+    for (const auto& option : strategy->options()) {
+      const auto added = handlers.emplace(option.flag(), [&options, &option](auto&, auto& v) {
+        options.strategy_options[option.field()] = strategy_option_values(option, v);
       });
       if (!added.second) {
-        throw std::logic_error("strategy " + strategy->name + "'s option --" + option.flag + " is one of parbench's own");
+        throw std::logic_error("strategy " + strategy->name() + "'s option --" + option.flag() + " is one of parbench's own");
       }
     }
   }

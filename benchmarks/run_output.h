@@ -42,8 +42,10 @@ class JsonFileReporter : public benchmark::BenchmarkReporter {
   std::ostringstream memory_;
   benchmark::JSONReporter json_;
   bool context_reported_ = false;
+  // The cases reported, by run name, each once: Google Benchmark reports a case's repetitions
+  // and aggregates apart, under one run name.
   std::set<std::string> cases_;
-  std::map<std::string, std::string> fields_;  // by benchmark name: the fields object as JSON text  // run names: Google Benchmark reports a case's repetitions and aggregates apart
+  std::map<std::string, std::string> fields_;  // by benchmark name: the fields object as JSON text
 };
 
 class RunOutput {

@@ -20,6 +20,7 @@
 #include "core/device_timer.h"
 #include "strategies/flat_tensors.h"
 #include "strategies/optimizer.h"
+#include "strategies/prediction.h"
 #include "strategies/strategy.h"
 #include "strategies/training.h"
 #include "strategies/worker_thread.h"
@@ -333,34 +334,68 @@ class DataParallel final : public Strategy {
   double replicate_ms_ = 0;
 };
 
-StrategyInfo data_parallel_info() {
-  StrategyInfo info{"data_parallel",
-                    "one process; broadcast parameters to replicas, scatter, parallel forwards, gather, reduce gradients",
-                    /*order=*/3, /*min_devices=*/2, /*distributed=*/false,
-                    [] { return std::make_unique<DataParallel>(); }, /*graph_capturable=*/true,
-                    /*device_role=*/"replicas", /*options, below*/ {}, /*obstacle, below*/ nullptr,
-                    AdviseModel::kReplicated, /*advised, below*/ nullptr};
-  info.options = {{"replicate", "dp-replicate",
-                   "data_parallel: broadcast (replicas built once, parameters broadcast every\nstep, as PyTorch's "
-                   "DataParallel) | clone (LibTorch's data_parallel:\nreplicas cloned every step; GPUs only, no CUDA "
-                   "graph); default broadcast",
-                   StrategyOption::Kind::kChoice, {"broadcast", "clone"}, 1, {"broadcast"}, "", "", nullptr,
-                   [](RunConfig& config, const std::string& value, int) { config.dp_replicate = value; }}};
-  info.obstacle = [](const CaseConditions& conditions) -> std::optional<CaseObstacle> {
-    if (conditions.config.dp_replicate != "clone") return std::nullopt;
-    // LibTorch's data_parallel builds replicas on the host every step and gathers CUDA tensors only.
-    if (conditions.cuda_graph) {
-      return CaseObstacle{"data_parallel replicate:clone cannot be captured in a CUDA graph (it builds its replicas "
-                          "on the host every step)",
-                          /*capture_only=*/true};
+// --advise (broadcast variant): the broadcast, the replicas' forwards side by side, then their
+// backwards side by side (each replica's is the cut's parts in sequence, at its shard's size), the
+// reduction, and the update of the whole model on device 0. The broadcast and the reduction are
+// the strategy's own, measured at set-up on the profile's devices (broadcast_ms, reduce_ms).
+StrategyPredictor data_parallel_predictor() {
+  StrategyPredictor predictor;
+  predictor.covers = [](const CaseConditions& conditions) { return conditions.config.dp_replicate == "broadcast"; };
+  predictor.request = [](const CaseConditions& conditions, ProfileRequest& request) {
+    request.parts = true;
+    if (request.set_up == nullptr) {
+      request.set_up = &StrategyRegistry::instance().get("data_parallel");
+      request.set_up_config = conditions.config;
     }
-    if (conditions.visible_gpus == 0) {
-      return CaseObstacle{"needs GPUs, 0 visible (LibTorch's data_parallel gathers CUDA tensors only)"};
-    }
-    return std::nullopt;
   };
-  info.advised = [](const CaseConditions& conditions) { return conditions.config.dp_replicate == "broadcast"; };
-  return info;
+  predictor.predict = [](const AdviseProfile& profile, const CaseConditions& conditions) {
+    const auto whole_model = [&](const std::vector<std::vector<double>>& per_part, int64_t size) {
+      double sum = 0;
+      for (const auto& values : per_part) sum += interpolate(profile.sizes, values, size);
+      return sum;
+    };
+    double forward = 0, backward = 0;
+    for (auto size : shard_sizes(conditions.config.batch_size, static_cast<size_t>(conditions.devices))) {
+      forward = std::max(forward, whole_model(profile.parts.forward_ms, size));
+      backward = std::max(backward, whole_model(profile.parts.backward_ms, size));
+    }
+    double update = 0;
+    for (auto part_update : profile.parts.update_ms) update += part_update;
+    const double step_ms = profile.set_up_counters.at("broadcast_ms") + forward + backward +
+                           profile.set_up_counters.at("reduce_ms") + update;
+    return Prediction{step_ms, profile.parts.cut};
+  };
+  return predictor;
+}
+
+StrategyInfo data_parallel_info() {
+  return StrategyInfo("data_parallel")
+      .creates<DataParallel>()
+      .summary("one process; broadcast parameters to replicas, scatter, parallel forwards, gather, reduce gradients")
+      .order(3)
+      .min_devices(2)
+      .graph_capturable()
+      .device_role("replicas")
+      .option(StrategyOption::choice("replicate", "dp-replicate", {"broadcast", "clone"})
+                  .help("data_parallel: broadcast (replicas built once, parameters broadcast every\nstep, as PyTorch's "
+                        "DataParallel) | clone (LibTorch's data_parallel:\nreplicas cloned every step; GPUs only, no "
+                        "CUDA graph); default broadcast")
+                  .defaults({"broadcast"})
+                  .apply([](RunConfig& config, const std::string& value, int) { config.dp_replicate = value; }))
+      .obstacle([](const CaseConditions& conditions) -> std::optional<CaseObstacle> {
+        if (conditions.config.dp_replicate != "clone") return std::nullopt;
+        // LibTorch's data_parallel builds replicas on the host every step and gathers CUDA tensors only.
+        if (conditions.cuda_graph) {
+          return CaseObstacle{"data_parallel replicate:clone cannot be captured in a CUDA graph (it builds its "
+                              "replicas on the host every step)",
+                              /*capture_only=*/true};
+        }
+        if (conditions.visible_gpus == 0) {
+          return CaseObstacle{"needs GPUs, 0 visible (LibTorch's data_parallel gathers CUDA tensors only)"};
+        }
+        return std::nullopt;
+      })
+      .predictor(data_parallel_predictor());
 }
 
 PARBENCH_REGISTER_STRATEGY(data_parallel_info());

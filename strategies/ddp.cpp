@@ -13,8 +13,11 @@
 #include "strategies/distributed/world.h"
 #include "strategies/flat_tensors.h"
 #include "strategies/optimizer.h"
+#include "strategies/prediction.h"
 #include "strategies/strategy.h"
 #include "strategies/training.h"
+
+#include <algorithm>
 
 
 namespace parbench {
@@ -87,33 +90,59 @@ class DistributedDataParallel final : public Strategy {
   std::unique_ptr<GradientBuckets> buckets_;
 };
 
-StrategyInfo ddp_info() {
-  StrategyInfo info{"ddp", "one process per device; gradients averaged by bucketed all-reduce during backward",
-                    /*order=*/4, /*min_devices=*/1, /*distributed=*/true,
-                    [] { return std::make_unique<DistributedDataParallel>(); },
-                    /*graph_capturable=*/true, /*device_role=*/"ranks", /*options, below*/ {},
-                    /*obstacle, below*/ nullptr, AdviseModel::kRankedAllReduce, /*advised=*/nullptr};
-  using Kind = StrategyOption::Kind;
-  info.options = {
-      {"bucket_mib", "bucket-mib", "ddp gradient bucket size in MiB; default 25", Kind::kNumber, {}, 1, {"25"}, "", "",
-       nullptr, [](RunConfig& config, const std::string& value, int) { config.bucket_mib = std::stod(value); }},
-      {"overlap", "overlap", "ddp: on (all-reduce during backward) | off (after backward); default on", Kind::kChoice,
-       {"on", "off"}, 1, {"on"}, "", "", nullptr,
-       [](RunConfig& config, const std::string& value, int) { config.overlap = value == "on"; }},
-      // --batch is per rank in weak scaling, global in strong.
-      {"scaling", "scaling", "ddp: weak (per-rank batch fixed) | strong (global batch fixed); default weak",
-       Kind::kChoice, {"weak", "strong"}, 1, {"weak"}, "", "", nullptr,
-       [](RunConfig& config, const std::string& value, int ranks) {
-         if (value == "strong") config.batch_size /= ranks;
-       }},
-  };
-  info.obstacle = [](const CaseConditions& conditions) -> std::optional<CaseObstacle> {
-    if (conditions.config.options.at("scaling") == "strong" && conditions.named_batch % conditions.devices != 0) {
-      return CaseObstacle{"strong scaling needs a batch divisible by " + std::to_string(conditions.devices) + " ranks"};
+// --advise: a rank's step (the whole model's at the per-rank batch) plus the all-reduce time its
+// backward does not hide, from each gradient bucket's ready time and all-reduce across the ranks'
+// GPUs (docs/METRICS.md, "Predicted step time").
+StrategyPredictor ddp_predictor() {
+  StrategyPredictor predictor;
+  predictor.needs_gpu_per_device = true;
+  predictor.request = [](const CaseConditions& conditions, ProfileRequest& request) {
+    const std::pair<double, int64_t> ranked{conditions.config.bucket_mib, conditions.config.batch_size};
+    if (std::find(request.ranks.begin(), request.ranks.end(), ranked) == request.ranks.end()) {
+      request.ranks.push_back(ranked);
     }
-    return std::nullopt;
   };
-  return info;
+  predictor.predict = [](const AdviseProfile& profile, const CaseConditions& conditions) {
+    const auto& config = conditions.config;
+    const auto& rank = profile.ranks.at({config.bucket_mib, config.batch_size});
+    return Prediction{rank.rank_step_ms + exposed_allreduce_ms(rank.bucket_ready_ms, rank.bucket_allreduce_ms,
+                                                               rank.backward_ms, config.overlap),
+                      profile.parts.cut};
+  };
+  return predictor;
+}
+
+StrategyInfo ddp_info() {
+  return StrategyInfo("ddp")
+      .creates<DistributedDataParallel>()
+      .summary("one process per device; gradients averaged by bucketed all-reduce during backward")
+      .order(4)
+      .distributed()
+      .graph_capturable()
+      .device_role("ranks")
+      .option(StrategyOption::number("bucket_mib", "bucket-mib")
+                  .help("ddp gradient bucket size in MiB; default 25")
+                  .defaults({"25"})
+                  .apply([](RunConfig& config, const std::string& value, int) { config.bucket_mib = std::stod(value); }))
+      .option(StrategyOption::choice("overlap", "overlap", {"on", "off"})
+                  .help("ddp: on (all-reduce during backward) | off (after backward); default on")
+                  .defaults({"on"})
+                  .apply([](RunConfig& config, const std::string& value, int) { config.overlap = value == "on"; }))
+      // --batch is per rank in weak scaling, global in strong.
+      .option(StrategyOption::choice("scaling", "scaling", {"weak", "strong"})
+                  .help("ddp: weak (per-rank batch fixed) | strong (global batch fixed); default weak")
+                  .defaults({"weak"})
+                  .apply([](RunConfig& config, const std::string& value, int ranks) {
+                    if (value == "strong") config.batch_size /= ranks;
+                  }))
+      .obstacle([](const CaseConditions& conditions) -> std::optional<CaseObstacle> {
+        if (conditions.config.options.at("scaling") == "strong" && conditions.named_batch % conditions.devices != 0) {
+          return CaseObstacle{"strong scaling needs a batch divisible by " + std::to_string(conditions.devices) +
+                              " ranks"};
+        }
+        return std::nullopt;
+      })
+      .predictor(ddp_predictor());
 }
 
 PARBENCH_REGISTER_STRATEGY(ddp_info());

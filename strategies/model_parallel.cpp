@@ -2,6 +2,7 @@
 // through one device after the other (the tutorial's ModelParallelResNet50). It is a pipeline
 // of one micro-batch: strategies/stage_executor.h runs it, each stage owning its backward.
 #include "strategies/partition.h"
+#include "strategies/prediction.h"
 #include "strategies/stage_executor.h"
 #include "strategies/strategy.h"
 
@@ -25,11 +26,15 @@ class ModelParallel final : public StagedStrategy {
 
 };
 
-PARBENCH_REGISTER_STRATEGY({"model_parallel", "stages split across devices, whole batch one device at a time",
-                            /*order=*/1, /*min_devices=*/2, /*distributed=*/false,
-                            [] { return std::make_unique<ModelParallel>(); }, /*graph_capturable=*/true,
-                            /*device_role=*/"stages", /*options=*/{}, /*obstacle=*/nullptr, AdviseModel::kStaged,
-                            /*advised=*/nullptr});
+PARBENCH_REGISTER_STRATEGY(StrategyInfo("model_parallel")
+                               .creates<ModelParallel>()
+                               .summary("stages split across devices, whole batch one device at a time")
+                               .order(1)
+                               .min_devices(2)
+                               .graph_capturable()
+                               .device_role("stages")
+                               // --advise: the schedule simulator over one micro-batch of the whole batch.
+                               .predictor(staged_predictor()));
 
 }  // namespace
 }  // namespace parbench

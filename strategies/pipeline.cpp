@@ -5,6 +5,7 @@
 #include "core/counter_table.h"
 #include "strategies/partition.h"
 #include "strategies/pipeline_schedule.h"
+#include "strategies/prediction.h"
 #include "strategies/stage_executor.h"
 #include "strategies/strategy.h"
 
@@ -73,51 +74,57 @@ std::string schedules_help() {
 }
 
 StrategyInfo pipeline_info() {
-  StrategyInfo info{"pipeline", "stages split across devices, micro-batches of split_size in flight",
-                    /*order=*/2, /*min_devices=*/2, /*distributed=*/false,
-                    [] { return std::make_unique<Pipeline>(); }, /*graph_capturable=*/true,
-                    /*device_role=*/"stages", /*options, below*/ {}, /*obstacle, below*/ nullptr,
-                    AdviseModel::kStaged, /*advised, below*/ nullptr};
   std::vector<std::string> schedules;
   for (const auto& schedule : schedule_table()) schedules.push_back(schedule.name);
-  using Kind = StrategyOption::Kind;
-  info.options = {
-      {"split", "split-sizes",
-       "pipeline micro-batch sizes; default 1,3,5,8,10,12,20,40,60 (those below the\nbatch) and the full batch",
-       Kind::kInteger, {}, 1, {}, "", "split_size", split_sizes_for,
-       [](RunConfig& config, const std::string& value, int) { config.split_size = std::stoll(value); }},
-      {"schedule", "schedules", schedules_help(), Kind::kChoice, schedules, 1, {"tutorial", "gpipe", "1f1b"}, "", "",
-       nullptr, [](RunConfig& config, const std::string& value, int) { config.schedule = value; }},
-      {"chunks", "chunks", "interleaved-1f1b: stages (model chunks) per device; default 2", Kind::kInteger, {}, 1,
-       {"2"}, "", "",
-       [](const std::vector<std::string>& values, bool, const RunConfig& config) {
-         return schedule_info(config.schedule).uses_chunks ? values : std::vector<std::string>{};
-       },
-       [](RunConfig& config, const std::string& value, int) { config.chunks = std::stoi(value); }},
+  return StrategyInfo("pipeline")
+      .creates<Pipeline>()
+      .summary("stages split across devices, micro-batches of split_size in flight")
+      .order(2)
+      .min_devices(2)
+      .graph_capturable()
+      .device_role("stages")
+      .option(StrategyOption::integer("split", "split-sizes")
+                  .help("pipeline micro-batch sizes; default 1,3,5,8,10,12,20,40,60 (those below the\nbatch) and the "
+                        "full batch")
+                  .counter("split_size")
+                  .values_for(split_sizes_for)
+                  .apply([](RunConfig& config, const std::string& value, int) { config.split_size = std::stoll(value); }))
+      .option(StrategyOption::choice("schedule", "schedules", schedules)
+                  .help(schedules_help())
+                  .defaults({"tutorial", "gpipe", "1f1b"})
+                  .apply([](RunConfig& config, const std::string& value, int) { config.schedule = value; }))
+      .option(StrategyOption::integer("chunks", "chunks")
+                  .help("interleaved-1f1b: stages (model chunks) per device; default 2")
+                  .defaults({"2"})
+                  .values_for([](const std::vector<std::string>& values, bool, const RunConfig& config) {
+                    return schedule_info(config.schedule).uses_chunks ? values : std::vector<std::string>{};
+                  })
+                  .apply([](RunConfig& config, const std::string& value, int) { config.chunks = std::stoi(value); }))
       // One lane is the default and keeps the names that baselines already hold.
-      {"lanes", "stage-lanes",
-       "pipeline on GPUs: compute streams per stage, 1 | 2 (micro-batches take the\ntwo in turn, so a forward can "
-       "overlap a backward); default 1",
-       Kind::kInteger, {"1", "2"}, 1, {"1"}, "1", "", nullptr,
-       [](RunConfig& config, const std::string& value, int) { config.stage_lanes = std::stoi(value); }},
-  };
-  info.obstacle = [](const CaseConditions& conditions) -> std::optional<CaseObstacle> {
-    const auto& config = conditions.config;
-    if (schedule_info(config.schedule).uses_chunks && config.chunks > 1 &&
-        micro_batch_count(config.batch_size, config.split_size) % conditions.devices != 0) {
-      return CaseObstacle{config.schedule + " needs the micro-batches to be a multiple of the devices"};
-    }
-    return std::nullopt;
-  };
-  info.advised = [](const CaseConditions& conditions) {
-    const auto& config = conditions.config;
-    // The simulator gives each device one compute stream; two lanes overlap a forward with a backward.
-    if (config.stage_lanes != 1) return false;
-    // An interleaved schedule that cannot run (its own skip says so) has nothing to predict.
-    return !schedule_info(config.schedule).uses_chunks || config.chunks == 1 ||
-           micro_batch_count(config.batch_size, config.split_size) % conditions.devices == 0;
-  };
-  return info;
+      .option(StrategyOption::integer("lanes", "stage-lanes")
+                  .help("pipeline on GPUs: compute streams per stage, 1 | 2 (micro-batches take the\ntwo in turn, so "
+                        "a forward can overlap a backward); default 1")
+                  .choices({"1", "2"})
+                  .defaults({"1"})
+                  .unnamed_value("1")
+                  .apply([](RunConfig& config, const std::string& value, int) { config.stage_lanes = std::stoi(value); }))
+      .obstacle([](const CaseConditions& conditions) -> std::optional<CaseObstacle> {
+        const auto& config = conditions.config;
+        if (schedule_info(config.schedule).uses_chunks && config.chunks > 1 &&
+            micro_batch_count(config.batch_size, config.split_size) % conditions.devices != 0) {
+          return CaseObstacle{config.schedule + " needs the micro-batches to be a multiple of the devices"};
+        }
+        return std::nullopt;
+      })
+      // --advise: the schedule simulator replays the case's schedule over its profiled cut.
+      .predictor(staged_predictor([](const CaseConditions& conditions) {
+        const auto& config = conditions.config;
+        // The simulator gives each device one compute stream; two lanes overlap a forward with a backward.
+        if (config.stage_lanes != 1) return false;
+        // An interleaved schedule that cannot run (its own skip says so) has nothing to predict.
+        return !schedule_info(config.schedule).uses_chunks || config.chunks == 1 ||
+               micro_batch_count(config.batch_size, config.split_size) % conditions.devices == 0;
+      }));
 }
 
 PARBENCH_REGISTER_STRATEGY(pipeline_info());

@@ -22,13 +22,16 @@ StrategyRegistry& StrategyRegistry::instance() {
 }
 
 bool StrategyRegistry::add(StrategyInfo info) {
-  const std::string name = info.name;
+  const std::string name = info.name();
+  if (!info.has_class()) {
+    throw std::logic_error("strategy '" + name + "' declares no class to run it (StrategyInfo::creates)");
+  }
   // One flag sets one strategy's option; a second would take the other's values.
-  for (const auto& option : info.options) {
+  for (const auto& option : info.options()) {
     for (const auto& [other_name, other] : strategies_) {
-      for (const auto& taken : other.options) {
-        if (taken.flag == option.flag || taken.field == option.field) {
-          throw std::logic_error("strategy '" + name + "' declares option " + option.field + " (--" + option.flag +
+      for (const auto& taken : other.options()) {
+        if (taken.flag() == option.flag() || taken.field() == option.field()) {
+          throw std::logic_error("strategy '" + name + "' declares option " + option.field() + " (--" + option.flag() +
                                  "), which '" + other_name + "' declares already");
         }
       }
@@ -52,12 +55,12 @@ const StrategyInfo& StrategyRegistry::get(const std::string& name) const {
 std::vector<const StrategyInfo*> StrategyRegistry::all() const {
   std::vector<const StrategyInfo*> result;
   for (const auto& entry : strategies_) result.push_back(&entry.second);
-  std::sort(result.begin(), result.end(), [](auto* a, auto* b) { return a->order < b->order; });
+  std::sort(result.begin(), result.end(), [](auto* a, auto* b) { return a->order() < b->order(); });
   return result;
 }
 
 std::string StrategyRegistry::names() const {
-  return joined(all(), ", ", [](const StrategyInfo* info) { return info->name; });
+  return joined(all(), ", ", [](const StrategyInfo* info) { return info->name(); });
 }
 
 }  // namespace parbench

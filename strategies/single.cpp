@@ -1,5 +1,6 @@
 // The whole model on one device: the baseline every other strategy is compared with.
 #include "strategies/optimizer.h"
+#include "strategies/prediction.h"
 #include "strategies/strategy.h"
 #include "strategies/training.h"
 
@@ -47,10 +48,22 @@ class SingleDevice final : public Strategy {
   std::unique_ptr<Optimizer> optimizer_;
 };
 
-PARBENCH_REGISTER_STRATEGY({"single", "the whole model on one device", /*order=*/0, /*min_devices=*/1,
-                            /*distributed=*/false, [] { return std::make_unique<SingleDevice>(); },
-                            /*graph_capturable=*/true, /*device_role=*/"devices", /*options=*/{},
-                            /*obstacle=*/nullptr, AdviseModel::kWholeModel, /*advised=*/nullptr});
+// --advise: the reference every set-up profiles; its prediction is its profiled step.
+StrategyPredictor single_predictor() {
+  StrategyPredictor predictor;
+  predictor.reference = true;
+  predictor.predict = [](const AdviseProfile& profile, const CaseConditions&) {
+    return Prediction{profile.single_step_ms, profile.parts.cut};
+  };
+  return predictor;
+}
+
+PARBENCH_REGISTER_STRATEGY(StrategyInfo("single")
+                               .creates<SingleDevice>()
+                               .summary("the whole model on one device")
+                               .order(0)
+                               .graph_capturable()
+                               .predictor(single_predictor()));
 
 }  // namespace
 }  // namespace parbench

@@ -1,7 +1,7 @@
 // The contract every parallelism strategy implements, and the registry that finds them.
 // Each strategy is a file under strategies/ (the machinery several share, such as the stage
-// executor, lives beside them) that registers itself, with its options, skip rule and advise
-// model, through PARBENCH_REGISTER_STRATEGY (docs/EXTENDING.md).
+// executor, lives beside them) that registers itself, with its options, skip rule and
+// predictor, through PARBENCH_REGISTER_STRATEGY (docs/EXTENDING.md).
 #pragma once
 
 #include "models/model_zoo.h"
@@ -111,32 +111,85 @@ class Strategy {
 
 // One option a strategy declares: a command-line flag that takes a list of values, an axis its
 // cases sweep, and a field of each case's identity (the name's "/split:20", the JSON's "split").
-struct StrategyOption {
+// Built by kind, then named setters, each returning the option:
+//   StrategyOption::integer("split", "split-sizes").help("...").counter("split_size").apply(...)
+// Its slots are private: a declaration names each one it sets.
+class StrategyOption {
+ public:
   enum class Kind {
     kInteger,  // whole numbers of at least `minimum` (and among `choices`, where given)
     kNumber,   // numbers above 0, written as %g
     kChoice,   // one of `choices`, text
   };
-  std::string field;  // the name's key and the JSON field
-  std::string flag;   // --flag=LIST
-  std::string help;   // --help's text for the flag; lines after the first are indented
-  Kind kind = Kind::kChoice;
-  std::vector<std::string> choices;
-  int64_t minimum = 1;
-  std::vector<std::string> defaults;  // swept when the flag is not given
-  // Left out of the case name while the option holds this value, so that names from before the
-  // option existed stay as they were ("" : always named).
-  std::string unnamed_value;
-  // Also reported as this counter (a number option's value; "" : not).
-  std::string counter;
   // The values a case sweeps: given the flag's (or the defaults, `defaulted`) and the case's
-  // config so far (its earlier options applied). None leaves the option out of the case. Unset:
-  // the values as given.
-  std::function<std::vector<std::string>(const std::vector<std::string>& values, bool defaulted, const RunConfig& config)>
-      values_for;
+  // config so far (its earlier options applied). None leaves the option out of the case.
+  using ValuesFor =
+      std::function<std::vector<std::string>(const std::vector<std::string>& values, bool defaulted, const RunConfig& config)>;
   // Sets a typed member of RunConfig from the value; `devices`: the case's devices (ranks).
+  using Apply = std::function<void(RunConfig& config, const std::string& value, int devices)>;
+
+  // `field`: the name's key and the JSON field; `flag`: --flag=LIST.
+  static StrategyOption integer(std::string field, std::string flag) {
+    return StrategyOption(Kind::kInteger, std::move(field), std::move(flag), {});
+  }
+  static StrategyOption number(std::string field, std::string flag) {
+    return StrategyOption(Kind::kNumber, std::move(field), std::move(flag), {});
+  }
+  static StrategyOption choice(std::string field, std::string flag, std::vector<std::string> choices) {
+    return StrategyOption(Kind::kChoice, std::move(field), std::move(flag), std::move(choices));
+  }
+
+  // --help's text for the flag; lines after the first are indented.
+  StrategyOption& help(std::string text) { help_ = std::move(text); return *this; }
+  // Swept when the flag is not given.
+  StrategyOption& defaults(std::vector<std::string> values) { defaults_ = std::move(values); return *this; }
+  // An integer's allowed values (a choice's are given when it is made).
+  StrategyOption& choices(std::vector<std::string> values) { choices_ = std::move(values); return *this; }
+  // An integer's least value (1 unless set).
+  StrategyOption& minimum(int64_t value) { minimum_ = value; return *this; }
+  // Left out of the case name while the option holds this value, so that names from before the
+  // option existed stay as they were (unset: always named).
+  StrategyOption& unnamed_value(std::string value) { unnamed_value_ = std::move(value); return *this; }
+  // Also reported as this counter (a number option's value; unset: not).
+  StrategyOption& counter(std::string name) { counter_ = std::move(name); return *this; }
+  // Unset: the values as given.
+  StrategyOption& values_for(ValuesFor rule) { values_for_ = std::move(rule); return *this; }
   // Unset: the strategy reads RunConfig::options alone.
-  std::function<void(RunConfig& config, const std::string& value, int devices)> apply;
+  StrategyOption& apply(Apply set) { apply_ = std::move(set); return *this; }
+
+  const std::string& field() const { return field_; }
+  const std::string& flag() const { return flag_; }
+  const std::string& help() const { return help_; }
+  Kind kind() const { return kind_; }
+  const std::vector<std::string>& choices() const { return choices_; }
+  int64_t minimum() const { return minimum_; }
+  const std::vector<std::string>& defaults() const { return defaults_; }
+  const std::string& unnamed_value() const { return unnamed_value_; }
+  const std::string& counter() const { return counter_; }
+  // The values a case sweeps (values_for's, or `given`).
+  std::vector<std::string> values(const std::vector<std::string>& given, bool defaulted, const RunConfig& config) const {
+    return values_for_ ? values_for_(given, defaulted, config) : given;
+  }
+  // Sets the typed member of `config` the option has, if any.
+  void apply_to(RunConfig& config, const std::string& value, int devices) const {
+    if (apply_) apply_(config, value, devices);
+  }
+
+ private:
+  StrategyOption(Kind kind, std::string field, std::string flag, std::vector<std::string> choices)
+      : field_(std::move(field)), flag_(std::move(flag)), kind_(kind), choices_(std::move(choices)) {}
+
+  std::string field_;
+  std::string flag_;
+  std::string help_;
+  Kind kind_;
+  std::vector<std::string> choices_;
+  int64_t minimum_ = 1;
+  std::vector<std::string> defaults_;
+  std::string unnamed_value_;
+  std::string counter_;
+  ValuesFor values_for_;
+  Apply apply_;
 };
 
 // What a case's set-up looks like to a strategy's skip rule.
@@ -155,35 +208,104 @@ struct CaseObstacle {
   bool capture_only = false;
 };
 
-// How --advise predicts a strategy's step from its profile (benchmarks/advise.h).
-enum class AdviseModel {
-  kNone,
-  kWholeModel,        // one device's step: single's profile
-  kStaged,            // stages on devices: the schedule simulator over the profiled parts
-  kReplicated,        // replicas in one process: broadcast, side-by-side shards, reduce
-  kRankedAllReduce,   // one process per device: a rank's step plus the all-reduce backward does not hide
+struct AdviseProfile;   // strategies/prediction.h
+struct ProfileRequest;
+struct Prediction;
+struct SimulatedStep;   // strategies/schedule_simulator.h
+
+// How --advise predicts a strategy's cases, declared in the strategy's own file
+// (strategies/prediction.h has the profile and the shared pieces; benchmarks/advise.h profiles,
+// calls the predictors and ranks). A strategy without one is not predicted.
+struct StrategyPredictor {
+  // The whole model on one device: the profile's reference step, ranked beside every set-up's
+  // cases and always run. One strategy is.
+  bool reference = false;
+  // Its profile needs a GPU per device (collectives across them): not predicted on CPU
+  // stand-ins, nor from GPUs that devices share.
+  bool needs_gpu_per_device = false;
+  // Which of its cases it predicts (unset: every case).
+  std::function<bool(const CaseConditions& conditions)> covers;
+  // Adds what a case's prediction needs profiled beyond the reference step (unset: nothing).
+  // Throws std::exception where the case cannot be modelled (a schedule that cannot be built at
+  // its shape): the case is reported and runs unpredicted.
+  std::function<void(const CaseConditions& conditions, ProfileRequest& request)> request;
+  // The case's step from its set-up's profile. Throws std::exception where the profile lacks
+  // what it needs (a cut the model cannot make): the case is reported and runs unpredicted.
+  std::function<Prediction(const AdviseProfile& profile, const CaseConditions& conditions)> predict;
+  // The simulated step with every action placed, for --trace's predicted timeline (unset: none).
+  std::function<SimulatedStep(const AdviseProfile& profile, const CaseConditions& conditions)> simulate;
 };
 
-struct StrategyInfo {
-  std::string name;
-  std::string summary;
-  int order = 0;            // position in listings
-  int min_devices = 1;      // devices one process needs
-  bool distributed = false; // one process per device, started by the launcher
-  std::function<std::unique_ptr<Strategy>()> create;
+// A strategy's declaration: its name and class, then named setters, each returning the declaration:
+//   StrategyInfo("ddp").creates<DistributedDataParallel>().summary("...").order(4).distributed()
+//       .option(StrategyOption::number("bucket_mib", "bucket-mib").help("...").defaults({"25"}))
+//       .predictor(ddp_predictor())
+// Its slots are private: a declaration names each one it sets, and readers use the accessors.
+class StrategyInfo {
+ public:
+  // A case of this strategy that cannot run, beyond the devices it needs (nullopt: it can).
+  using Obstacle = std::function<std::optional<CaseObstacle>(const CaseConditions& conditions)>;
+
+  explicit StrategyInfo(std::string name) : name_(std::move(name)) {}
+
+  // The class that runs its cases; the registry refuses a declaration without one.
+  template <class StrategyClass>
+  StrategyInfo& creates() {
+    create_ = [] { return std::unique_ptr<Strategy>(std::make_unique<StrategyClass>()); };
+    return *this;
+  }
+  StrategyInfo& summary(std::string text) { summary_ = std::move(text); return *this; }
+  // Position in listings (0 unless set).
+  StrategyInfo& order(int position) { order_ = position; return *this; }
+  // Devices one process needs (1 unless set).
+  StrategyInfo& min_devices(int count) { min_devices_ = count; return *this; }
+  // One process per device, started by the launcher; its set-up finds its process group in
+  // RunConfig::world.
+  StrategyInfo& distributed() { distributed_ = true; return *this; }
   // train_step can be captured in a CUDA graph and replayed (benchmarks/graphed_step.h): GPUs
   // only, no host synchronisation, and the same work every step.
-  bool graph_capturable = false;
-  // What each of its devices holds, for labels such as "2 stages on 1 GPU".
-  std::string device_role = "devices";
-  // Its own options, in the order the case name writes them (benchmarks/cases.h sweeps them).
-  std::vector<StrategyOption> options;
-  // A case of this strategy that cannot run, beyond the devices it needs: unset where none.
-  std::function<std::optional<CaseObstacle>(const CaseConditions& conditions)> obstacle;
-  // What --advise predicts its cases from (benchmarks/advise.h); kNone: not predicted.
-  AdviseModel advise_model = AdviseModel::kNone;
-  // Whether --advise's model covers this case (its options); unset: every case.
-  std::function<bool(const CaseConditions& conditions)> advised;
+  StrategyInfo& graph_capturable() { graph_capturable_ = true; return *this; }
+  // What each of its devices holds, for labels such as "2 stages on 1 GPU" ("devices" unless set).
+  StrategyInfo& device_role(std::string role) { device_role_ = std::move(role); return *this; }
+  // One of its own options, after those declared before it: the order the case name writes them
+  // (benchmarks/cases.h sweeps them).
+  StrategyInfo& option(StrategyOption declared) { options_.push_back(std::move(declared)); return *this; }
+  // Its skip rule (unset: none beyond the devices it needs).
+  StrategyInfo& obstacle(Obstacle rule) { obstacle_ = std::move(rule); return *this; }
+  // How --advise predicts its cases (unset: not predicted).
+  StrategyInfo& predictor(StrategyPredictor declared) { predictor_ = std::move(declared); return *this; }
+
+  const std::string& name() const { return name_; }
+  const std::string& summary() const { return summary_; }
+  int order() const { return order_; }
+  int min_devices() const { return min_devices_; }
+  bool is_distributed() const { return distributed_; }
+  bool is_graph_capturable() const { return graph_capturable_; }
+  const std::string& device_role() const { return device_role_; }
+  const std::vector<StrategyOption>& options() const { return options_; }
+  bool has_class() const { return static_cast<bool>(create_); }
+  std::unique_ptr<Strategy> create() const { return create_(); }
+  std::optional<CaseObstacle> obstacle_in(const CaseConditions& conditions) const {
+    return obstacle_ ? obstacle_(conditions) : std::nullopt;
+  }
+  const StrategyPredictor& predictor() const { return predictor_; }
+  // Whether --advise predicts this case of it: it declares a predictor that covers the case.
+  bool predicts(const CaseConditions& conditions) const {
+    return predictor_.predict && (!predictor_.covers || predictor_.covers(conditions));
+  }
+
+ private:
+  std::string name_;
+  std::function<std::unique_ptr<Strategy>()> create_;
+  std::string summary_;
+  int order_ = 0;
+  int min_devices_ = 1;
+  bool distributed_ = false;
+  bool graph_capturable_ = false;
+  std::string device_role_ = "devices";
+  std::vector<StrategyOption> options_;
+  Obstacle obstacle_;
+  StrategyPredictor predictor_;
 };
 
 // The strategies linked into this binary. A function-local static, so registration from
@@ -192,7 +314,8 @@ class StrategyRegistry {
  public:
   static StrategyRegistry& instance();
 
-  // Throws std::logic_error for a name already registered.
+  // Throws std::logic_error for a name already registered, an option field or flag another
+  // strategy declared, or a declaration without a class (StrategyInfo::creates).
   bool add(StrategyInfo info);
   // Throws std::invalid_argument naming the allowed strategies.
   const StrategyInfo& get(const std::string& name) const;

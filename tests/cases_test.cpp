@@ -11,7 +11,7 @@ namespace {
 
 std::map<std::string, const CaseSpec*> by_strategy(const std::vector<CaseSpec>& cases) {
   std::map<std::string, const CaseSpec*> first;
-  for (const auto& spec : cases) first.emplace(spec.strategy->name, &spec);
+  for (const auto& spec : cases) first.emplace(spec.strategy->name(), &spec);
   return first;
 }
 

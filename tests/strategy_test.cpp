@@ -2,6 +2,7 @@
 // process gives single's loss, gradients and updated weights (CPU "devices").
 #include "models/model_zoo.h"
 #include "strategies/partition.h"
+#include "strategies/prediction.h"
 #include "strategies/optimizer.h"
 #include "strategies/pipeline_schedule.h"
 #include "strategies/stage_timing.h"
@@ -15,6 +16,7 @@
 #include <functional>
 #include <limits>
 #include <numeric>
+#include <type_traits>
 
 namespace parbench {
 namespace {
@@ -289,7 +291,7 @@ TEST(SingleDevice, Bf16AutocastStepRunsAndReducesTheLoss) {
 
 TEST(Registry, ListsEveryPlugIn) {
   std::vector<std::string> names;
-  for (const auto* info : StrategyRegistry::instance().all()) names.push_back(info->name);
+  for (const auto* info : StrategyRegistry::instance().all()) names.push_back(info->name());
   EXPECT_EQ(names, (std::vector<std::string>{"single", "model_parallel", "pipeline", "data_parallel", "ddp"}));
   EXPECT_THROW(StrategyRegistry::instance().get("zero3"), std::invalid_argument);
 }
@@ -297,7 +299,87 @@ TEST(Registry, ListsEveryPlugIn) {
 TEST(Registry, RefusesASecondPlugInUnderATakenName) {
   StrategyInfo twin = StrategyRegistry::instance().get("single");
   EXPECT_THROW(StrategyRegistry::instance().add(twin), std::logic_error);
-  EXPECT_EQ(StrategyRegistry::instance().get("single").order, 0);
+  EXPECT_EQ(StrategyRegistry::instance().get("single").order(), 0);
+}
+
+// A declaration is built by named setters: no positional or aggregate form compiles, where a
+// swapped "" would land in the wrong slot.
+static_assert(!std::is_aggregate_v<StrategyInfo> && !std::is_aggregate_v<StrategyOption>);
+static_assert(!std::is_default_constructible_v<StrategyInfo> && !std::is_default_constructible_v<StrategyOption>);
+static_assert(!std::is_constructible_v<StrategyInfo, const char*, const char*>);
+static_assert(!std::is_constructible_v<StrategyOption, const char*, const char*, const char*>);
+static_assert(!std::is_convertible_v<const char*, StrategyInfo>);
+
+// Each setter fills its own slot, and what is not set keeps its documented default.
+TEST(Registry, DeclarationSettersFillTheirOwnSlots) {
+  StrategyPredictor predictor;
+  predictor.reference = true;
+  predictor.covers = [](const CaseConditions& conditions) { return conditions.devices > 1; };
+  predictor.predict = [](const AdviseProfile&, const CaseConditions&) { return Prediction{}; };
+  const auto info =
+      StrategyInfo("declared")
+          .summary("its summary")
+          .order(7)
+          .min_devices(3)
+          .distributed()
+          .device_role("ranks")
+          .option(StrategyOption::integer("width", "widths").help("its help").choices({"2", "4"}).minimum(2)
+                      .defaults({"4"}).unnamed_value("4").counter("width_count"))
+          .option(StrategyOption::number("rate", "rates").apply([](RunConfig& config, const std::string& value, int) {
+            config.learning_rate = std::stod(value);
+          }))
+          .option(StrategyOption::choice("mode", "modes", {"a", "b"})
+                      .values_for([](const std::vector<std::string>& values, bool defaulted, const RunConfig&) {
+                        return defaulted ? std::vector<std::string>{} : values;
+                      }))
+          .predictor(predictor);
+  EXPECT_EQ(info.name(), "declared");
+  EXPECT_EQ(info.summary(), "its summary");
+  EXPECT_EQ(info.order(), 7);
+  EXPECT_EQ(info.min_devices(), 3);
+  EXPECT_TRUE(info.is_distributed());
+  EXPECT_FALSE(info.is_graph_capturable());
+  EXPECT_EQ(info.device_role(), "ranks");
+  EXPECT_FALSE(info.has_class());
+  EXPECT_TRUE(info.predictor().reference);
+  EXPECT_FALSE(info.predictor().needs_gpu_per_device);
+  RunConfig config;
+  const CaseConditions conditions{config};
+  EXPECT_FALSE(info.obstacle_in(conditions).has_value());
+  EXPECT_FALSE(info.predicts(conditions));  // its predictor covers cases on several devices
+  EXPECT_TRUE(info.predicts(CaseConditions{config, 0, /*devices=*/2}));
+  EXPECT_FALSE(StrategyInfo("unpredicted").predicts(conditions));
+  ASSERT_EQ(info.options().size(), 3u);
+  const auto& width = info.options()[0];
+  EXPECT_EQ(width.field(), "width");
+  EXPECT_EQ(width.flag(), "widths");
+  EXPECT_EQ(width.help(), "its help");
+  EXPECT_EQ(width.kind(), StrategyOption::Kind::kInteger);
+  EXPECT_EQ(width.choices(), (std::vector<std::string>{"2", "4"}));
+  EXPECT_EQ(width.minimum(), 2);
+  EXPECT_EQ(width.defaults(), (std::vector<std::string>{"4"}));
+  EXPECT_EQ(width.unnamed_value(), "4");
+  EXPECT_EQ(width.counter(), "width_count");
+  const auto& rate = info.options()[1];
+  EXPECT_EQ(rate.kind(), StrategyOption::Kind::kNumber);
+  EXPECT_EQ(rate.minimum(), 1);
+  EXPECT_TRUE(rate.unnamed_value().empty());
+  EXPECT_TRUE(rate.counter().empty());
+  rate.apply_to(config, "0.5", 1);
+  EXPECT_EQ(config.learning_rate, 0.5);
+  width.apply_to(config, "2", 1);  // no apply: RunConfig as it was
+  EXPECT_EQ(config.learning_rate, 0.5);
+  const auto& mode = info.options()[2];
+  EXPECT_EQ(mode.kind(), StrategyOption::Kind::kChoice);
+  EXPECT_EQ(mode.choices(), (std::vector<std::string>{"a", "b"}));
+  EXPECT_TRUE(mode.values({"a"}, /*defaulted=*/true, config).empty());
+  EXPECT_EQ(mode.values({"b"}, /*defaulted=*/false, config), (std::vector<std::string>{"b"}));
+  EXPECT_EQ(width.values({"2"}, /*defaulted=*/true, config), (std::vector<std::string>{"2"}));
+}
+
+TEST(Registry, RefusesADeclarationWithoutAClass) {
+  EXPECT_THROW(StrategyRegistry::instance().add(StrategyInfo("classless").summary("no class")), std::logic_error);
+  EXPECT_THROW(StrategyRegistry::instance().get("classless"), std::invalid_argument);
 }
 
 TEST(Pipeline, RejectsBadSplitSizeAndSchedule) {

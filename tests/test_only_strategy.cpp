@@ -45,17 +45,19 @@ class TestOnly final : public Strategy {
 };
 
 StrategyInfo test_only_info() {
-  StrategyInfo info{"test_only", "a test's plug-in: single's step, once or twice", /*order=*/10, /*min_devices=*/1,
-                    /*distributed=*/false, [] { return std::make_unique<TestOnly>(); }};
-  info.options = {{"knob", "knob", "test_only: once | twice (two steps per step); default once",
-                   StrategyOption::Kind::kChoice, {"once", "twice"}, 1, {"once"}}};
-  info.obstacle = [](const CaseConditions& conditions) -> std::optional<CaseObstacle> {
-    if (conditions.config.options.at("knob") == "twice" && conditions.named_batch < 2) {
-      return CaseObstacle{"knob:twice needs a batch of at least 2"};
-    }
-    return std::nullopt;
-  };
-  return info;
+  return StrategyInfo("test_only")
+      .creates<TestOnly>()
+      .summary("a test's plug-in: single's step, once or twice")
+      .order(10)
+      .option(StrategyOption::choice("knob", "knob", {"once", "twice"})
+                  .help("test_only: once | twice (two steps per step); default once")
+                  .defaults({"once"}))
+      .obstacle([](const CaseConditions& conditions) -> std::optional<CaseObstacle> {
+        if (conditions.config.options.at("knob") == "twice" && conditions.named_batch < 2) {
+          return CaseObstacle{"knob:twice needs a batch of at least 2"};
+        }
+        return std::nullopt;
+      });
 }
 
 PARBENCH_REGISTER_STRATEGY(test_only_info());

@@ -1,0 +1,92 @@
+// How --advise predicts a strategy's step: what its profile measured, what a case asks to have
+// profiled, and the shared pieces of the strategies' predictors (StrategyPredictor, declared by
+// each strategy in its own file). benchmarks/advise.h profiles, calls the predictors and ranks;
+// docs/METRICS.md ("Predicted step time") has the models.
+#pragma once
+
+#include "strategies/schedule_simulator.h"
+#include "strategies/strategy.h"
+
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace parbench {
+
+// One process per device: a rank's step and its gradient buckets' all-reduces, for one bucket
+// size and per-rank batch, in milliseconds.
+struct RankProfile {
+  double rank_step_ms = 0;  // the whole model's step at the per-rank batch
+  double backward_ms = 0;   // the model's backward there, the loss's included
+  std::vector<double> bucket_ready_ms;      // per bucket, in starting order: when its gradients are ready, from backward's start
+  std::vector<double> bucket_allreduce_ms;  // per bucket: its all-reduce across the ranks' GPUs
+};
+
+// One cut's pieces, in milliseconds: per part and per profiled micro-batch size (the profile's
+// `sizes`), forward, backward (the loss included on the last part), and the copy of the part's
+// output to the next part's device; per part, its SGD update.
+struct CutProfile {
+  std::string cut;  // format_cut's; empty where the cut was not profiled
+  std::vector<std::vector<double>> forward_ms, backward_ms, copy_ms;
+  // The halves of each backward, as the executor runs a schedule that splits them (zb-h1): B,
+  // the input gradient (with the loss on the last part; nothing on the first, which has no input
+  // gradient), and W, the weight gradients through the graph B kept. Empty unless asked for.
+  std::vector<std::vector<double>> input_gradient_ms, weight_gradient_ms;
+  std::vector<double> update_ms;
+};
+
+// What one set-up's profile measured, in milliseconds.
+struct AdviseProfile {
+  double single_step_ms = 0;  // the reference: the whole model's step on one device
+  std::vector<int64_t> sizes;  // the micro-batch sizes every cut was profiled at
+  CutProfile parts;            // one part per device
+  std::map<int, CutProfile> chunked;  // by chunks per device (above 1): chunks x devices parts, round-robin
+  // The counters() of a strategy set up once on the profile's devices (ProfileRequest::set_up).
+  std::map<std::string, double> set_up_counters;
+  std::map<std::pair<double, int64_t>, RankProfile> ranks;  // by (bucket MiB, per-rank batch)
+  bool graphed = false;  // every piece captured in a CUDA graph and replayed
+};
+
+// What a set-up's cases need profiled beyond the reference step; each case's predictor adds its
+// own needs (StrategyPredictor::request).
+struct ProfileRequest {
+  bool parts = false;            // the one-chunk cut's parts
+  bool backward_halves = false;  // and their backwards' halves
+  std::set<int> chunks;          // chunks per device (above 1), a round-robin cut for each
+  // A strategy to set up once on the profile's devices with this config (the set-up's whole
+  // batch), its counters() kept in AdviseProfile::set_up_counters: what it measures at set-up.
+  const StrategyInfo* set_up = nullptr;
+  RunConfig set_up_config;
+  std::vector<std::pair<double, int64_t>> ranks;  // (bucket MiB, per-rank batch): RankProfile's
+};
+
+// One case's predicted step.
+struct Prediction {
+  double step_ms = 0;
+  std::string profile;  // the cut it was predicted from ("" : the whole model alone)
+};
+
+// The sizes of `batch` samples cut into pieces of `piece` (the last may be smaller), as
+// torch::split cuts them.
+std::vector<int64_t> piece_sizes(int64_t batch, int64_t piece);
+
+// How `batch` samples scatter over `devices` replicas: torch::chunk's sizes.
+std::vector<int64_t> shard_sizes(int64_t batch, size_t devices);
+
+// `values` (one per profiled size) at `size`, linearly between the neighbouring sizes.
+double interpolate(const std::vector<int64_t>& sizes, const std::vector<double>& values, int64_t size);
+
+// The schedule simulator's step of `schedule` over the profiled cut `parts` (`chunks` parts per
+// device), `batch` samples in micro-batches of `split`, each piece's time interpolated between
+// the profiled `sizes`. Throws std::invalid_argument where the schedule cannot be built there.
+SimulatedStep simulate_cut(const CutProfile& parts, const std::vector<int64_t>& sizes, int64_t batch, int64_t split,
+                           const std::string& schedule, int chunks);
+
+// Stages on devices (model_parallel, pipeline): the schedule simulator over the case's profiled
+// cut, one micro-batch of the whole batch where the case has no split_size. `covers`: which of
+// the strategy's cases it predicts (unset: every case).
+StrategyPredictor staged_predictor(std::function<bool(const CaseConditions&)> covers = nullptr);
+
+}  // namespace parbench
