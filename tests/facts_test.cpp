@@ -50,10 +50,10 @@ TEST(CounterTable, RefusesOneCounterDeclaredWithOtherFacts) {
 
 TEST(CounterTable, DeclaresEveryStrategyOptionsCounter) {
   for (const auto* info : StrategyRegistry::instance().all()) {
-    for (const auto& option : info->options) {
-      if (option.counter.empty()) continue;
-      EXPECT_NE(CounterTable::instance().find(option.counter), nullptr)
-          << info->name << "'s option " << option.field << " reports " << option.counter << ", declared nowhere";
+    for (const auto& option : info->options()) {
+      if (option.counter().empty()) continue;
+      EXPECT_NE(CounterTable::instance().find(option.counter()), nullptr)
+          << info->name() << "'s option " << option.field() << " reports " << option.counter() << ", declared nowhere";
     }
   }
 }

@@ -8,6 +8,7 @@
 // the JSON as docs/JSON.md says a distributed strategy's counters do.
 #include "core/counter_table.h"
 #include "strategies/distributed/world.h"
+#include "strategies/prediction.h"
 #include "strategies/strategy.h"
 #include "strategies/training.h"
 
@@ -99,19 +100,33 @@ class TestRanks final : public Strategy {
   double reduce_seconds_ = 0;
 };
 
-StrategyInfo test_ranks_info() {
-  StrategyInfo info{"test_ranks", "a test's distributed plug-in: replicas on ranks, gradients all-reduced after backward",
-                    /*order=*/11, /*min_devices=*/1, /*distributed=*/true, [] { return std::make_unique<TestRanks>(); }};
-  info.device_role = "ranks";
-  info.options = {{"reduce", "reduce", "test_ranks: each (an all-reduce per parameter) | flat (one); default each",
-                   StrategyOption::Kind::kChoice, {"each", "flat"}, 1, {"each"}}};
-  info.obstacle = [](const CaseConditions& conditions) -> std::optional<CaseObstacle> {
-    if (conditions.config.options.at("reduce") == "flat" && conditions.named_batch < 2) {
-      return CaseObstacle{"reduce:flat needs a batch of at least 2"};
-    }
-    return std::nullopt;
+// --advise's model of it, a test's: each rank trains the per-rank batch as single trains the
+// set-up's batch, and its all-reduces are not modelled, so a case is predicted at single's step.
+StrategyPredictor test_ranks_predictor() {
+  StrategyPredictor predictor;
+  predictor.predict = [](const AdviseProfile& profile, const CaseConditions&) {
+    return Prediction{profile.single_step_ms, ""};
   };
-  return info;
+  return predictor;
+}
+
+StrategyInfo test_ranks_info() {
+  return StrategyInfo("test_ranks")
+      .creates<TestRanks>()
+      .summary("a test's distributed plug-in: replicas on ranks, gradients all-reduced after backward")
+      .order(11)
+      .distributed()
+      .device_role("ranks")
+      .option(StrategyOption::choice("reduce", "reduce", {"each", "flat"})
+                  .help("test_ranks: each (an all-reduce per parameter) | flat (one); default each")
+                  .defaults({"each"}))
+      .obstacle([](const CaseConditions& conditions) -> std::optional<CaseObstacle> {
+        if (conditions.config.options.at("reduce") == "flat" && conditions.named_batch < 2) {
+          return CaseObstacle{"reduce:flat needs a batch of at least 2"};
+        }
+        return std::nullopt;
+      })
+      .predictor(test_ranks_predictor());
 }
 
 PARBENCH_REGISTER_STRATEGY(test_ranks_info());

@@ -10,6 +10,9 @@ import subprocess
 
 import pytest
 
+from parbench_results import perf_gate
+from test_plots_report import MAKE_REPORT, run
+
 BINARY = os.environ.get("PARBENCH_WITH_TEST_STRATEGY")
 pytestmark = pytest.mark.skipif(not BINARY, reason="PARBENCH_WITH_TEST_STRATEGY names no binary (ctest sets it)")
 
@@ -70,3 +73,38 @@ def test_its_skip_rule_applies():
     result = parbench(*SMALL, "--batch=1", "--reduce=flat", "--repetitions=1")
     assert result.returncode == 0, result.stderr
     assert "reduce:flat needs a batch of at least 2" in result.stderr
+
+
+def test_advise_predicts_it_from_its_own_predictor(tmp_path):
+    """Its file declares a predictor (single's step: the test's model of it); --advise ranks its
+    cases beside single's and runs them with their predictions as counters."""
+    out = tmp_path / "advise.json"
+    result = parbench(*SMALL, "--strategies=single,test_ranks", "--batch=2", "--reduce=each,flat", "--repetitions=1",
+                      "--advise=all", f"--benchmark_out={out}")
+    assert result.returncode == 0, result.stderr
+    run = json.loads(out.read_text())
+    predictions = {entry["name"]: entry for entry in json.loads(run["context"]["advise_predictions"])}
+    single = predictions["train/single/tinycnn/batch:2/image:16/precision:fp32/data:device"]
+    for reduce in ("each", "flat"):
+        assert predictions[f"{PREFIX}/reduce:{reduce}"]["predicted_step_ms"] == single["predicted_step_ms"]
+    for entry in entries_of(run):
+        assert entry["predicted_step_ms"] == single["predicted_step_ms"], entry
+
+
+def test_the_gate_judges_its_cases_and_the_report_shows_them(ranks_run, tmp_path):
+    baseline = tmp_path / "baseline.json"
+    baseline.write_text(json.dumps(ranks_run))
+    slower = [dict(entry, real_time=10 * entry["real_time"]) if "/reduce:flat" in entry["run_name"] else entry
+              for entry in ranks_run["benchmarks"]]
+    candidate = tmp_path / "candidate.json"
+    candidate.write_text(json.dumps(dict(ranks_run, benchmarks=slower)))
+    report = tmp_path / "gate.json"
+    assert perf_gate.main([str(baseline), str(candidate), "--json-out", str(report)]) == 1
+    verdicts = {entry["name"]: entry["verdict"] for entry in json.loads(report.read_text())["benchmarks"]}
+    assert verdicts[f"{PREFIX}/reduce:flat"] == "REGRESSION"
+    assert verdicts[f"{PREFIX}/reduce:each"] == "pass"
+
+    made = run(MAKE_REPORT, tmp_path / "report", [baseline])
+    assert made.returncode == 0, made.stderr
+    text = (tmp_path / "report" / "REPORT.md").read_text(encoding="utf-8")
+    assert "test_ranks" in text and "reduce flat" in text and "reduce each" in text
