@@ -84,11 +84,16 @@ def test_advise_predicts_it_from_its_own_predictor(tmp_path):
     assert result.returncode == 0, result.stderr
     run = json.loads(out.read_text())
     predictions = {entry["name"]: entry for entry in json.loads(run["context"]["advise_predictions"])}
-    single = predictions["train/single/tinycnn/batch:2/image:16/precision:fp32/data:device"]
-    for reduce in ("each", "flat"):
-        assert predictions[f"{PREFIX}/reduce:{reduce}"]["predicted_step_ms"] == single["predicted_step_ms"]
-    for entry in entries_of(run):
-        assert entry["predicted_step_ms"] == single["predicted_step_ms"], entry
+    assert "train/single/tinycnn/batch:2/image:16/precision:fp32/data:device" in predictions
+    # Its set-up (2 ranks) is profiled apart from single's: both its cases are predicted at that
+    # profile's whole-model step, the test predictor's model.
+    each, flat = (predictions[f"{PREFIX}/reduce:{reduce}"] for reduce in ("each", "flat"))
+    assert each["predicted_step_ms"] > 0
+    assert each["predicted_step_ms"] == flat["predicted_step_ms"]
+    ran = entries_of(run)
+    assert ran, "the best predicted case runs"
+    for entry in ran:
+        assert entry["predicted_step_ms"] == each["predicted_step_ms"], entry
 
 
 def test_the_gate_judges_its_cases_and_the_report_shows_them(ranks_run, tmp_path):
