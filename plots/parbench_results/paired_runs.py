@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from parbench_results import cases as pr
+from parbench_results.perf_gate import positive_count
 from parbench_results.schema import ResultsError
 
 
@@ -227,16 +228,6 @@ def run_rounds(pairing: Pairing, binaries: list, directory: Path, rounds: int, e
                 raise PairedRunsError(f"round {r}, {variant.stem}: cannot run {arguments[0]}: {error}") from None
             if code != 0:
                 raise PairedRunsError(f"round {r}, {variant.stem}: {' '.join(arguments)} exited {code}")
-
-
-def positive_count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {text}")
-    return value
 
 
 def parse_arguments(argv: list | None) -> argparse.Namespace:
