@@ -125,3 +125,27 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, good, bad, case, message):
     assert result.stderr.count("\n") == 1 and message in result.stderr, result.stderr
     assert_untouched(repo, shas[4])
 
+
+
+def test_a_declared_counter_is_bisected_with_its_direction(tmp_path):
+    # items_per_second is higher-is-better: halving it from commit 3 on is the regression found.
+    repo, shas = make_repo(tmp_path, [(FAST_MS, True), (FAST_MS, True), (SLOW_MS, True), (SLOW_MS, True),
+                                      (SLOW_MS, True)])
+    result = bisect(repo, tmp_path, shas[0], "HEAD", "train/single", "--metric", "items_per_second")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"first bad commit: {shas[2]} commit 3" in result.stdout
+    line_3 = result.stdout.split("tested (oldest first)")[1].split(shas[2][:12])[1].splitlines()[0]
+    assert "BAD" in line_3 and "x0.500" in line_3
+    # step_ms, lower-is-better, finds the same commit.
+    result = bisect(repo, tmp_path, shas[0], "HEAD", "train/single", "--metric", "step_ms")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"first bad commit: {shas[2]} commit 3" in result.stdout
+
+
+def test_a_metric_the_run_does_not_declare_is_one_line_and_exit_2(tmp_path):
+    repo, shas = make_repo(tmp_path, [(FAST_MS, True)] * 2 + [(SLOW_MS, True)] * 3)
+    result = bisect(repo, tmp_path, shas[0], "HEAD", "train/single", "--metric", "no_such_counter")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert "--metric no_such_counter is not a counter the runs declare; allowed: time" in result.stderr
+    assert_untouched(repo, shas[4])
