@@ -5,6 +5,7 @@
 #include "core/text.h"
 #include "models/model_zoo.h"
 #include "strategies/distributed/gradient_buckets.h"
+#include "strategies/distributed/store_sync.h"
 #include "strategies/partition.h"
 #include "strategies/prediction.h"
 #include "strategies/schedule_simulator.h"
@@ -320,12 +321,6 @@ std::vector<torch::Device> profile_devices(const CaseSpec& spec) {
 void add_to_request(const CaseSpec& spec, ProfileRequest& request) {
   const auto& predictor = predictor_of(spec);
   if (predictor.request) predictor.request(conditions_of(spec), request);
-}
-
-// The first line of an exception's message.
-std::string first_line(const std::exception& error) {
-  const std::string message = error.what();
-  return message.substr(0, message.find('\n'));
 }
 
 }  // namespace

@@ -119,15 +119,21 @@ class ScheduleFacts:
         return self.means("B") == "input gradient"
 
 
+def _context_array(context: dict, key: str) -> list:
+    """The context's `key`, a JSON array written as a string; ValueError where it is not one."""
+    text = context[key]
+    rows = json.loads(text) if isinstance(text, str) else None
+    if not isinstance(rows, list):
+        raise ValueError("not a JSON array")
+    return rows
+
+
 def counter_table(context: dict) -> CounterTable:
     """The context's `counters` (schema 1.8.0 on), else the counters of the files before it."""
-    text = context.get("counters")
-    if text is None:
+    if context.get("counters") is None:
         return legacy_counter_table()
     try:
-        table = json.loads(text) if isinstance(text, str) else None
-        if not isinstance(table, list):
-            raise ValueError("not a JSON array")
+        table = _context_array(context, "counters")
         return CounterTable(CounterFact(str(row["name"]), str(row.get("unit", "")), str(row.get("better", "neither")),
                                         str(row.get("per", "case")), str(row.get("meaning", "")))
                             for row in table)
@@ -138,13 +144,10 @@ def counter_table(context: dict) -> CounterTable:
 def schedule_facts(context: dict) -> dict:
     """Schedule name -> ScheduleFacts: the context's `schedule_facts` (1.8.0 on), else
     legacy_schedule_facts() for the files before it."""
-    text = context.get("schedule_facts")
-    if text is None:
+    if context.get("schedule_facts") is None:
         return legacy_schedule_facts()
     try:
-        rows = json.loads(text) if isinstance(text, str) else None
-        if not isinstance(rows, list):
-            raise ValueError("not a JSON array")
+        rows = _context_array(context, "schedule_facts")
         return {row["name"]: ScheduleFacts(row["name"], row["ideal_bubble"], int(row["ideal_work_per_micro_batch"]),
                                            bool(row["work_times_chunks"]),
                                            tuple((op["letter"], op["means"]) for op in row["ops"]))
