@@ -11,7 +11,7 @@ import subprocess
 import pytest
 
 from parbench_results import perf_gate
-from test_plots_report import MAKE_REPORT, run
+from test_plots_report import MAKE_REPORT, slower_beyond_spread, run
 
 BINARY = os.environ.get("PARBENCH_WITH_TEST_STRATEGY")
 pytestmark = pytest.mark.skipif(not BINARY, reason="PARBENCH_WITH_TEST_STRATEGY names no binary (ctest sets it)")
@@ -99,8 +99,7 @@ def test_advise_predicts_it_from_its_own_predictor(tmp_path):
 def test_the_gate_judges_its_cases_and_the_report_shows_them(ranks_run, tmp_path):
     baseline = tmp_path / "baseline.json"
     baseline.write_text(json.dumps(ranks_run))
-    slower = [dict(entry, real_time=10 * entry["real_time"]) if "/reduce:flat" in entry["run_name"] else entry
-              for entry in ranks_run["benchmarks"]]
+    slower = slower_beyond_spread(ranks_run["benchmarks"], lambda name: "/reduce:flat" in name)
     candidate = tmp_path / "candidate.json"
     candidate.write_text(json.dumps(dict(ranks_run, benchmarks=slower)))
     report = tmp_path / "gate.json"

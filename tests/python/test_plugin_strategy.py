@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from parbench_results import perf_gate
-from test_plots_report import MAKE_REPORT, row, run, tables
+from test_plots_report import MAKE_REPORT, slower_beyond_spread, row, run, tables
 
 BINARY = os.environ.get("PARBENCH_WITH_TEST_STRATEGY")
 pytestmark = pytest.mark.skipif(not BINARY, reason="PARBENCH_WITH_TEST_STRATEGY names no binary (ctest sets it)")
@@ -91,8 +91,7 @@ def test_the_gate_judges_its_cases(plugin_run, tmp_path):
     assert verdicts[f"{PREFIX}/knob:once"] == "pass" and verdicts[f"{PREFIX}/knob:twice"] == "pass"
     # The same entries ten times as slow (beyond any spread of the run): the gate names the plug-in's cases as regressions.
     data = json.loads(plugin_run.read_text())
-    slower = [dict(entry, real_time=10 * entry["real_time"]) if "/knob:" in entry["run_name"] else entry
-              for entry in data["benchmarks"]]
+    slower = slower_beyond_spread(data["benchmarks"], lambda name: "/knob:" in name)
     (tmp_path / "candidate.json").write_text(json.dumps(dict(data, benchmarks=slower)))
     assert perf_gate.main([str(plugin_run), str(tmp_path / "candidate.json"), "--json-out", str(report)]) == 1
     verdicts = {entry["name"]: entry["verdict"] for entry in json.loads(report.read_text())["benchmarks"]}
