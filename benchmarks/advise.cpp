@@ -293,6 +293,9 @@ bool is_reference(const CaseSpec& spec) { return predictor_of(spec).reference; }
 // Whether the case's strategy declares a predictor that covers it, on devices it can profile.
 bool modelled(const CaseSpec& spec) {
   if (!spec.strategy->predicts(conditions_of(spec))) return false;
+  // The profile times each part's forward and backward as they run uncheckpointed; a backward
+  // that runs its blocks' forwards again is not modelled yet.
+  if (spec.config.checkpoint != Checkpointing::kOff) return false;
   // Profiled across a GPU per device (the ranks' all-reduces).
   return !predictor_of(spec).needs_gpu_per_device || (visible_gpu_count() >= spec.gpus && spec.gpus >= 2);
 }

@@ -58,7 +58,8 @@ bool uses_several_devices(const StrategyInfo& strategy) { return strategy.min_de
 // A case's set-up before its strategy's options: config, devices (`devices` of them for a
 // strategy that uses several), and what the placement rules out.
 CaseSpec set_up_case(const StrategyInfo& strategy, const std::string& model, int64_t batch, int64_t sample,
-                     Precision precision, DataMode data, OptimizerKind optimizer, bool graph, int devices,
+                     Precision precision, DataMode data, OptimizerKind optimizer, Checkpointing checkpoint,
+                     bool graph, int devices,
                      const Options& options,
                      int visible_gpus) {
   CaseSpec spec;
@@ -71,6 +72,7 @@ CaseSpec set_up_case(const StrategyInfo& strategy, const std::string& model, int
   (is_language_model(model) ? spec.config.seq_len : spec.config.image_size) = sample;
   spec.config.precision = precision;
   spec.config.optimizer = optimizer;
+  spec.config.checkpoint = checkpoint;
   spec.config.loss = options.loss;
   fit_config_to_model(spec.config);
   spec.config.cut = options.cut;
@@ -98,6 +100,7 @@ CaseSpec set_up_case(const StrategyInfo& strategy, const std::string& model, int
   // SGD, the default, is left out of the name and the fields, so that names from before the
   // choice stay as they were.
   if (optimizer != OptimizerKind::kSgd) spec.fields.push_back({"optimizer", to_string(optimizer)});
+  if (checkpoint != Checkpointing::kOff) spec.fields.push_back({"checkpoint", to_string(checkpoint)});
   // --devices other than GPUs 0..gpus-1 is named; the names of cases on those stay as they were.
   for (size_t i = 0; i < spec.gpu_ids.size(); ++i) {
     if (spec.gpu_ids[i] != static_cast<int>(i)) {
@@ -208,11 +211,17 @@ CaseSpec case_from_fields(const nlohmann::json& fields, const Options& options, 
     auto spec = set_up_case(strategy, model, named_batch, std::stoll(text(is_language_model(model) ? "seq" : "image")),
                             precision_from(text("precision")), data_mode_from(text("data")),
                             fields.contains("optimizer") ? optimizer_from(text("optimizer")) : OptimizerKind::kSgd,
+                            fields.contains("checkpoint") ? checkpointing_from(text("checkpoint")) : Checkpointing::kOff,
                             text("graph") == "on", devices, options, visible_gpus);
     for (const auto& option : strategy.options()) {
       if (fields.contains(option.field())) add_option(spec, option, text(option.field()));
     }
     finish_case(spec, named_batch, options, visible_gpus);
+    // --fit=batch's case (benchmarks/fit.h): named so, its batch the one found.
+    if (fields.contains("fit")) {
+      spec.fields.push_back({"fit", text("fit")});
+      spec.name = case_name(spec.fields);
+    }
     return spec;
   } catch (const nlohmann::json::exception& error) {
     throw std::invalid_argument(std::string("case fields ") + fields.dump() + ": " + error.what());
@@ -256,6 +265,7 @@ void release_prepared_case() {
 // Set-up, warm-up and, for a graphed case, the capture: everything before the timed steps.
 std::unique_ptr<PreparedCase> make_prepared_case(const CaseSpec& spec, const Options& options) {
   test_hooks::at_case_setup(spec.name);
+  test_hooks::at_case_batch(spec.config.batch_size);
   const auto devices = case_devices(spec);
   reset_peak_memory(devices);
   auto fresh = std::make_unique<PreparedCase>();
@@ -263,7 +273,7 @@ std::unique_ptr<PreparedCase> make_prepared_case(const CaseSpec& spec, const Opt
   fresh->name = spec.name;
   fresh->strategy = spec.strategy->create();
   const auto config = spec.config;
-  fresh->strategy->setup([&config] { return make_model(config.model, config.num_classes); }, devices, config);
+  fresh->strategy->setup([&config] { return make_case_model(config); }, devices, config);
   fresh->source = std::make_unique<BatchSource>(spec.config, spec.config.batch_size, spec.data,
                                                 fresh->strategy->input_device(), fresh->strategy->target_device());
   for (const auto& parameter : fresh->strategy->model().module().parameters()) fresh->params += parameter.numel();
@@ -459,11 +469,13 @@ std::vector<CaseSpec> build_cases(const Options& options, int visible_gpus) {
           for (auto precision : options.precisions) {
             for (auto data : options.data_modes) {
               for (auto optimizer : options.optimizers) {
-                for (bool graph : options.cuda_graphs) {
-                  for (int devices : strategy_device_counts(*strategy, options, visible_gpus)) {
-                    add_strategy_cases(set_up_case(*strategy, model, batch, sample, precision, data, optimizer, graph,
-                                                   devices, options, visible_gpus),
-                                       options, visible_gpus, cases);
+                for (auto checkpoint : options.checkpoints) {
+                  for (bool graph : options.cuda_graphs) {
+                    for (int devices : strategy_device_counts(*strategy, options, visible_gpus)) {
+                      add_strategy_cases(set_up_case(*strategy, model, batch, sample, precision, data, optimizer,
+                                                     checkpoint, graph, devices, options, visible_gpus),
+                                         options, visible_gpus, cases);
+                    }
                   }
                 }
               }
@@ -574,6 +586,12 @@ TrainingCounters training_counters(const CaseSpec& spec, double seconds, int64_t
   if (spec.predicted_step_ms) {
     counters["predicted_step_ms"] = *spec.predicted_step_ms;
     counters["predicted_rank"] = spec.predicted_rank;
+  }
+  if (spec.fit) {
+    counters["fit_batch"] = static_cast<double>(spec.fit->largest_batch);
+    if (spec.fit->oom_batch) counters["fit_oom_batch"] = static_cast<double>(*spec.fit->oom_batch);
+    counters["fit_step"] = static_cast<double>(spec.fit->step);
+    counters["fit_probes"] = spec.fit->probes;
   }
   return result;
 }
@@ -715,6 +733,10 @@ void register_cases(const std::vector<CaseSpec>& cases, const Options& options, 
         spec.name.c_str(), [spec, &options, &progress](benchmark::State& state) {
           if (!spec.skip_reason.empty()) {
             state.SkipWithError(skipped_message(spec.skip_reason).c_str());
+            return;
+          }
+          if (spec.fit && !spec.fit->failure.empty()) {
+            state.SkipWithError(("--fit=batch: " + spec.fit->failure).c_str());
             return;
           }
           progress.case_started(spec.name);

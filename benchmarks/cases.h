@@ -26,6 +26,15 @@ struct CaseField {
   bool named = true;    // in the name: not an option at its unnamed value, nor graph off
 };
 
+// --fit=batch's search for one case (benchmarks/fit.h).
+struct FitSearch {
+  int64_t largest_batch = 0;         // the largest batch probed that fits; 0: none
+  std::optional<int64_t> oom_batch;  // the smallest probed that ran out of memory: largest + step
+  int64_t step = 1;                  // the batches probed are multiples of it
+  int probes = 0;
+  std::string failure;               // non-empty: the search could not finish (why)
+};
+
 struct CaseSpec {
   std::string name;               // case_name(fields)
   std::vector<CaseField> fields;  // strategy, model, set-up, placement, the strategy's options, graph
@@ -41,6 +50,8 @@ struct CaseSpec {
   // --advise: the predicted step time and its rank among the set-up's cases (benchmarks/advise.h).
   std::optional<double> predicted_step_ms;
   int predicted_rank = 0;
+  // --fit=batch: the search that found the case's batch.
+  std::optional<FitSearch> fit;
 };
 
 // Without GPUs, multi-device strategies run on this many CPU devices and ddp on as many CPU

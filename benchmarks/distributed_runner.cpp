@@ -10,6 +10,7 @@
 #include "benchmarks/test_hooks.h"
 #include "core/device_timer.h"
 #include "models/model_zoo.h"
+#include "strategies/training.h"
 
 #ifdef PARBENCH_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -43,7 +44,7 @@ RankedRun run_training_rank(World& world, const CaseSpec& spec, const Options& o
     strategy->setup(
         [&config] {
           torch::manual_seed(kRankModelSeed);
-          return make_model(config.model, config.num_classes);
+          return make_case_model(config);
         },
         devices, config);
     torch::manual_seed(kRankDataSeed + static_cast<uint64_t>(world.rank()));

@@ -1,5 +1,6 @@
 // parbench: times one model's training step under each parallelism strategy.
 #include "benchmarks/advise.h"
+#include "benchmarks/fit.h"
 #include "benchmarks/allreduce.h"
 #include "benchmarks/cases.h"
 #include "benchmarks/context.h"
@@ -175,6 +176,12 @@ int main(int argc, char** argv) {
     json_output = output_format_is_json(benchmark_args);
     if (!options.print_schedule.empty()) return print_schedule(options);
     if (!worker) external = external_launch(options, visible_gpus);
+    if (external && options.fit_batch) {
+      throw UsageError("--fit=batch does not apply under a launcher: it starts its own probes, each a whole run");
+    }
+    if (options.fit_batch && options.advise_validate > 0) {
+      throw UsageError("--fit=batch and --advise run one at a time: --advise predicts the cases at their --batch");
+    }
     if (external && !options.devices.empty()) {
       throw UsageError("--devices does not apply under a launcher: each rank uses the GPU of its LOCAL_RANK");
     }
@@ -258,6 +265,10 @@ int main(int argc, char** argv) {
   if (options.advise_validate > 0 && !external) {
     cases = advise(cases, options);
     allreduce_cases.clear();
+  }
+  if (options.fit_batch) {
+    cases = fit_batches(cases, options, case_gpus);
+    allreduce_cases.clear();  // the search is of the training cases' batches
   }
   RunProgress progress(count_to_run(cases) + count_to_run(allreduce_cases), writes_output);
   register_cases(cases, options, progress);

@@ -130,9 +130,12 @@ const std::vector<std::pair<std::string, Precision>> kPrecisions = {{"fp32", Pre
                                                                     {"bf16", Precision::kBFloat16}};
 const std::vector<std::pair<std::string, OptimizerKind>> kOptimizers = {{"sgd", OptimizerKind::kSgd},
                                                                        {"adamw", OptimizerKind::kAdamW}};
+const std::vector<std::pair<std::string, Checkpointing>> kCheckpointings = {{"off", Checkpointing::kOff},
+                                                                           {"blocks", Checkpointing::kBlocks}};
 const std::vector<std::pair<std::string, DataMode>> kDataModes = {
     {"device", DataMode::kDevice}, {"pinned", DataMode::kPinned}, {"host", DataMode::kHost}};
 const std::vector<std::pair<std::string, bool>> kOnOff = {{"on", true}, {"off", false}};
+const std::vector<std::pair<std::string, bool>> kFitModes = {{"batch", true}, {"off", false}};
 
 // A preset is flags, taken before the command line's (which override them).
 std::vector<std::pair<std::string, std::string>> preset_flags(const std::string& preset) {
@@ -235,6 +238,8 @@ DataMode data_mode_from(const std::string& text) { return pick("data", text, kDa
 
 OptimizerKind optimizer_from(const std::string& text) { return pick("optimizer", text, kOptimizers); }
 
+Checkpointing checkpointing_from(const std::string& text) { return pick("checkpoint", text, kCheckpointings); }
+
 std::pair<std::vector<std::string>, bool> option_values(const Options& options, const StrategyOption& option) {
   const auto given = options.strategy_options.find(option.field());
   if (given == options.strategy_options.end()) return {option.defaults(), true};
@@ -309,6 +314,9 @@ Google Benchmark's own flags all work: --benchmark_filter=REGEX, --benchmark_rep
   --optimizer=LIST       sgd (plain SGD, lr 1e-3: the tutorial's) | adamw (fused AdamW, lr 1e-3, betas
                          0.9,0.999, eps 1e-8, weight decay 0.01; fp32 state); default sgd (the
                          tutorial preset keeps sgd). Named in a case (/optimizer:adamw) unless sgd
+  --checkpoint=LIST      off | blocks (activation checkpointing: each residual or transformer block
+                         keeps only its input, and its forward runs again in the backward); default
+                         off. Named in a case (/checkpoint:blocks) unless off
   --loss=NAME            image models: mse (on one-hot labels, the tutorial's) | ce (cross-entropy);
                          default mse. Language models always train on next-token cross-entropy
   --gpus=N|LIST          GPUs for multi-device strategies and ddp ranks; default all visible.
@@ -363,6 +371,14 @@ Google Benchmark's own flags all work: --benchmark_filter=REGEX, --benchmark_rep
                          then run single and the N best predicted (all: every case) with their
                          predictions as counters (predicted_step_ms, predicted_rank); with
                          --gpus=LIST each count is profiled, ranked and validated apart
+  --fit=batch|off        "will it fit": for each case, find the largest batch (images, sequences;
+                         a multiple of its devices) that trains without running out of memory,
+                         each probe a child process (set-up, a warm-up step and a step at one
+                         batch): from --batch, doubling while it fits or halving while it does
+                         not, then bisecting until the next step up is shown to run out of
+                         memory; then run the case at that batch, named /fit:batch, with the
+                         counters fit_batch, fit_oom_batch, fit_step, fit_probes; default off
+  --fit-max-batch=N      --fit=batch searches no higher; default 65536
   --print-schedule=NAME  print the pipeline schedule NAME's action grid and exit: one row per
                          device (--gpus, default 2), one column per time slot, F3/B3/W3 for
                          micro-batch 3's forward, backward or weight gradient, in unit time;
@@ -453,6 +469,7 @@ Options parse_options(int argc, char** argv, bool has_gpu, std::vector<char*>* b
       {"precision", [&](auto& f, auto& v) { options.precisions = pick_list(f, v, kPrecisions); }},
       {"data", [&](auto& f, auto& v) { options.data_modes = pick_list(f, v, kDataModes); }},
       {"optimizer", [&](auto& f, auto& v) { options.optimizers = pick_list(f, v, kOptimizers); }},
+      {"checkpoint", [&](auto& f, auto& v) { options.checkpoints = pick_list(f, v, kCheckpointings); }},
       {"loss", [&](auto& f, auto& v) { options.loss = pick<LossKind>(f, v, {{"mse", LossKind::kMse}, {"ce", LossKind::kCrossEntropy}}); }},
       {"gpus", [&](auto& f, auto& v) {
          const auto counts = gpu_count_list(f, v);
@@ -502,6 +519,8 @@ Options parse_options(int argc, char** argv, bool has_gpu, std::vector<char*>* b
       {"advise", [&](auto& f, auto& v) {
          options.advise_validate = v == "all" ? kValidateAll : static_cast<int>(parse_int(f, v, 1));
        }},
+      {"fit", [&](auto& f, auto& v) { options.fit_batch = pick(f, v, kFitModes); }},
+      {"fit-max-batch", [&](auto& f, auto& v) { options.fit_max_batch = parse_int(f, v, 1); }},
   };
   for (const auto* strategy : StrategyRegistry::instance().all()) {
     for (const auto& option : strategy->options()) {

@@ -20,6 +20,7 @@ std::string to_string(DataMode mode);
 Precision precision_from(const std::string& text);
 DataMode data_mode_from(const std::string& text);
 OptimizerKind optimizer_from(const std::string& text);
+Checkpointing checkpointing_from(const std::string& text);
 
 // A bad command line: main prints "parbench: <what>" and exits 2.
 struct UsageError : std::invalid_argument {
@@ -38,6 +39,7 @@ struct Options {
   std::vector<Precision> precisions = {Precision::kFloat32};
   std::vector<DataMode> data_modes = {DataMode::kDevice};
   std::vector<OptimizerKind> optimizers = {OptimizerKind::kSgd};
+  std::vector<Checkpointing> checkpoints = {Checkpointing::kOff};
   LossKind loss = LossKind::kMse;
   int gpus = 0;  // GPUs for multi-device strategies and ddp ranks; 0: all visible (or a list below)
   // --gpus=LIST with several counts (e.g. 1,2,4), ascending: each multi-device strategy runs at
@@ -77,6 +79,10 @@ struct Options {
   // --advise: 0 off; else how many of each set-up's best predicted cases run to check the
   // prediction (kValidateAll: every case), besides single (benchmarks/advise.h).
   int advise_validate = 0;
+  // --fit=batch: each case run at the largest batch that fits (benchmarks/fit.h), searched up to
+  // --fit-max-batch.
+  bool fit_batch = false;
+  int64_t fit_max_batch = 65536;
   // --print-schedule: print this schedule's action grid for --gpus devices (default 2),
   // --micro-batches and the first --chunks, and exit.
   std::string print_schedule;

@@ -64,6 +64,14 @@ void at_case_setup(const std::string& case_name) {
   }
 }
 
+void at_case_batch(int64_t batch_size) {
+  const auto limit = hook("PARBENCH_TEST_OOM_ABOVE_BATCH");
+  if (!limit.empty() && batch_size > std::atoll(limit.c_str())) {
+    throw std::runtime_error("out of memory on purpose: batch " + std::to_string(batch_size) +
+                             " is above PARBENCH_TEST_OOM_ABOVE_BATCH=" + limit);
+  }
+}
+
 int stall_ms() { return std::atoi(hook("PARBENCH_TEST_STALL_MS").c_str()); }
 
 std::optional<unsigned> nvml_device() {

@@ -4,6 +4,7 @@
 // sets none itself, and no hook survives into a rank unless a test put it in the environment).
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 
@@ -32,6 +33,11 @@ void after_timed_steps(const Strategy& strategy, int rank);
 // A case that runs in this process, at its set-up: PARBENCH_TEST_FAIL_CASE=NAME throws for the
 // case registered as NAME, as an exception or an out-of-memory error would.
 void at_case_setup(const std::string& case_name);
+
+// The same case, given its batch per process (RunConfig::batch_size):
+// PARBENCH_TEST_OOM_ABOVE_BATCH=N throws an out-of-memory error above N, as a device that holds
+// N samples' activations would (--fit=batch's tests).
+void at_case_batch(int64_t batch_size);
 
 // PARBENCH_TEST_STALL_MS=MS: how long to stall the second timed iteration of every repetition of a
 // case run in this process, inside the timed region; 0 where unset.

@@ -14,7 +14,7 @@ namespace parbench {
 namespace {
 
 // The fields that make a set-up (the report's Setup), beside the strategy and the model.
-const std::set<std::string> kSetupKeys = {"batch", "image", "seq", "precision", "data", "graph"};
+const std::set<std::string> kSetupKeys = {"batch", "image", "seq", "precision", "data", "optimizer", "checkpoint", "graph"};
 
 // Google Benchmark's suffixes of a run name (docs/JSON.md).
 std::string without_suffixes(const std::string& name) {
@@ -225,6 +225,9 @@ std::string setup_of(const CaseResult& result) {
   std::string text = result.field("model") + ", batch " + result.field("batch") + ", " +
                      (seq.empty() ? "image " + image + "×" + image : "seq " + seq) + ", " + result.field("precision") +
                      ", data on " + result.field("data");
+  // AdamW and checkpointing change a step's work: their cases compare with single's that do the same.
+  if (!result.field("optimizer").empty()) text += ", " + result.field("optimizer");
+  if (!result.field("checkpoint").empty()) text += ", " + result.field("checkpoint") + " checkpointed";
   return result.field("graph") == "on" ? text + ", CUDA graph" : text;
 }
 

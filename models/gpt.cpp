@@ -153,7 +153,7 @@ void GPTImpl::initialize_like_gpt2() {
   }
 }
 
-std::vector<Stage> GPTImpl::stages() {
+std::vector<Stage> GPTImpl::build_stages() {
   std::vector<Stage> stages;
   stages.push_back({"embed", {wte.ptr(), wpe.ptr()}, [this](const torch::Tensor& tokens) {
                       const auto positions = torch::arange(tokens.size(1), tokens.options());
@@ -162,7 +162,8 @@ std::vector<Stage> GPTImpl::stages() {
   const auto names = gpt_stage_names(config_);
   for (size_t layer = 0; layer < blocks_.size(); ++layer) {
     auto block = blocks_[layer];
-    stages.push_back({names[layer + 1], {block.ptr()}, [block](const torch::Tensor& x) mutable { return block(x); }});
+    stages.push_back({names[layer + 1], {block.ptr()}, [block](const torch::Tensor& x) mutable { return block(x); },
+                      /*block=*/true});
   }
   stages.push_back({"head", {ln_f.ptr(), lm_head.ptr()}, [this](const torch::Tensor& x) { return lm_head(ln_f(x)); }});
   return stages;

@@ -81,7 +81,7 @@ class GPTImpl : public StagedModule<GPTImpl> {
 
   std::string name() const override { return config_.name; }
   const GptConfig& config() const { return config_; }
-  std::vector<Stage> stages() override;
+  std::vector<Stage> build_stages() override;
   // attention=<flash_attention|efficient_attention|cudnn_attention|math>: the kernel
   // scaled_dot_product_attention chose.
   std::map<std::string, std::string> forward_facts() const override;

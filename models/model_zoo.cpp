@@ -1,6 +1,7 @@
 #include "models/model_zoo.h"
 
 #include "core/text.h"
+#include "models/activation_checkpoint.h"
 
 #include <ATen/autocast_mode.h>
 
@@ -26,6 +27,19 @@ AutocastScope::~AutocastScope() {
   if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
   at::autocast::set_autocast_enabled(device_type_, was_enabled_);
   at::autocast::set_autocast_dtype(device_type_, previous_dtype_);
+}
+
+std::vector<Stage> StagedModel::stages() {
+  auto stages = build_stages();
+  if (!checkpoint_blocks_) return stages;
+  for (auto& stage : stages) {
+    if (!stage.block) continue;
+    // The stage's own forward, recomputed in the backward under the forward's autocast dtype.
+    stage.forward = [forward = std::move(stage.forward), autocast = autocast_dtype_](const torch::Tensor& input) {
+      return checkpointed_forward(forward, input, autocast);
+    };
+  }
+  return stages;
 }
 
 void copy_named_tensors(const torch::OrderedDict<std::string, torch::Tensor>& source,

@@ -148,7 +148,7 @@ void ResNetImpl::initialize_like_torchvision() {
   }
 }
 
-std::vector<Stage> ResNetImpl::stages() {
+std::vector<Stage> ResNetImpl::build_stages() {
   std::vector<Stage> stages;
   stages.push_back({"stem", {conv1.ptr(), bn1.ptr()}, [this](const torch::Tensor& x) {
                       return torch::max_pool2d(torch::relu(bn1(conv1(x))), /*kernel_size=*/3, /*stride=*/2,
@@ -164,7 +164,7 @@ std::vector<Stage> ResNetImpl::stages() {
       } else {
         forward = [block = blocks->ptr<BasicBlockImpl>(index)](const torch::Tensor& x) { return block->forward(x); };
       }
-      stages.push_back({block_name(layer, index), {blocks->ptr(index)}, std::move(forward)});
+      stages.push_back({block_name(layer, index), {blocks->ptr(index)}, std::move(forward), /*block=*/true});
     }
   }
   stages.push_back({"head", {fc.ptr()}, [this](const torch::Tensor& x) {

@@ -64,7 +64,7 @@ class ResNetImpl : public StagedModule<ResNetImpl> {
 
   std::string name() const override { return variant_.name; }
   // The stem, each block (layer1.0, ..., layer4.2 for resnet50) and the head.
-  std::vector<Stage> stages() override;
+  std::vector<Stage> build_stages() override;
   // layer1..layer4, each of its blocks.
   std::vector<StageGroup> stage_groups() const override;
 

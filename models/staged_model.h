@@ -21,6 +21,9 @@ struct Stage {
   std::string name;
   std::vector<std::shared_ptr<torch::nn::Module>> modules;
   std::function<torch::Tensor(const torch::Tensor&)> forward;
+  // A repeated block (a residual block, a transformer block): what activation checkpointing
+  // recomputes (StagedModel::set_checkpoint_blocks).
+  bool block = false;
 };
 
 // A named run of consecutive stages (ResNet's layer1: layer1.0..layer1.2), which a cut may name
@@ -54,7 +57,9 @@ class StagedModel {
   virtual ~StagedModel() = default;
 
   virtual std::string name() const = 0;
-  virtual std::vector<Stage> stages() = 0;
+  // The model's stages, in order; with set_checkpoint_blocks(true), each block's forward keeps
+  // only its input and is recomputed in the backward (models/activation_checkpoint.h).
+  std::vector<Stage> stages();
   // Groups of consecutive stages, in order, none overlapping; none by default.
   virtual std::vector<StageGroup> stage_groups() const { return {}; }
   virtual torch::nn::Module& module() = 0;
@@ -69,9 +74,16 @@ class StagedModel {
   // Run forwards under autocast to `dtype` (copied into data-parallel replicas).
   void set_autocast(std::optional<c10::ScalarType> dtype) { autocast_dtype_ = dtype; }
   std::optional<c10::ScalarType> autocast_dtype() const { return autocast_dtype_; }
+  // Activation checkpointing of every block (--checkpoint=blocks; copied into data-parallel replicas).
+  void set_checkpoint_blocks(bool on) { checkpoint_blocks_ = on; }
+  bool checkpoint_blocks() const { return checkpoint_blocks_; }
 
  protected:
+  // The stages as the model defines them, forwards unchanged: what each model implements.
+  virtual std::vector<Stage> build_stages() = 0;
+
   std::optional<c10::ScalarType> autocast_dtype_;
+  bool checkpoint_blocks_ = false;
 };
 
 using ModelPtr = std::shared_ptr<StagedModel>;
@@ -109,6 +121,7 @@ class StagedModule : public torch::nn::Cloneable<Derived>, public StagedModel {
     // initialisation, the weights are overwritten next.
     std::shared_ptr<Derived> copy = static_cast<const Derived&>(*this).same_architecture();
     copy->set_autocast(autocast_dtype_);
+    copy->set_checkpoint_blocks(checkpoint_blocks_);
     copy_named_tensors(this->named_parameters(), copy->named_parameters(), device);
     copy_named_tensors(this->named_buffers(), copy->named_buffers(), device);
     // Pre-order, so a child's own mode overrides the one its parent's train() gave it.

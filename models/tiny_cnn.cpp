@@ -27,11 +27,11 @@ void TinyCnnImpl::reset() {
   fc = register_module("fc", torch::nn::Linear(kWidth3, num_classes_));
 }
 
-std::vector<Stage> TinyCnnImpl::stages() {
+std::vector<Stage> TinyCnnImpl::build_stages() {
   return {
       {"stem", {conv1.ptr()}, [this](const torch::Tensor& x) { return torch::relu(conv1(x)); }},
-      {"block1", {conv2.ptr()}, [this](const torch::Tensor& x) { return torch::relu(conv2(x)); }},
-      {"block2", {conv3.ptr()}, [this](const torch::Tensor& x) { return torch::relu(conv3(x)); }},
+      {"block1", {conv2.ptr()}, [this](const torch::Tensor& x) { return torch::relu(conv2(x)); }, /*block=*/true},
+      {"block2", {conv3.ptr()}, [this](const torch::Tensor& x) { return torch::relu(conv3(x)); }, /*block=*/true},
       {"head", {fc.ptr()},
        [this](const torch::Tensor& x) {
          return fc(torch::flatten(torch::adaptive_avg_pool2d(x, {1, 1}), /*start_dim=*/1));

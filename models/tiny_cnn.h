@@ -14,7 +14,7 @@ class TinyCnnImpl : public StagedModule<TinyCnnImpl> {
   std::shared_ptr<TinyCnnImpl> same_architecture() const { return std::make_shared<TinyCnnImpl>(num_classes_); }
 
   std::string name() const override { return "tinycnn"; }
-  std::vector<Stage> stages() override;
+  std::vector<Stage> build_stages() override;
 
   torch::nn::Conv2d conv1{nullptr}, conv2{nullptr}, conv3{nullptr};
   torch::nn::Linear fc{nullptr};

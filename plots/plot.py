@@ -14,6 +14,10 @@ throughput  throughput (median, standard deviation) per strategy against the ide
             images/s (items_per_second) for image models, tokens/s (tokens_per_second) for
             language models, whose items_per_second counts sequences.
 memory      peak allocated GiB per device: the highest peak_mem_gib_dev<i> over repetitions.
+time_memory the choice between time and memory: per set-up, each case that ran (every split, every
+            option) as one point, its throughput (median) against its peak allocated GiB on its
+            fullest device, a marker per strategy; the cases no other case beats on both (less
+            memory and more throughput) joined as the frontier.
 scaling     only for a run at several device counts (parbench --gpus=LIST): per set-up, throughput
             and scaling efficiency against the GPU count, one line per strategy (ddp weak and
             strong apart) through its best case at each count (highest median throughput), single
@@ -36,9 +40,11 @@ from pathlib import Path
 
 from matplotlib import rc_context
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.text import Annotation
 from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
+from matplotlib.transforms import offset_copy
 
 from parbench_results import cases as pr
 
@@ -416,6 +422,88 @@ def _draw_memory(results, groups, notes):
     return figure
 
 
+STRATEGY_MARKERS = {"single": "o", "model_parallel": "s", "pipeline": "^", "data_parallel": "D", "ddp": "v"}
+OTHER_MARKERS = ("P", "X", "*", "h", "<", ">", "p")
+TIME_MEMORY_PANEL_IN = 4.0
+
+
+@dataclass(frozen=True)
+class MemoryPoint:
+    """One case in the time_memory figure: the peak allocated GiB of its fullest device (what
+    decides whether it fits), its median throughput, and whether it is on the frontier: no other
+    case of its set-up needs no more memory and trains faster, or needs less and trains as fast."""
+
+    case: pr.Case
+    peak_gib: float
+    throughput: float
+    frontier: bool
+
+
+def time_memory_points(groups: dict[pr.Setup, list[pr.Case]]) -> dict[pr.Setup, list[MemoryPoint]]:
+    """Set-up -> a point per case that ran with memory counters, in the set-up's case order."""
+    points = {}
+    for setup, cases in groups.items():
+        measured = [(case, max(case.peak_memory_gib().values()), case.throughput().median)
+                    for case in cases if case.ran and case.peak_memory_gib()]
+        if not measured:
+            continue
+        points[setup] = [MemoryPoint(case, peak, rate, not any(
+            (other_peak <= peak and other_rate > rate) or (other_peak < peak and other_rate >= rate)
+            for _, other_peak, other_rate in measured)) for case, peak, rate in measured]
+    return points
+
+
+def _strategy_markers(strategies):
+    others = iter(OTHER_MARKERS * (1 + len(strategies) // len(OTHER_MARKERS)))
+    return {strategy: STRATEGY_MARKERS.get(strategy) or next(others) for strategy in strategies}
+
+
+def _draw_time_memory(results, groups, notes):
+    points = time_memory_points(groups)
+    if not points:
+        notes.append((None, "no case that ran has peak_mem_gib_dev<i> counters (a CPU run?)"))
+        return None
+    for setup, cases in groups.items():
+        for case in cases:
+            if case.ran and not case.peak_memory_gib():
+                notes.append((setup, f"{case.title()} has no memory counters"))
+    figure, axes, titles = _figure(results, "Throughput against peak memory: the time-memory choice", points,
+                                   [TIME_MEMORY_PANEL_IN + 0.2 * sum(p.frontier for p in shown)
+                                    for shown in points.values()])
+    for ax, (setup, shown) in zip(axes, points.items()):
+        strategies = list(dict.fromkeys(point.case.strategy for point in shown))
+        markers = _strategy_markers(strategies)
+        handles = []
+        for strategy in strategies:
+            mine = [point for point in shown if point.case.strategy == strategy]
+            handles.append(ax.scatter([p.peak_gib for p in mine], [p.throughput for p in mine], s=36,
+                                      marker=markers[strategy], color=STRATEGY_COLORS.get(strategy, OTHER_COLOR),
+                                      zorder=3, label=strategy))
+        frontier = sorted((p for p in shown if p.frontier), key=lambda p: p.peak_gib)
+        handles += ax.plot([p.peak_gib for p in frontier], [p.throughput for p in frontier], color="0.4",
+                           linestyle="--", linewidth=1, zorder=2, label="frontier")
+        # The frontier's cases numbered beside their points (markers, not texts: close points
+        # cannot push labels into each other) and named in the legend, below the panel.
+        beside = offset_copy(ax.transData, fig=figure, x=7, y=5, units="points")
+        for number, point in enumerate(frontier, start=1):
+            ax.scatter([point.peak_gib], [point.throughput], marker=f"${number}$", s=55, color="black",
+                       transform=beside, zorder=4)
+            handles.append(Line2D([], [], linestyle="none", marker=f"${number}$", color="black", markersize=7,
+                                  label=point.case.title()))
+        ax.set_xlabel("peak allocated on the fullest device (GiB)")
+        ax.set_ylabel(f"throughput ({setup.throughput_unit}, median)")
+        # From zero, so that distances read as ratios; room above and right for the numbers.
+        ax.set_xlim(0, max(p.peak_gib for p in shown) * 1.1)
+        ax.set_ylim(0, max(p.throughput for p in shown) * 1.1)
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:,.0f}"))
+        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(0, -0.16), ncol=1, fontsize=8, frameon=False)
+    _footer(figure, "Each point is one case that ran: its median throughput against the highest peak allocated "
+                    "GiB of its devices over repetitions (the device that decides whether it fits). Dashed: "
+                    "the frontier, the cases no other case beats on both, numbered and named below each panel.",
+            notes, titles)
+    return figure
+
+
 def _draw_prediction(results, groups, notes):
     """--advise runs: each case's predicted step time against its measured one."""
     panels = {setup: [case for case in cases if case.ran and case.stats("predicted_step_ms")]
@@ -452,7 +540,8 @@ def _draw_prediction(results, groups, notes):
 
 
 FIGURES = {"step_time": _draw_step_time, "split_size": _draw_split_size,
-           "throughput": _draw_throughput, "memory": _draw_memory, "prediction": _draw_prediction,
+           "throughput": _draw_throughput, "memory": _draw_memory, "time_memory": _draw_time_memory,
+           "prediction": _draw_prediction,
            "scaling": _draw_scaling}
 # Figures drawn only for some runs: their absence is no note ("scaling": a --gpus=LIST run's).
 OPTIONAL_FIGURES = {"scaling"}

@@ -65,6 +65,7 @@ FIGURE_CAPTIONS = {
     "split_size": "Pipeline speedup over single against split_size, with the ideal S\u00b7M/(M+S\u22121)",
     "throughput": "Throughput ({unit}) per strategy against ideal scaling, with scaling efficiency",
     "memory": "Peak allocated memory per device",
+    "time_memory": "Throughput ({unit}) against peak memory per case, with the frontier of the time-memory choice",
     "prediction": "Predicted against measured step time (parbench --advise)",
     "scaling": "Throughput ({unit}) and scaling efficiency against the GPU count, with the ideal",
 }
@@ -282,6 +283,7 @@ def build_report(results: pr.Results, rendered: plot.Rendered, generated: dateti
     lines.append("")
     for setup, cases in groups.items():
         lines += [f"### {setup.describe()}", "", *summary_table(cases), ""]
+    lines += fit_section(results)
     lines += memory_section(results)
     lines += clocks_section(results)
     lines += noise_section(results)
@@ -752,6 +754,34 @@ _MEMORY_COLUMNS = (
     ("alloc retries", "alloc_retries"),
     ("OOMs", "ooms"),
 )
+
+
+def fit_section(results: pr.Results) -> list[str]:
+    """--fit=batch runs: per case, the largest batch that trained, the next step up that ran out
+    of memory, and the case's step time and throughput at that batch (docs/METRICS.md, "Will it
+    fit")."""
+    fitted = [case for case in results.train_cases() if case.fields.get("fit") == "batch"]
+    if not fitted:
+        return []
+    rows = []
+    for case in fitted:
+        name = f"`{case.model}` {case.strategy}" + (f" ({case.config()})" if case.config() else "")
+        if not case.ran:
+            rows.append([name, "", "", "", "", "; ".join(case.reasons()) or "did not run"])
+            continue
+        first = case.repetitions[0]
+        oom = first.get("fit_oom_batch")
+        unit = case.setup.throughput_unit
+        rows.append([name, f"{first['fit_batch']:,.0f}",
+                     f"{oom:,.0f}" if oom is not None else "none up to the cap",
+                     f"{case.stats('step_ms').median:,.1f}", f"{case.throughput().median:,.0f} {unit}",
+                     f"{first['fit_probes']:,.0f} probes, step {first['fit_step']:,.0f}"])
+    return ["## Will it fit", "",
+            "Per case (`--fit=batch`): the largest batch that trained without running out of memory (images or "
+            "sequences, as `--batch` counts them), the next step up that its probe showed to run out of memory, "
+            "and the case's median step time and throughput at the largest batch (docs/METRICS.md, "
+            "\"Will it fit\").", "",
+            *_table(["case", "largest batch", "out of memory at", "step time (ms)", "throughput", "search"], rows), ""]
 
 
 def memory_section(results: pr.Results) -> list[str]:

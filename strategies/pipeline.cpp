@@ -110,6 +110,10 @@ StrategyInfo pipeline_info() {
                   .apply([](RunConfig& config, const std::string& value, int) { config.stage_lanes = std::stoi(value); }))
       .obstacle([](const CaseConditions& conditions) -> std::optional<CaseObstacle> {
         const auto& config = conditions.config;
+        if (schedule_info(config.schedule).splits_backward && config.checkpoint != Checkpointing::kOff) {
+          return CaseObstacle{config.schedule + " splits each backward into input and weight gradients; "
+                              "--checkpoint=blocks recomputes a block's whole backward at once"};
+        }
         if (schedule_info(config.schedule).uses_chunks && config.chunks > 1 &&
             micro_batch_count(config.batch_size, config.split_size) % conditions.devices != 0) {
           return CaseObstacle{config.schedule + " needs the micro-batches to be a multiple of the devices"};

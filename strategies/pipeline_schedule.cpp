@@ -126,7 +126,7 @@ const std::vector<ScheduleInfo>& schedule_table() {
        "devices",
        true, interleaved},
       {"zb-h1", "zero bubble: each backward split into input and weight gradients, the latter deferred", false,
-       zero_bubble_h1, /*ideal_work_per_micro_batch=*/3},
+       zero_bubble_h1, /*ideal_work_per_micro_batch=*/3, /*splits_backward=*/true},
   };
   return table;
 }

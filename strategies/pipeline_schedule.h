@@ -63,6 +63,9 @@ struct ScheduleInfo {
   // this many equal actions per micro-batch and stage on a device's critical path (zb-h1's F, B
   // and W: 3), times the chunks where the schedule uses them.
   int ideal_work_per_micro_batch = 1;
+  // Its backward is split into B (input gradients) and W (weight gradients): activation
+  // checkpointing, which recomputes a block's whole backward at once, cannot run under it.
+  bool splits_backward = false;
 };
 const std::vector<ScheduleInfo>& schedule_table();
 

@@ -22,6 +22,8 @@ class World;
 enum class Precision { kFloat32, kBFloat16 };  // bf16: autocast to bf16, channels-last, fp32 weights
 enum class LossKind { kMse, kCrossEntropy };   // MSE on one-hot labels is the tutorial's
 enum class OptimizerKind { kSgd, kAdamW };      // plain SGD is the tutorial's (strategies/optimizer.h)
+// Activations kept for the backward, or each block's recomputed there (models/activation_checkpoint.h).
+enum class Checkpointing { kOff, kBlocks };
 
 // What one training step does, and how a strategy is shaped.
 struct RunConfig {
@@ -34,6 +36,7 @@ struct RunConfig {
   LossKind loss = LossKind::kMse;
   double learning_rate = 1e-3;
   OptimizerKind optimizer = OptimizerKind::kSgd;
+  Checkpointing checkpoint = Checkpointing::kOff;
 
   // model_parallel and pipeline: "" (the default cut), "balanced", or stage names per device,
   // devices separated by '|' and stages by ',': "stem,layer1,layer2|layer3,layer4,head".

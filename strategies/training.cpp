@@ -18,6 +18,14 @@ void prepare_model(StagedModel& model, Precision precision) {
   }
 }
 
+ModelPtr make_case_model(const RunConfig& config) {
+  auto model = make_model(config.model, config.num_classes);
+  model->set_checkpoint_blocks(config.checkpoint == Checkpointing::kBlocks);
+  return model;
+}
+
+std::string to_string(Checkpointing checkpoint) { return checkpoint == Checkpointing::kBlocks ? "blocks" : "off"; }
+
 ModelPtr make_model_on(const ModelFactory& make_model, torch::Device device, Precision precision) {
   auto model = make_model();
   model->module().to(device);

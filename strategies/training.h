@@ -14,6 +14,12 @@ std::optional<c10::ScalarType> autocast_dtype(Precision precision);
 // conv weights. Call after the model is on its devices.
 void prepare_model(StagedModel& model, Precision precision);
 
+// A case's model, on the CPU as built (the caller seeds it): config.model with config's classes,
+// its blocks checkpointed where config.checkpoint asks. What the harness's ModelFactory makes.
+ModelPtr make_case_model(const RunConfig& config);
+
+std::string to_string(Checkpointing checkpoint);
+
 // A fresh model from `make_model`, whole on `device` and prepared for `precision`.
 ModelPtr make_model_on(const ModelFactory& make_model, torch::Device device, Precision precision);
 

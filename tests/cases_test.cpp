@@ -37,6 +37,37 @@ TEST(Cases, DevicesPutStagesAndReplicasOnTheNamedGpusAndSaySo) {
   EXPECT_NE(first.at("ddp")->skip_reason.find("cannot share a GPU"), std::string::npos);
 }
 
+// --checkpoint=blocks: named after the optimizer's place, its field round-trips, the default
+// leaves names as they were, and zb-h1 (a split backward) is skipped saying why.
+TEST(Cases, CheckpointedCasesAreNamedAndZeroBubbleSaysWhyItCannot) {
+  auto options = parsed_options({"--strategies=single,pipeline", "--schedules=1f1b,zb-h1", "--split-sizes=20",
+                                 "--optimizer=adamw", "--checkpoint=off,blocks"},
+                                /*has_gpu=*/true);
+  std::map<std::string, const CaseSpec*> named;
+  const auto cases = build_cases(options, /*visible_gpus=*/2);
+  for (const auto& spec : cases) named[spec.name] = &spec;
+  const std::string single = "train/single/resnet50/batch:120/image:128/precision:fp32/data:device/optimizer:adamw";
+  ASSERT_TRUE(named.count(single)) << "the default, off, is not named";
+  ASSERT_TRUE(named.count(single + "/checkpoint:blocks"));
+  EXPECT_EQ(named.at(single + "/checkpoint:blocks")->config.checkpoint, Checkpointing::kBlocks);
+  EXPECT_EQ(named.at(single)->config.checkpoint, Checkpointing::kOff);
+  const std::string pipeline = "train/pipeline/resnet50/batch:120/image:128/precision:fp32/data:device/optimizer:adamw/"
+                               "checkpoint:blocks/gpus:2/split:20/schedule:";
+  ASSERT_TRUE(named.count(pipeline + "1f1b") && named.count(pipeline + "zb-h1"));
+  EXPECT_EQ(named.at(pipeline + "1f1b")->skip_reason, "");
+  EXPECT_NE(named.at(pipeline + "zb-h1")->skip_reason.find("zb-h1 splits each backward"), std::string::npos)
+      << named.at(pipeline + "zb-h1")->skip_reason;
+  EXPECT_EQ(named.at(pipeline.substr(0, pipeline.find("checkpoint:")) + "gpus:2/split:20/schedule:zb-h1")->skip_reason, "");
+
+  // A rank that gets the case as fields builds the same case.
+  const auto& checkpointed = *named.at(pipeline + "1f1b");
+  const auto rebuilt = case_from_fields(nlohmann::json::parse(fields_json(checkpointed.fields).dump()), options, /*visible_gpus=*/2);
+  EXPECT_EQ(rebuilt.name, checkpointed.name);
+  EXPECT_EQ(rebuilt.config.checkpoint, Checkpointing::kBlocks);
+
+  EXPECT_THROW(parsed_options({"--checkpoint=layers"}, /*has_gpu=*/false), UsageError);
+}
+
 TEST(Cases, DistinctDevicesInOrderKeepTodaysNames) {
   Options options;
   options.strategies = {"model_parallel"};

@@ -41,9 +41,11 @@ struct DdpResult {
 
 DdpResult run_ddp(int ranks, const std::string& bucket_mib, const std::string& overlap,
                   const std::string& precision = "fp32", bool cuda_graph = false, int warmup_steps = 1,
-                  const std::string& model = "tinycnn", const std::string& optimizer = "sgd") {
+                  const std::string& model = "tinycnn", const std::string& optimizer = "sgd",
+                  const std::string& checkpoint = "off") {
   TemporaryDirectory weights("parbench-ddp-test");
   auto arguments = kOptions;
+  arguments.push_back("--checkpoint=" + checkpoint);
   arguments.push_back("--optimizer=" + optimizer);
   arguments.push_back("--models=" + model);
   arguments.push_back("--bucket-mib=" + bucket_mib);
@@ -144,6 +146,14 @@ TEST(Ddp, AdamwMatchesSingleDevice) {
 TEST(Ddp, TransformerMatchesSingleDevice) {
   hide_gpus_from_ranks();
   const auto ddp = run_ddp(2, "0.01", "on", "fp32", /*cuda_graph=*/false, /*warmup_steps=*/1, "tinygpt");
+  expect_matches_single(ddp, 2, Precision::kFloat32, kTolerance, kSteps, "tinygpt");
+}
+
+// Checkpointed blocks: the gradient hooks fire as each block's recomputed backward accumulates
+// its weights' gradients, and the buckets reduce them as without.
+TEST(Ddp, CheckpointedBlocksMatchSingleDevice) {
+  hide_gpus_from_ranks();
+  const auto ddp = run_ddp(2, "0.01", "on", "fp32", /*cuda_graph=*/false, /*warmup_steps=*/1, "tinygpt", "sgd", "blocks");
   expect_matches_single(ddp, 2, Precision::kFloat32, kTolerance, kSteps, "tinygpt");
 }
 

@@ -1,5 +1,6 @@
 // ResNets against torchvision's state_dict (tests/fixtures/torchvision_resnets.json, made by
 // make_torchvision_fixture.py), output shapes and the analytic FLOP count.
+#include "models/activation_checkpoint.h"
 #include "models/model_zoo.h"
 #include "models/resnet.h"
 #include "strategies/training.h"
@@ -9,6 +10,7 @@
 
 #include <fstream>
 #include <map>
+#include <optional>
 
 namespace parbench {
 namespace {
@@ -274,6 +276,77 @@ TEST(ModelZoo, UnknownModelNamesTheAllowedOnes) {
   } catch (const std::invalid_argument& error) {
     EXPECT_NE(std::string(error.what()).find("resnet50"), std::string::npos);
   }
+}
+
+// ---- Activation checkpointing (models/activation_checkpoint.h) --------------------------------
+
+// A block whose backward needs an intermediate (cos saves its input): what checkpointing drops.
+struct KeptIntermediate {
+  torch::Tensor weight = torch::randn({4}).requires_grad_();
+  std::optional<c10::weak_intrusive_ptr<c10::StorageImpl>> intermediate;
+  int forwards = 0;
+  torch::Tensor operator()(const torch::Tensor& x) {
+    ++forwards;
+    auto sine = (x * weight).sin();
+    intermediate.emplace(sine.storage().getWeakStorageImpl());
+    return sine.cos();
+  }
+};
+
+TEST(ActivationCheckpoint, KeepsNoIntermediateAndGivesTheSameGradients) {
+  torch::manual_seed(5);
+  const auto input = torch::randn({3, 4}).requires_grad_();
+  KeptIntermediate plain, checkpointed;
+  checkpointed.weight = plain.weight.detach().clone().requires_grad_();
+
+  const auto kept = plain(input).sum();
+  EXPECT_FALSE(plain.intermediate->expired()) << "autograd keeps sin's output for cos's backward";
+  const auto input_again = input.detach().clone().requires_grad_();
+  const auto recomputed = checkpointed_forward([&](const torch::Tensor& x) { return checkpointed(x); }, input_again,
+                                               std::nullopt)
+                              .sum();
+  EXPECT_TRUE(checkpointed.intermediate->expired()) << "the checkpointed block kept its intermediate";
+  EXPECT_EQ(checkpointed.forwards, 1);
+
+  kept.backward();
+  recomputed.backward();
+  EXPECT_EQ(checkpointed.forwards, 2) << "the backward runs the block's forward again";
+  EXPECT_TRUE(torch::equal(recomputed.detach(), kept.detach()));
+  EXPECT_TRUE(torch::allclose(checkpointed.weight.grad(), plain.weight.grad(), 1e-6, 1e-6));
+  EXPECT_TRUE(torch::allclose(input_again.grad(), input.grad(), 1e-6, 1e-6));
+}
+
+TEST(ActivationCheckpoint, ModelsCheckpointTheirBlocksAlone) {
+  for (const std::string name : {"tinycnn", "resnet18", "tinygpt"}) {
+    auto model = make_model(name, 10);
+    std::vector<std::string> blocks;
+    for (const auto& stage : model->stages())
+      if (stage.block) blocks.push_back(stage.name);
+    const auto& info = ModelRegistry::instance().get(name);
+    // Every stage but the first (stem, embedding) and the last (head).
+    EXPECT_EQ(blocks, std::vector<std::string>(info.stage_names.begin() + 1, info.stage_names.end() - 1)) << name;
+  }
+}
+
+// A whole model, its blocks recomputed: the same gradients as without (strategies: strategy_test.cpp).
+TEST(ActivationCheckpoint, ACheckpointedModelGivesTheGradientsOfOneWithout) {
+  RunConfig config;
+  config.model = "tinygpt";
+  config.batch_size = 2;
+  config.seq_len = 8;
+  fit_config_to_model(config);
+  const auto batch = make_random_batch(config, config.batch_size, torch::kCPU, torch::kCPU);
+  std::map<bool, std::vector<torch::Tensor>> gradients;
+  for (const bool checkpoint : {false, true}) {
+    torch::manual_seed(9);
+    auto model = make_model(config.model, config.num_classes);
+    model->set_checkpoint_blocks(checkpoint);
+    compute_loss(model->forward(batch.inputs), batch.targets, config.loss).backward();
+    for (const auto& parameter : model->module().parameters()) gradients[checkpoint].push_back(parameter.grad());
+  }
+  ASSERT_EQ(gradients[true].size(), gradients[false].size());
+  for (size_t i = 0; i < gradients[true].size(); ++i)
+    EXPECT_TRUE(torch::allclose(gradients[true][i], gradients[false][i], 1e-5, 1e-6)) << "gradient " << i;
 }
 
 }  // namespace

@@ -32,7 +32,7 @@ struct StepResult {
 // buffers in `dtype`.
 ModelPtr seeded_model(const RunConfig& config, bool eval_mode, torch::Dtype dtype = torch::kFloat) {
   torch::manual_seed(1234);
-  auto model = make_model(config.model, config.num_classes);
+  auto model = make_case_model(config);  // its blocks checkpointed where config says
   if (eval_mode) model->module().eval();
   model->module().to(dtype);
   return model;
@@ -159,6 +159,48 @@ INSTANTIATE_TEST_SUITE_P(
     [](const auto& info) {
       return info.param.model + "_" + std::to_string(info.param.devices) + "devices";
     });
+
+// --checkpoint=blocks under every strategy and schedule that runs a block's backward whole: the
+// same loss, gradients and weights as the same case without (docs/STRATEGIES.md, "Activation
+// checkpointing"). Batch-norm in train mode: the recomputed forward normalises by the same batch.
+TEST(Checkpointing, EveryStrategyAndScheduleTrainsAsWithout) {
+  struct Model {
+    std::string name;
+    int64_t batch, sample;
+  };
+  for (const auto& model : {Model{"tinycnn", 6, 16}, Model{"resnet18", 4, 32}, Model{"tinygpt", 6, 8}}) {
+    torch::manual_seed(7);
+    RunConfig config;
+    config.model = model.name;
+    config.num_classes = 10;
+    config.batch_size = model.batch;
+    (is_language_model(model.name) ? config.seq_len : config.image_size) = model.sample;
+    fit_config_to_model(config);
+    config.learning_rate = 0.1;
+    const auto batch = make_random_batch(config, model.batch, torch::kCPU, torch::kCPU);
+    const auto both = [&](const std::string& strategy, size_t devices, const std::string& what, int steps = 2) {
+      config.checkpoint = Checkpointing::kOff;
+      const auto kept = train(strategy, config, devices, batch, /*eval_mode=*/false, steps);
+      config.checkpoint = Checkpointing::kBlocks;
+      expect_same_step(train(strategy, config, devices, batch, /*eval_mode=*/false, steps), kept,
+                       model.name + " " + what + " checkpointed");
+    };
+    both("single", 1, "single");
+    both("model_parallel", 2, "model_parallel");
+    both("data_parallel", 2, "data_parallel");
+    config.split_size = model.batch / 2;  // 2 micro-batches: whole rounds of 2 devices
+    for (const auto& info : schedule_table()) {
+      if (info.splits_backward) continue;  // skipped with a reason: CheckpointingSkip below
+      config.schedule = info.name;
+      config.chunks = info.uses_chunks ? 2 : 1;
+      both("pipeline", 2, "pipeline " + info.name);
+    }
+    config.optimizer = OptimizerKind::kAdamW;
+    config.learning_rate = 1e-3;
+    both("single", 1, "single adamw", 3);
+    config.optimizer = OptimizerKind::kSgd;
+  }
+}
 
 // AdamW (decoupled weight decay, bias-corrected moments) written out for one tensor, as
 // torch.optim.AdamW documents it, against the fused kernel the strategies use, over several steps.

@@ -42,7 +42,7 @@ class TestOnlyMlpImpl : public StagedModule<TestOnlyMlpImpl> {
   }
 
   std::string name() const override { return kName; }
-  std::vector<Stage> stages() override {
+  std::vector<Stage> build_stages() override {
     return {
         {"input", {input.ptr()},
          [this](const torch::Tensor& x) {

@@ -96,6 +96,10 @@ class Setup:
     data: str
     graph: str = "off"  # "on": each step is a replay of a captured CUDA graph
     seq: int = 0  # a language model's tokens per sequence; 0 for an image model
+    # The update and the backward's work: a case with AdamW, or with its blocks recomputed, is
+    # compared with single's case that does the same (names leave the defaults out).
+    optimizer: str = "sgd"
+    checkpoint: str = "off"
 
     def parts(self) -> dict[str, str]:
         parts = {
@@ -105,6 +109,10 @@ class Setup:
             "precision": self.precision,
             "data": f"data on {self.data}",
         }
+        if self.optimizer != "sgd":
+            parts["optimizer"] = self.optimizer
+        if self.checkpoint != "off":
+            parts["checkpoint"] = f"{self.checkpoint} checkpointed"
         if self.graph == "on":
             parts["graph"] = "CUDA graph"
         return parts
@@ -130,7 +138,7 @@ class Setup:
 
     def sort_key(self):
         return (self.model, self.batch, self.image, self.seq, _rank(self.precision, PRECISION_ORDER), self.data,
-                self.graph)
+                self.optimizer != "sgd", self.optimizer, self.checkpoint != "off", self.checkpoint, self.graph)
 
 
 @dataclass(frozen=True)
@@ -238,7 +246,8 @@ class Case:
     def setup(self) -> Setup:
         return Setup(self.model, self.reference_batch, int(self.fields.get("image", 0)),
                      self.fields["precision"], self.fields["data"], self.fields.get("graph", "off"),
-                     int(self.fields.get("seq", 0)))
+                     int(self.fields.get("seq", 0)), self.fields.get("optimizer", "sgd"),
+                     self.fields.get("checkpoint", "off"))
 
     @property
     def named_fields(self) -> dict[str, str]:
@@ -356,7 +365,7 @@ class Case:
             batch = int(self.fields["batch"])  # the global batch in strong scaling
             words.append(f"per-rank batch {batch if self.fields.get('scaling') == 'weak' else batch // self.gpus}")
         described = set(_SETUP_KEYS) | {"gpus", "schedule", "split", "bucket_mib", "overlap", "scaling", "graph",
-                                         "replicate", "devices"}
+                                         "replicate", "devices", "optimizer", "checkpoint"}  # the set-up names the last two
         words += [f"{key} {value}" for key, value in self.named_fields.items() if key not in described]
         return ", ".join(words)
 

@@ -29,7 +29,7 @@ GRAPH_RUN = [REPORTS / "2xh200-2026-11-22-fill-stream" / "graph.json",
              REPORTS / "2xh200-2026-11-22-fill-stream" / "graph_buckets.json"]
 SWEEP_RUN = [REPORTS / "2xh200-2026-11-22" / "model_parallel.json"]
 BAD_FILES = ["malformed.json", "empty.json", "schema_v2.json", "not_parbench.json"]
-FIGURES = ["step_time", "split_size", "throughput", "memory"]
+FIGURES = ["step_time", "split_size", "throughput", "memory", "time_memory"]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 FP32 = "resnet50, batch 120, image 128\u00d7128, fp32, data on device"
@@ -433,6 +433,49 @@ def drawn_figures(files):
     for figure in figures.values():
         FigureCanvasAgg(figure).draw()
     return figures
+
+
+def test_time_memory_points_are_each_cases_fullest_device_and_median_throughput():
+    """Computed here from the JSON alone: each case's peak is its highest peak_mem_gib_dev<i> over
+    devices and repetitions, its throughput the median items_per_second, and the frontier holds
+    exactly the cases no other case of the set-up beats on both."""
+    results = pr.load([str(path) for path in GPU_RUN])
+    points = plot.time_memory_points(results.by_setup())
+    reps = repetitions(GPU_RUN)
+    checked = 0
+    for setup, shown in points.items():
+        expected = {}
+        for point in shown:
+            entries = next(entries for name, entries in reps.items()
+                           if name == point.case.name or name.startswith(point.case.name + "/"))
+            peak = max(value for entry in entries for key, value in entry.items() if key.startswith("peak_mem_gib_dev"))
+            expected[point.case.name] = (peak, median(entries, "items_per_second"))
+            assert point.peak_gib == pytest.approx(peak)
+            assert point.throughput == pytest.approx(expected[point.case.name][1])
+            checked += 1
+        for point in shown:
+            peak, rate = expected[point.case.name]
+            beaten = any((p <= peak and r > rate) or (p < peak and r >= rate) for p, r in expected.values())
+            assert point.frontier == (not beaten), point.case.name
+        assert any(point.frontier for point in shown)
+        # The lowest-memory case and the fastest case are always on the frontier.
+        assert max(shown, key=lambda point: (point.throughput, -point.peak_gib)).frontier
+        assert min(shown, key=lambda point: (point.peak_gib, -point.throughput)).frontier
+    assert checked >= 4
+
+
+def test_time_memory_figure_draws_every_point_and_labels_the_frontier():
+    figure = drawn_figures(GPU_RUN)["time_memory"]
+    points = plot.time_memory_points(pr.load([str(path) for path in GPU_RUN]).by_setup())
+    assert len(figure.axes) == len(points)
+    for ax, shown in zip(figure.axes, points.values()):
+        # The strategies' points (the frontier's numbers are drawn beside them, offset).
+        strategies = [c for c in ax.collections if c.get_label() in {p.case.strategy for p in shown}]
+        drawn = sorted((round(x, 6), round(y, 6)) for collection in strategies for x, y in collection.get_offsets())
+        assert drawn == sorted((round(p.peak_gib, 6), round(p.throughput, 6)) for p in shown)
+        named = [text.get_text() for text in ax.get_legend().get_texts()]
+        frontier = sorted((p for p in shown if p.frontier), key=lambda p: p.peak_gib)
+        assert named[-len(frontier):] == [p.case.title() for p in frontier]
 
 
 def drawn_texts(figure):
@@ -995,3 +1038,32 @@ def test_memory_section_gives_each_devices_breakdown_at_its_highest_over_repetit
     plain = run(MAKE_REPORT, tmp_path / "plain", GPU_RUN)
     assert plain.returncode == 0, plain.stderr
     assert "\n## Memory\n" not in (tmp_path / "plain" / "REPORT.md").read_text(encoding="utf-8")
+
+
+def test_fit_section_gives_each_cases_largest_batch_and_its_step(tmp_path):
+    """--fit=batch's cases (fields `fit`, counters fit_*): the report's "Will it fit" table gives
+    each one's largest batch, the out-of-memory batch above it, and its medians at that batch."""
+    document = json.loads(CPU_RUN[0].read_text())
+    fitted = []
+    for entry in document["benchmarks"]:
+        if not entry["name"].startswith("train/single/"):
+            continue
+        entry = dict(entry, name=entry["name"].replace("/real_time", "/fit:batch/real_time"),
+                     run_name=entry["run_name"].replace("/real_time", "/fit:batch/real_time"),
+                     fit_batch=entry["batch"], fit_oom_batch=entry["batch"] + 1, fit_step=1, fit_probes=9)
+        fitted.append(entry)
+    assert fitted
+    path = tmp_path / "fit.json"
+    path.write_text(json.dumps(dict(document, benchmarks=fitted)))
+    result = run(MAKE_REPORT, tmp_path / "report", [path])
+    assert result.returncode == 0, result.stderr
+    text = (tmp_path / "report" / "REPORT.md").read_text(encoding="utf-8")
+    lines = [line for line in section(text, "Will it fit").splitlines() if line.startswith("|")]
+    cells = [[cell.strip() for cell in re.split(r"(?<!\\)\|", line.strip())[1:-1]] for line in lines]
+    (single,) = [dict(zip(cells[0], row)) for row in cells[2:]]
+    entries = [e for e in fitted if e["run_type"] == "iteration"]
+    assert number(single["largest batch"]) == entries[0]["batch"]
+    assert number(single["out of memory at"]) == entries[0]["batch"] + 1
+    assert number(single["step time (ms)"]) == pytest.approx(median(entries, "step_ms"), abs=0.05)
+    assert number(single["throughput"]) == pytest.approx(median(entries, "items_per_second"), abs=0.5)
+    assert "9 probes, step 1" in single["search"]

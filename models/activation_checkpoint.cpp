@@ -1,0 +1,55 @@
+#include "models/activation_checkpoint.h"
+
+#include "models/staged_model.h"
+
+#include <ATen/core/ivalue.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+namespace parbench {
+namespace {
+
+// The block a checkpointed forward recomputes, kept with its autograd node.
+struct Recomputation : torch::CustomClassHolder {
+  std::function<torch::Tensor(const torch::Tensor&)> forward;
+  std::optional<c10::ScalarType> autocast;
+};
+
+class CheckpointedBlock : public torch::autograd::Function<CheckpointedBlock> {
+ public:
+  // Runs without grad (Function::apply's forward does): nothing inside the block is kept.
+  static torch::Tensor forward(torch::autograd::AutogradContext* context, const torch::Tensor& input,
+                               const c10::intrusive_ptr<Recomputation>& block) {
+    context->save_for_backward({input});
+    context->saved_data["block"] = c10::IValue::make_capsule(block);
+    return block->forward(input);
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* context,
+                                                 torch::autograd::variable_list output_gradients) {
+    const auto input = context->get_saved_variables().front();
+    const auto block = c10::static_intrusive_pointer_cast<Recomputation>(context->saved_data["block"].toCapsule());
+    const auto recompute_input = input.detach().requires_grad_(input.requires_grad());
+    torch::Tensor output;
+    {
+      torch::AutoGradMode with_grad(true);
+      AutocastScope autocast(recompute_input.device().type(), block->autocast);
+      output = block->forward(recompute_input);
+    }
+    torch::autograd::backward({output}, {output_gradients.front()});
+    // One gradient per forward argument: the block itself has none.
+    return {recompute_input.requires_grad() ? recompute_input.grad() : torch::Tensor(), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+torch::Tensor checkpointed_forward(const std::function<torch::Tensor(const torch::Tensor&)>& forward,
+                                   const torch::Tensor& input, std::optional<c10::ScalarType> autocast) {
+  if (!torch::GradMode::is_enabled() || !input.requires_grad()) return forward(input);
+  auto block = c10::make_intrusive<Recomputation>();
+  block->forward = forward;
+  block->autocast = autocast;
+  return CheckpointedBlock::apply(input, block);
+}
+
+}  // namespace parbench

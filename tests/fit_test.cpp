@@ -1,0 +1,166 @@
+// "Will it fit" (--fit=batch, benchmarks/fit.h): the search on its own, driven by a fake device
+// that holds a known batch, and whole runs whose cases run out of memory above a batch the test
+// sets (PARBENCH_TEST_OOM_ABOVE_BATCH), each probe a child process.
+#include "benchmarks/fit.h"
+#include "benchmarks/temporary_directory.h"
+#include "tests/parbench_process.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <set>
+
+namespace parbench {
+namespace {
+
+// The case name of a JSON entry: its run_name without Google Benchmark's suffixes.
+std::string case_of(const nlohmann::json& entry) {
+  const auto name = entry.at("run_name").get<std::string>();
+  return name.substr(0, std::min(name.find("/iterations:"), name.find("/manual_time")));
+}
+
+// A device that holds `limit` samples: larger batches run out of memory. Records each batch probed.
+struct FakeDevice {
+  int64_t limit;
+  std::vector<int64_t> probed;
+  std::optional<int64_t> broken_at;  // a batch whose probe fails otherwise
+  Probe operator()(int64_t batch) {
+    probed.push_back(batch);
+    if (broken_at && batch == *broken_at) return {ProbeResult::kFailed, "a rank died"};
+    return {batch <= limit ? ProbeResult::kFits : ProbeResult::kOutOfMemory, ""};
+  }
+};
+
+TEST(FitSearch, FindsTheLargestBatchAndShowsTheNextStepUpRunsOutOfMemory) {
+  for (const int64_t limit : {1, 2, 37, 120, 121, 1000, 4095}) {
+    for (const int64_t start : {1, 8, 120, 5000}) {
+      FakeDevice device{limit, {}, std::nullopt};
+      const auto search = search_largest_batch(start, 1, 65536, std::ref(device));
+      EXPECT_EQ(search.failure, "") << "limit " << limit << " start " << start;
+      EXPECT_EQ(search.largest_batch, limit) << "start " << start;
+      ASSERT_TRUE(search.oom_batch) << "limit " << limit;
+      EXPECT_EQ(*search.oom_batch, limit + 1);
+      EXPECT_EQ(search.probes, static_cast<int>(device.probed.size()));
+      // Both ends of the answer were probed: the found batch fits, the next one did not.
+      EXPECT_NE(std::find(device.probed.begin(), device.probed.end(), limit), device.probed.end());
+      EXPECT_NE(std::find(device.probed.begin(), device.probed.end(), limit + 1), device.probed.end());
+      // Logarithmic: doubling or halving, then bisection.
+      EXPECT_LE(search.probes, 2 * 14 + 2) << "limit " << limit << " start " << start;
+    }
+  }
+}
+
+TEST(FitSearch, ProbesMultiplesOfTheStepAlone) {
+  FakeDevice device{37, {}, std::nullopt};
+  const auto search = search_largest_batch(7, 4, 65536, std::ref(device));
+  EXPECT_EQ(search.largest_batch, 36);
+  EXPECT_EQ(search.oom_batch, 40);
+  EXPECT_EQ(search.step, 4);
+  for (const auto batch : device.probed) EXPECT_EQ(batch % 4, 0) << batch;
+}
+
+TEST(FitSearch, StopsAtTheCapWithoutAnOutOfMemoryBatch) {
+  FakeDevice device{1 << 20, {}, std::nullopt};
+  const auto search = search_largest_batch(100, 1, 1000, std::ref(device));
+  EXPECT_EQ(search.failure, "");
+  EXPECT_EQ(search.largest_batch, 1000);
+  EXPECT_FALSE(search.oom_batch);
+  for (const auto batch : device.probed) EXPECT_LE(batch, 1000);
+}
+
+TEST(FitSearch, SaysWhyWhenNothingFitsOrAProbeFails) {
+  FakeDevice none{0, {}, std::nullopt};
+  const auto nothing = search_largest_batch(64, 2, 65536, std::ref(none));
+  EXPECT_EQ(nothing.failure, "out of memory even at batch 2, the smallest it can take");
+  EXPECT_EQ(none.probed.back(), 2);
+
+  FakeDevice broken{100, {}, 64};
+  const auto failed = search_largest_batch(32, 1, 65536, std::ref(broken));
+  EXPECT_EQ(failed.failure, "probing batch 64 failed: a rank died");
+  EXPECT_EQ(broken.probed.back(), 64) << "the search stops at the failure";
+}
+
+TEST(FitSearch, OutOfMemoryMessagesAreRecognised) {
+  EXPECT_TRUE(is_out_of_memory("CUDA out of memory. Tried to allocate 2.00 GiB"));
+  EXPECT_TRUE(is_out_of_memory("rank 1: CUDA error: out of memory"));
+  EXPECT_TRUE(is_out_of_memory("DefaultCPUAllocator: not enough memory: you tried to allocate 1 bytes. Out Of Memory"));
+  EXPECT_FALSE(is_out_of_memory("NCCL error: unhandled system error"));
+}
+
+// A whole run: single and model_parallel (2 CPU devices) on a "device" that holds 37 samples per
+// process. single's largest batch is 37; model_parallel's, in steps of its 2 devices, 36.
+TEST(Fit, RunsEachCaseAtItsLargestBatchAndReportsTheSearch) {
+  TemporaryDirectory dir("parbench-fit-test");
+  ParbenchProcess parbench({"--preset=cpu", "--models=tinycnn", "--image=16", "--batch=8", "--warmup=1",
+                            "--repetitions=2", "--iterations=1", "--strategies=single,model_parallel", "--fit=batch",
+                            "--benchmark_out=" + dir.file("run.json"), "--benchmark_out_format=json"},
+                           {{"CUDA_VISIBLE_DEVICES", ""}, {"PARBENCH_TEST_OOM_ABOVE_BATCH", "37"}});
+  const auto run = parbench.wait(600);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const auto json = read_json(dir.file("run.json"));
+  std::map<std::string, nlohmann::json> by_name;
+  for (const auto& entry : json.at("benchmarks")) {
+    if (entry.at("run_type") == "iteration") by_name[case_of(entry)] = entry;
+  }
+  const std::string single = "train/single/tinycnn/batch:37/image:16/precision:fp32/data:device/fit:batch";
+  const std::string split = "train/model_parallel/tinycnn/batch:36/image:16/precision:fp32/data:device/gpus:2/fit:batch";
+  ASSERT_TRUE(by_name.count(single)) << run.err;
+  ASSERT_TRUE(by_name.count(split)) << run.err;
+  EXPECT_EQ(by_name[single].at("fit_batch"), 37);
+  EXPECT_EQ(by_name[single].at("fit_oom_batch"), 38);
+  EXPECT_EQ(by_name[single].at("fit_step"), 1);
+  EXPECT_EQ(by_name[single].at("batch"), 37);  // the timed case ran at the batch found
+  EXPECT_EQ(by_name[split].at("fit_batch"), 36);
+  EXPECT_EQ(by_name[split].at("fit_oom_batch"), 38);
+  EXPECT_EQ(by_name[split].at("fit_step"), 2);
+  EXPECT_GT(by_name[split].at("fit_probes"), 2);
+  EXPECT_NE(run.err.find("batch 38: out of memory"), std::string::npos) << run.err;
+  // Its fields say so, and name the batch found.
+  EXPECT_EQ(by_name[single].at("fields").at("fit"), "batch");
+  EXPECT_EQ(by_name[single].at("fields").at("batch"), 37);
+}
+
+// A probe that fails for another reason ends that case's search alone, as a failed case; the
+// run goes on to the next case and exits 1.
+TEST(Fit, AProbeThatFailsOtherwiseFailsItsCaseAlone) {
+  TemporaryDirectory dir("parbench-fit-test");
+  ParbenchProcess parbench({"--preset=cpu", "--models=tinycnn", "--image=16", "--batch=8", "--warmup=1",
+                            "--repetitions=1", "--iterations=1", "--strategies=single,model_parallel", "--fit=batch",
+                            "--fit-max-batch=64", "--benchmark_out=" + dir.file("run.json"),
+                            "--benchmark_out_format=json"},
+                           {{"CUDA_VISIBLE_DEVICES", ""},
+                            {"PARBENCH_TEST_FAIL_CASE", "train/single/tinycnn/batch:16/image:16/precision:fp32/data:device"}});
+  const auto run = parbench.wait(600);
+  EXPECT_EQ(run.exit_code, 1) << run.err;
+  const auto json = read_json(dir.file("run.json"));
+  std::set<std::string> failed, ran;
+  for (const auto& entry : json.at("benchmarks")) {
+    const auto name = case_of(entry);
+    if (entry.value("error_occurred", false)) {
+      failed.insert(name);
+      EXPECT_NE(entry.at("error_message").get<std::string>().find(
+                    "--fit=batch: probing batch 16 failed: failing on purpose (PARBENCH_TEST_FAIL_CASE)"),
+                std::string::npos)
+          << entry.at("error_message");
+    } else if (entry.at("run_type") == "iteration") {
+      ran.insert(name);
+      // Nothing ran out of memory below the cap: the cap is the answer, with no out-of-memory batch.
+      EXPECT_EQ(entry.at("fit_batch"), 64);
+      EXPECT_FALSE(entry.contains("fit_oom_batch"));
+    }
+  }
+  EXPECT_EQ(failed, std::set<std::string>{"train/single/tinycnn/batch:8/image:16/precision:fp32/data:device/fit:batch"});
+  EXPECT_EQ(ran, std::set<std::string>{"train/model_parallel/tinycnn/batch:64/image:16/precision:fp32/data:device/gpus:2/fit:batch"});
+}
+
+TEST(Fit, RefusesAdviseBesideIt) {
+  ParbenchProcess parbench({"--preset=cpu", "--models=tinycnn", "--fit=batch", "--advise=1"}, {{"CUDA_VISIBLE_DEVICES", ""}});
+  const auto run = parbench.wait(60);
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_NE(run.err.find("parbench: --fit=batch and --advise run one at a time"), std::string::npos) << run.err;
+}
+
+}  // namespace
+}  // namespace parbench
