@@ -106,10 +106,25 @@ void expect_matches_single(const TensorParallelRun& run, int ranks, OptimizerKin
   }
   const auto single = run_single(ranks, optimizer);
   ASSERT_EQ(run.ranks[0].size(), single.size());
+  const auto names = make_model("tinygpt", 96)->module().named_parameters().keys();
+  ASSERT_EQ(names.size() * 2, single.size());
   for (size_t i = 0; i < single.size(); ++i) {
-    ASSERT_EQ(run.ranks[0][i].sizes(), single[i].sizes()) << "tensor " << i;
-    EXPECT_LT(relative_difference(run.ranks[0][i], single[i]), kTolerance)
-        << (i < single.size() / 2 ? "weight " : "gradient ") << i % (single.size() / 2);
+    const auto& name = names[i % names.size()];
+    ASSERT_EQ(run.ranks[0][i].sizes(), single[i].sizes()) << name;
+    auto value = run.ranks[0][i], reference = single[i];
+    // The key bias's gradient is zero but for rounding (a constant added to every key adds
+    // the same score to every key of a query, which softmax ignores); AdamW divides it by its own
+    // root mean square, so its update is the rounding's sign times the learning rate, whatever
+    // the strategy. The query and value biases are compared.
+    if (optimizer == OptimizerKind::kAdamW && i < names.size() && name.find("attn.c_attn.bias") != std::string::npos) {
+      const auto thirds = [](const torch::Tensor& bias) {
+        const auto parts = bias.chunk(3);
+        return torch::cat({parts[0], parts[2]});
+      };
+      value = thirds(value);
+      reference = thirds(reference);
+    }
+    EXPECT_LT(relative_difference(value, reference), kTolerance) << (i < names.size() ? "weight " : "gradient ") << name;
   }
 }
 

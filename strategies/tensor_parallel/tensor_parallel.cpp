@@ -100,7 +100,7 @@ class TensorParallel final : public Strategy {
     return {{optimizer_->parameters(), optimizer_->state()}};
   }
 
-  std::vector<torch::Tensor> parameters_for_check() override {
+  std::vector<torch::Tensor> parameters_for_check() const override {
     std::vector<torch::Tensor> whole;
     const auto parameters = model_->module().parameters();
     for (size_t i = 0; i < parameters.size(); ++i) {
@@ -109,7 +109,7 @@ class TensorParallel final : public Strategy {
     return whole;
   }
 
-  std::vector<torch::Tensor> gradients_for_check() override {
+  std::vector<torch::Tensor> gradients_for_check() const override {
     std::vector<torch::Tensor> whole;
     const auto parameters = model_->module().parameters();
     for (size_t i = 0; i < parameters.size(); ++i) {
