@@ -29,6 +29,8 @@ namespace {
 
 PARBENCH_DECLARE_COUNTER(Counter("tp_comm_mib_per_step").unit("MiB").lower_is_better()
                              .means("tensor_parallel: bytes one rank sends per step by the ring algorithms' counts, / 2^20"));
+PARBENCH_DECLARE_COUNTER(Counter("tp_comm_ms").unit("ms").lower_is_better()
+                             .means("tensor_parallel, GPUs, eager: the compute stream's wait on the last step's collectives (all exposed)"));
 PARBENCH_DECLARE_COUNTER(Counter("tp_collectives_per_step").unit("count").lower_is_better()
                              .means("tensor_parallel: collectives one rank issues per step"));
 
@@ -50,7 +52,7 @@ class TensorParallel final : public Strategy {
                 " but this rank's device is ", world_->device());
     devices_ = devices;
     config_ = config;
-    group_ = {world_->backend().get(), world_->rank(), world_->size(), &tally_};
+    group_ = {world_->backend().get(), world_->rank(), world_->size(), &tally_, &clock_};
     // The whole model, built and seeded on the CPU as single's is; only this rank's shards
     // reach the device.
     auto whole = make_model();
@@ -75,6 +77,7 @@ class TensorParallel final : public Strategy {
 
   torch::Tensor train_step(const Batch& batch) override {
     tally_.clear();
+    clock_.start_step();
     optimizer_->zero_grad();
     // Every rank's share of the batch, in rank order: the whole batch on every rank.
     const auto tokens = all_gather_first_dim(batch.inputs, group_);
@@ -125,8 +128,10 @@ class TensorParallel final : public Strategy {
   }
 
   std::map<std::string, double> counters() const override {
-    return {{"tp_comm_mib_per_step", last_step_.bytes / (1 << 20)},
-            {"tp_collectives_per_step", static_cast<double>(last_step_.calls)}};
+    std::map<std::string, double> values = {{"tp_comm_mib_per_step", last_step_.bytes / (1 << 20)},
+                                            {"tp_collectives_per_step", static_cast<double>(last_step_.calls)}};
+    if (const auto waited = clock_.last_step_ms()) values["tp_comm_ms"] = *waited;
+    return values;
   }
 
  private:
@@ -134,6 +139,7 @@ class TensorParallel final : public Strategy {
   TensorParallelGroup untallied_group() const {
     auto group = group_;
     group.tally = nullptr;
+    group.clock = nullptr;
     return group;
   }
 
@@ -141,6 +147,7 @@ class TensorParallel final : public Strategy {
   World* world_ = nullptr;
   TensorParallelGroup group_;
   CollectiveTally tally_, last_step_;
+  CollectiveClock clock_;
   TensorParallelGptImpl* model_ptr_ = nullptr;
   std::vector<ShardKind> kinds_;                 // per parameter, in the model's order
   std::unique_ptr<Optimizer> optimizer_;

@@ -2,6 +2,11 @@
 
 #include "strategies/flat_tensors.h"
 
+#ifdef PARBENCH_WITH_CUDA
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
 #include <ATen/SDPBackend.h>
 #include <ATen/autocast_mode.h>
 #include <ATen/ops/_fused_sdp_choice.h>
@@ -20,6 +25,14 @@ void tally(const TensorParallelGroup& group, double bytes, double ring_factor) {
   group.tally->calls += 1;
 }
 
+// Issues and waits for one collective on `x`'s device, timed by the group's clock if it has one.
+template <class Collective>
+void timed(const TensorParallelGroup& group, const torch::Tensor& x, const Collective& collective) {
+  if (group.clock != nullptr) group.clock->before(x);
+  collective();
+  if (group.clock != nullptr) group.clock->after(x);
+}
+
 torch::Tensor all_reduce_sum(const torch::Tensor& x, const TensorParallelGroup& group) {
   auto reduced = x.contiguous().clone();
   all_reduce_sum_in_place(reduced, group);
@@ -35,7 +48,7 @@ torch::Tensor reduce_scatter_first_dim(const torch::Tensor& x, const TensorParal
   sizes[0] /= group.degree;
   auto output = torch::empty(sizes, input.options());
   tally(group, static_cast<double>(input.nbytes()), 1.0);
-  group.backend->_reduce_scatter_base(output, input)->wait();
+  timed(group, input, [&] { group.backend->_reduce_scatter_base(output, input)->wait(); });
   return output;
 }
 
@@ -160,6 +173,67 @@ bool ends_with(const std::string& text, const std::string& suffix) {
 
 }  // namespace
 
+#ifdef PARBENCH_WITH_CUDA
+struct CollectiveClock::Events {
+  std::vector<std::unique_ptr<at::cuda::CUDAEvent>> starts, ends;  // reused step after step
+  size_t used = 0;             // pairs recorded this step
+  bool timed = false;          // a step recorded events
+  bool captured = false;       // a collective ran while its stream was captured
+  bool pending = false;        // a start without its end yet
+};
+
+CollectiveClock::CollectiveClock() : events_(std::make_unique<Events>()) {}
+CollectiveClock::~CollectiveClock() = default;
+
+void CollectiveClock::start_step() { events_->used = 0; }
+
+void CollectiveClock::before(const torch::Tensor& x) {
+  if (!x.is_cuda()) return;
+  const auto stream = c10::cuda::getCurrentCUDAStream(x.device().index());
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  C10_CUDA_CHECK(cudaStreamIsCapturing(stream.stream(), &status));
+  if (status != cudaStreamCaptureStatusNone) {
+    events_->captured = true;
+    return;
+  }
+  auto& events = *events_;
+  if (events.used == events.starts.size()) {
+    events.starts.push_back(std::make_unique<at::cuda::CUDAEvent>(cudaEventDefault));
+    events.ends.push_back(std::make_unique<at::cuda::CUDAEvent>(cudaEventDefault));
+  }
+  events.starts[events.used]->record(stream);
+  events.pending = true;
+}
+
+void CollectiveClock::after(const torch::Tensor& x) {
+  auto& events = *events_;
+  if (!events.pending) return;
+  events.ends[events.used]->record(c10::cuda::getCurrentCUDAStream(x.device().index()));
+  events.pending = false;
+  ++events.used;
+  events.timed = true;
+}
+
+std::optional<double> CollectiveClock::last_step_ms() const {
+  const auto& events = *events_;
+  if (!events.timed || events.captured) return std::nullopt;
+  double total = 0;
+  for (size_t i = 0; i < events.used; ++i) {
+    events.ends[i]->synchronize();
+    total += events.starts[i]->elapsed_time(*events.ends[i]);
+  }
+  return total;
+}
+#else
+struct CollectiveClock::Events {};
+CollectiveClock::CollectiveClock() = default;
+CollectiveClock::~CollectiveClock() = default;
+void CollectiveClock::start_step() {}
+void CollectiveClock::before(const torch::Tensor&) {}
+void CollectiveClock::after(const torch::Tensor&) {}
+std::optional<double> CollectiveClock::last_step_ms() const { return std::nullopt; }
+#endif
+
 torch::Tensor copy_to_tensor_parallel_region(const torch::Tensor& x, const TensorParallelGroup& group) {
   return CopyToTensorParallelRegion::apply(x, &group);
 }
@@ -178,7 +252,7 @@ void all_reduce_sum_in_place(torch::Tensor& contiguous, const TensorParallelGrou
   TORCH_CHECK(contiguous.is_contiguous(), "an all-reduce in place needs a contiguous tensor");
   tally(group, static_cast<double>(contiguous.nbytes()), 2.0);
   std::vector<at::Tensor> tensors{contiguous};
-  group.backend->allreduce(tensors)->wait();
+  timed(group, contiguous, [&] { group.backend->allreduce(tensors)->wait(); });
 }
 
 torch::Tensor all_gather_first_dim(const torch::Tensor& x, const TensorParallelGroup& group) {
@@ -188,7 +262,7 @@ torch::Tensor all_gather_first_dim(const torch::Tensor& x, const TensorParallelG
   sizes[0] *= group.degree;
   auto output = torch::empty(sizes, input.options());
   tally(group, static_cast<double>(output.nbytes()), 1.0);
-  group.backend->_allgather_base(output, input)->wait();
+  timed(group, input, [&] { group.backend->_allgather_base(output, input)->wait(); });
   return output;
 }
 
