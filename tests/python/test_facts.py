@@ -199,8 +199,8 @@ def test_the_compatibility_tables_equal_what_parbench_declares(tmp_path):
     assert context["parbench_json_schema"] == "1.9.0"
     declared = {(fact.name, fact.per): (fact.unit, fact.better) for fact in facts.counter_table(context).facts}
     legacy = {(fact.name, fact.per): (fact.unit, fact.better) for fact in facts.legacy_counter_table().facts}
-    # Every counter an old file can hold reads as it did; counters declared since (--fit's, the
-    # sharded strategies') are in no old file.
+    # Every counter an old file can hold reads as it did; counters declared since 1.8.0 (--fit's,
+    # the strategies added later) are in no old file: they are read from each file's own table.
     assert {key: declared.get(key) for key in legacy} == legacy
     assert facts.schedule_facts(context) == facts.legacy_schedule_facts()
     # The report reads the new file as it read the old ones: its ideal bubble, its global batch.

@@ -1,0 +1,248 @@
+// Tensor parallelism as Megatron-LM does it, for the GPT models: one process per device (a rank),
+// each holding a 1/degree slice of every layer (strategies/tensor_parallel/tensor_parallel_gpt.h:
+// QKV and fc column-parallel, the out projections row-parallel, the embedding and head split by
+// vocabulary, a cross-entropy that never gathers the logits). Every rank runs the whole batch:
+// each draws --batch/degree sequences and the ranks all-gather them, as Megatron's ranks share
+// one data loader's batch, so --batch is the global batch. Each rank builds the whole seeded
+// model on the CPU and keeps its shards, so its initial weights are single's, split.
+//
+// --sequence-parallel=on: LayerNorms, the residual adds and the row-parallel biases run on a
+// 1/degree slice of the sequence; each all-reduce becomes an all-gather before the
+// column-parallel layer and a reduce-scatter after the row-parallel one (the same bytes, less
+// activation memory). The parameters those slices touch (LayerNorms, biases, the position
+// embedding) then get partial gradients, summed across ranks after backward.
+#include "core/counter_table.h"
+#include "strategies/distributed/world.h"
+#include "strategies/optimizer.h"
+#include "strategies/prediction.h"
+#include "strategies/strategy.h"
+#include "strategies/tensor_parallel/tensor_parallel_gpt.h"
+#include "strategies/training.h"
+
+#include <ATen/record_function.h>
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace parbench {
+namespace {
+
+PARBENCH_DECLARE_COUNTER(Counter("tp_comm_mib_per_step").unit("MiB").lower_is_better()
+                             .means("tensor_parallel: bytes one rank sends per step by the ring algorithms' counts, / 2^20"));
+PARBENCH_DECLARE_COUNTER(Counter("tp_comm_ms").unit("ms").lower_is_better()
+                             .means("tensor_parallel, GPUs, eager: the compute stream's wait on the last step's collectives (all exposed)"));
+PARBENCH_DECLARE_COUNTER(Counter("tp_collectives_per_step").unit("count").lower_is_better()
+                             .means("tensor_parallel: collectives one rank issues per step"));
+
+bool sequence_parallel_on(const RunConfig& config) {
+  const auto value = config.options.find("sp");
+  return value != config.options.end() && value->second == "on";
+}
+
+class TensorParallel final : public Strategy {
+ public:
+  void setup(const ModelFactory& make_model, const std::vector<torch::Device>& devices,
+             const RunConfig& config) override {
+    world_ = config.world;
+    TORCH_CHECK(world_,
+                "tensor_parallel runs one process per device and needs their process group: start it through "
+                "parbench's launcher, torchrun, srun or mpirun");
+    TORCH_CHECK(devices.size() == 1, "tensor_parallel runs on one device per rank, got ", devices.size());
+    TORCH_CHECK(devices.front() == world_->device(), "tensor_parallel was given ", devices.front(),
+                " but this rank's device is ", world_->device());
+    devices_ = devices;
+    config_ = config;
+    group_ = {world_->backend().get(), world_->rank(), world_->size(), &tally_, &clock_};
+    // The whole model, built and seeded on the CPU as single's is; only this rank's shards
+    // reach the device.
+    auto whole = make_model();
+    auto* gpt = dynamic_cast<GPTImpl*>(&whole->module());
+    TORCH_CHECK(gpt != nullptr, "tensor_parallel splits GPT models; ", whole->name(), " is not one");
+    const auto obstacle =
+        tensor_parallel_obstacle(gpt->config(), group_.degree, config.seq_len, sequence_parallel_on(config));
+    TORCH_CHECK(obstacle.empty(), obstacle);
+    auto sharded = std::make_shared<TensorParallelGptImpl>(*gpt, group_, sequence_parallel_on(config));
+    whole.reset();
+    sharded->to(devices.front());
+    prepare_model(*sharded, config.precision);
+    model_ = sharded;
+    model_ptr_ = sharded.get();
+    for (const auto& item : sharded->named_parameters()) kinds_.push_back(shard_kind(item.key()));
+    optimizer_ = std::make_unique<Optimizer>(sharded->parameters(), config.optimizer, config.learning_rate,
+                                             Optimizer::SgdKernels::kPerParameter);
+  }
+
+  torch::Device input_device() const override { return devices_.front(); }
+  torch::Device target_device() const override { return devices_.front(); }
+
+  torch::Tensor train_step(const Batch& batch) override {
+    tally_.clear();
+    clock_.start_step();
+    optimizer_->zero_grad();
+    // Every rank's share of the batch, in rank order: the whole batch on every rank.
+    const auto tokens = all_gather_first_dim(batch.inputs, group_);
+    const auto targets = all_gather_first_dim(batch.targets, group_);
+    torch::Tensor loss;
+    {
+      RECORD_USER_SCOPE("forward");
+      const auto logits = model_->forward(tokens);  // (T, N, V/w)
+      loss = vocab_parallel_cross_entropy(logits.flatten(0, 1), targets.t().flatten(), group_);
+    }
+    {
+      RECORD_USER_SCOPE("backward");
+      loss.backward();
+    }
+    model_ptr_->finish_gradients();
+    RECORD_USER_SCOPE("optimizer");
+    optimizer_->step();
+    last_step_ = tally_;
+    return loss.detach();
+  }
+
+  std::vector<DeviceModelStates> model_states() const override {
+    return {{optimizer_->parameters(), optimizer_->state()}};
+  }
+
+  std::vector<torch::Tensor> parameters_for_check() const override {
+    std::vector<torch::Tensor> whole;
+    const auto parameters = model_->module().parameters();
+    for (size_t i = 0; i < parameters.size(); ++i) {
+      whole.push_back(gather_shards(parameters[i].detach(), kinds_[i], untallied_group()));
+    }
+    return whole;
+  }
+
+  std::vector<torch::Tensor> gradients_for_check() const override {
+    std::vector<torch::Tensor> whole;
+    const auto parameters = model_->module().parameters();
+    for (size_t i = 0; i < parameters.size(); ++i) {
+      whole.push_back(gather_shards(parameters[i].grad(), kinds_[i], untallied_group()));
+    }
+    return whole;
+  }
+
+  std::map<std::string, std::string> describe() const override {
+    return {{"backend", world_->backend_name()},
+            {"degree", std::to_string(group_.degree)},
+            {"sp", model_ptr_->sequence_parallel() ? "on" : "off"}};
+  }
+
+  std::map<std::string, double> counters() const override {
+    std::map<std::string, double> values = {{"tp_comm_mib_per_step", last_step_.bytes / (1 << 20)},
+                                            {"tp_collectives_per_step", static_cast<double>(last_step_.calls)}};
+    if (const auto waited = clock_.last_step_ms()) values["tp_comm_ms"] = *waited;
+    return values;
+  }
+
+ private:
+  // Gathers for the tests' checks are not the step's communication.
+  TensorParallelGroup untallied_group() const {
+    auto group = group_;
+    group.tally = nullptr;
+    group.clock = nullptr;
+    return group;
+  }
+
+  RunConfig config_;
+  World* world_ = nullptr;
+  TensorParallelGroup group_;
+  CollectiveTally tally_, last_step_;
+  CollectiveClock clock_;
+  TensorParallelGptImpl* model_ptr_ = nullptr;
+  std::vector<ShardKind> kinds_;                 // per parameter, in the model's order
+  std::unique_ptr<Optimizer> optimizer_;
+};
+
+// The model of tensor_parallel_predictor, from single's step at the whole batch and the time of
+// one all-reduce of the whole model's fp32 gradients across the ranks' GPUs.
+double tensor_parallel_step_ms(const GptConfig& gpt, const CaseConditions& conditions, double single_step_ms,
+                               double whole_gradient_allreduce_ms) {
+  const auto& config = conditions.config;
+  const double width = static_cast<double>(gpt.width);
+  const double parameters =
+      gpt_non_embedding_params(gpt) + static_cast<double>(gpt.vocabulary + gpt.context) * width;
+  const double ms_per_byte = whole_gradient_allreduce_ms / (4.0 * parameters);
+  const double activations = static_cast<double>(conditions.named_batch) * static_cast<double>(config.seq_len) * width;
+  // The embedding's sum stays fp32 (the residual stream's type); the layers' inputs and outputs
+  // move in the autocast type.
+  const double layer_bytes = config.precision == Precision::kBFloat16 ? 2.0 : 4.0;
+  const double bytes = activations * (4.0 + (4.0 * static_cast<double>(gpt.layers) + 1.0) * layer_bytes);
+  return single_step_ms / conditions.devices + bytes * ms_per_byte;
+}
+
+// Why a case cannot run, from its model's declaration and shape alone.
+std::optional<CaseObstacle> tensor_parallel_obstacle_in(const CaseConditions& conditions) {
+  const auto& config = conditions.config;
+  const auto* gpt = find_gpt_config(config.model);
+  if (gpt == nullptr) {
+    std::string models;
+    for (const auto& known : gpt_configs()) models += (models.empty() ? "" : ", ") + known.name;
+    return CaseObstacle{"tensor_parallel splits the GPT models' layers (" + models + "); " + config.model +
+                        " is not one"};
+  }
+  if (conditions.named_batch % conditions.devices != 0) {
+    return CaseObstacle{"tensor_parallel's ranks each draw --batch/" + std::to_string(conditions.devices) +
+                        " sequences of the shared batch: the batch " + std::to_string(conditions.named_batch) +
+                        " must divide by the degree"};
+  }
+  const auto reason = tensor_parallel_obstacle(*gpt, conditions.devices, config.seq_len, sequence_parallel_on(config));
+  if (!reason.empty()) return CaseObstacle{reason};
+  return std::nullopt;
+}
+
+// --advise: a bucket larger than any GPT's gradients, so that the ranks' profile all-reduces the
+// whole model's fp32 gradients in one, whose bytes follow from the shape: the links' all-reduce
+// time per byte at a large message.
+constexpr double kWholeModelBucketMib = 1 << 20;
+
+// The predicted step (docs/METRICS.md, "Predicted step time"): single's step at the whole batch
+// divided by the degree (every matrix product, attention included, is split evenly; LayerNorms,
+// GELU, the embedding lookups and the loss, which are not, are taken to shrink alike), plus the
+// collectives, none hidden behind compute: per step 4 L + 2 all-reduces of the (T, N, d)
+// activations (2 per block forward, 2 backward, the embedding's forward in fp32 and the head's
+// input gradient), priced at the profiled all-reduce rate. Sequence parallelism moves the same bytes,
+// so it is predicted alike; the batch's and the loss's small collectives are left out.
+StrategyPredictor tensor_parallel_predictor() {
+  StrategyPredictor predictor;
+  predictor.needs_gpu_per_device = true;
+  predictor.request = [](const CaseConditions& conditions, ProfileRequest& request) {
+    const std::pair<double, int64_t> whole_model{kWholeModelBucketMib, conditions.named_batch};
+    if (std::find(request.ranks.begin(), request.ranks.end(), whole_model) == request.ranks.end()) {
+      request.ranks.push_back(whole_model);
+    }
+  };
+  predictor.predict = [](const AdviseProfile& profile, const CaseConditions& conditions) {
+    const auto& config = conditions.config;
+    const auto* gpt = find_gpt_config(config.model);
+    if (gpt == nullptr) throw std::invalid_argument(config.model + " is not a GPT model");
+    const auto& rank = profile.ranks.at({kWholeModelBucketMib, conditions.named_batch});
+    if (rank.bucket_allreduce_ms.size() != 1) throw std::invalid_argument("the gradients did not fit one bucket");
+    return Prediction{tensor_parallel_step_ms(*gpt, conditions, profile.single_step_ms, rank.bucket_allreduce_ms.front()),
+                      ""};
+  };
+  return predictor;
+}
+
+StrategyInfo tensor_parallel_info() {
+  return StrategyInfo("tensor_parallel")
+      .creates<TensorParallel>()
+      .summary("one process per device; every GPT layer split across them (Megatron-style), the batch shared")
+      .order(6)
+      .distributed()
+      .graph_capturable()
+      .device_role("ranks")
+      .option(StrategyOption::choice("sp", "sequence-parallel", {"off", "on"})
+                  .help("tensor_parallel: on (LayerNorms and residuals on sequence slices, all-gather and\n"
+                        "reduce-scatter in place of all-reduce) | off; default off")
+                  .defaults({"off"})
+                  // --batch is the global batch: each rank draws its 1/degree share, and the
+                  // ranks all-gather the shares every step.
+                  .apply([](RunConfig& config, const std::string&, int ranks) { config.batch_size /= ranks; }))
+      .obstacle(tensor_parallel_obstacle_in)
+      .predictor(tensor_parallel_predictor());
+}
+
+PARBENCH_REGISTER_STRATEGY(tensor_parallel_info());
+
+}  // namespace
+}  // namespace parbench

@@ -1,0 +1,482 @@
+#include "strategies/tensor_parallel/tensor_parallel_gpt.h"
+
+#include "strategies/flat_tensors.h"
+
+#ifdef PARBENCH_WITH_CUDA
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+#include <ATen/SDPBackend.h>
+#include <ATen/autocast_mode.h>
+#include <ATen/ops/_fused_sdp_choice.h>
+#include <ATen/ops/scaled_dot_product_attention.h>
+
+namespace parbench {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// The ring algorithms' bytes per rank (docs/METRICS.md): the whole tensor is `bytes`.
+void tally(const TensorParallelGroup& group, double bytes, double ring_factor) {
+  if (group.tally == nullptr || group.degree <= 1) return;
+  group.tally->bytes += ring_factor * (group.degree - 1) / group.degree * bytes;
+  group.tally->calls += 1;
+}
+
+// Issues and waits for one collective on `x`'s device, timed by the group's clock if it has one.
+template <class Collective>
+void timed(const TensorParallelGroup& group, const torch::Tensor& x, const Collective& collective) {
+  if (group.clock != nullptr) group.clock->before(x);
+  collective();
+  if (group.clock != nullptr) group.clock->after(x);
+}
+
+torch::Tensor all_reduce_sum(const torch::Tensor& x, const TensorParallelGroup& group) {
+  auto reduced = x.contiguous().clone();
+  all_reduce_sum_in_place(reduced, group);
+  return reduced;
+}
+
+torch::Tensor reduce_scatter_first_dim(const torch::Tensor& x, const TensorParallelGroup& group) {
+  TORCH_CHECK(x.size(0) % group.degree == 0, "a reduce-scatter over ", group.degree, " ranks needs a first dimension ",
+              "that divides by them, got ", x.size(0));
+  if (group.degree == 1) return x.clone();
+  auto input = x.contiguous();
+  auto sizes = input.sizes().vec();
+  sizes[0] /= group.degree;
+  auto output = torch::empty(sizes, input.options());
+  tally(group, static_cast<double>(input.nbytes()), 1.0);
+  timed(group, input, [&] { group.backend->_reduce_scatter_base(output, input)->wait(); });
+  return output;
+}
+
+// The process group travels through autograd's context as an address: these functions live
+// only within one step of one strategy, which outlives them.
+void save_group(AutogradContext* ctx, const TensorParallelGroup* group) {
+  ctx->saved_data["group"] = static_cast<int64_t>(reinterpret_cast<intptr_t>(group));
+}
+const TensorParallelGroup& saved_group(AutogradContext* ctx) {
+  return *reinterpret_cast<const TensorParallelGroup*>(static_cast<intptr_t>(ctx->saved_data["group"].toInt()));
+}
+
+struct CopyToTensorParallelRegion : torch::autograd::Function<CopyToTensorParallelRegion> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const TensorParallelGroup* group) {
+    save_group(ctx, group);
+    return x;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list gradients) {
+    return {all_reduce_sum(gradients[0], saved_group(ctx)), torch::Tensor()};
+  }
+};
+
+struct ReduceFromTensorParallelRegion : torch::autograd::Function<ReduceFromTensorParallelRegion> {
+  static torch::Tensor forward(AutogradContext*, const torch::Tensor& x, const TensorParallelGroup* group) {
+    return all_reduce_sum(x, *group);
+  }
+  static variable_list backward(AutogradContext*, variable_list gradients) {
+    return {gradients[0], torch::Tensor()};
+  }
+};
+
+struct GatherFromSequenceParallelRegion : torch::autograd::Function<GatherFromSequenceParallelRegion> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const TensorParallelGroup* group) {
+    save_group(ctx, group);
+    return all_gather_first_dim(x, *group);
+  }
+  // The gathered tensor feeds column-parallel layers, whose input gradients are partial sums.
+  static variable_list backward(AutogradContext* ctx, variable_list gradients) {
+    return {reduce_scatter_first_dim(gradients[0], saved_group(ctx)), torch::Tensor()};
+  }
+};
+
+struct ReduceScatterToSequenceParallelRegion : torch::autograd::Function<ReduceScatterToSequenceParallelRegion> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const TensorParallelGroup* group) {
+    save_group(ctx, group);
+    return reduce_scatter_first_dim(x, *group);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list gradients) {
+    return {all_gather_first_dim(gradients[0], saved_group(ctx)), torch::Tensor()};
+  }
+};
+
+// Megatron's vocab_parallel_cross_entropy, as one autograd function: forward reduces across
+// ranks, backward is local.
+struct VocabParallelCrossEntropy : torch::autograd::Function<VocabParallelCrossEntropy> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& local_logits, const torch::Tensor& targets,
+                               const TensorParallelGroup* group) {
+    const auto logits = local_logits.to(torch::kFloat32);
+    const int64_t local_vocabulary = logits.size(1);
+    const int64_t first = group->rank * local_vocabulary;
+    // The row maxima, only so that exp cannot overflow: any value the ranks agree on would do.
+    const auto maxima = all_gather_first_dim(std::get<0>(logits.max(1)).unsqueeze(0), *group);
+    const auto row_max = std::get<0>(maxima.max(0));
+    const auto shifted = logits - row_max.unsqueeze(1);
+    const auto exponentials = shifted.exp();
+    const auto local_targets = targets - first;
+    const auto owned = local_targets.ge(0).logical_and(local_targets.lt(local_vocabulary));
+    const auto safe_targets = local_targets.clamp(0, local_vocabulary - 1);
+    const auto target_logit = shifted.gather(1, safe_targets.unsqueeze(1)).squeeze(1).masked_fill(owned.logical_not(), 0.0);
+    // One all-reduce for both sums: each token's sum of exponentials and its target's logit.
+    auto sums = torch::stack({exponentials.sum(1), target_logit});
+    all_reduce_sum_in_place(sums, *group);
+    const auto sum_exp = sums[0];
+    const auto tokens = static_cast<double>(logits.size(0));
+    ctx->save_for_backward({exponentials.div(sum_exp.unsqueeze(1)), safe_targets, owned});
+    ctx->saved_data["tokens"] = tokens;
+    ctx->saved_data["dtype"] = static_cast<int64_t>(local_logits.scalar_type());
+    return (sum_exp.log() - sums[1]).sum().div(tokens);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list gradients) {
+    const auto saved = ctx->get_saved_variables();
+    auto gradient = saved[0].clone();  // softmax over the whole vocabulary, this rank's columns
+    gradient.scatter_add_(1, saved[1].unsqueeze(1), saved[2].to(gradient.scalar_type()).neg().unsqueeze(1));
+    gradient.mul_(gradients[0] / ctx->saved_data["tokens"].toDouble());
+    const auto dtype = static_cast<c10::ScalarType>(ctx->saved_data["dtype"].toInt());
+    return {gradient.to(dtype), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+// `layer` on x as a matrix of rows (gpt.cpp's rows_linear: addmm fuses the bias for 2-D inputs only).
+torch::Tensor rows_linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias = {}) {
+  auto sizes = x.sizes().vec();
+  const auto rows = torch::nn::functional::linear(x.reshape({-1, sizes.back()}), weight, bias);
+  sizes.back() = rows.size(1);
+  return rows.view(sizes);
+}
+
+// Into the column-parallel layers: the whole sequence on every rank. Under autocast the input is
+// cast first, as the layer would cast it, so that the gather and the gradient's all-reduce or
+// reduce-scatter move bf16, as Megatron's do, not LayerNorm's fp32.
+torch::Tensor enter_parallel_region(torch::Tensor x, const TensorParallelGroup& group, bool sequence_parallel) {
+  const auto device_type = x.device().type();
+  if (at::autocast::is_autocast_enabled(device_type)) x = x.to(at::autocast::get_autocast_dtype(device_type));
+  return sequence_parallel ? gather_from_sequence_parallel_region(x, group) : copy_to_tensor_parallel_region(x, group);
+}
+
+// Out of a row-parallel layer: its partial sums combined (sequence parallel: this rank's shard of them).
+torch::Tensor leave_parallel_region(const torch::Tensor& x, const TensorParallelGroup& group, bool sequence_parallel) {
+  return sequence_parallel ? reduce_scatter_to_sequence_parallel_region(x, group)
+                           : reduce_from_tensor_parallel_region(x, group);
+}
+
+// A row-parallel layer's bias, added once to the combined sums, in their dtype (bf16 under
+// autocast, as the whole layer's addmm adds it).
+torch::Tensor with_bias(const torch::Tensor& combined, const torch::Tensor& bias) {
+  return combined + bias.to(combined.scalar_type());
+}
+
+bool ends_with(const std::string& text, const std::string& suffix) {
+  return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+}  // namespace
+
+#ifdef PARBENCH_WITH_CUDA
+struct CollectiveClock::Events {
+  std::vector<std::unique_ptr<at::cuda::CUDAEvent>> starts, ends;  // reused step after step
+  size_t used = 0;             // pairs recorded this step
+  bool timed = false;          // a step recorded events
+  bool captured = false;       // a collective ran while its stream was captured
+  bool pending = false;        // a start without its end yet
+};
+
+CollectiveClock::CollectiveClock() : events_(std::make_unique<Events>()) {}
+CollectiveClock::~CollectiveClock() = default;
+
+void CollectiveClock::start_step() { events_->used = 0; }
+
+void CollectiveClock::before(const torch::Tensor& x) {
+  if (!x.is_cuda()) return;
+  const auto stream = c10::cuda::getCurrentCUDAStream(x.device().index());
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  C10_CUDA_CHECK(cudaStreamIsCapturing(stream.stream(), &status));
+  if (status != cudaStreamCaptureStatusNone) {
+    events_->captured = true;
+    return;
+  }
+  auto& events = *events_;
+  if (events.used == events.starts.size()) {
+    events.starts.push_back(std::make_unique<at::cuda::CUDAEvent>(cudaEventDefault));
+    events.ends.push_back(std::make_unique<at::cuda::CUDAEvent>(cudaEventDefault));
+  }
+  events.starts[events.used]->record(stream);
+  events.pending = true;
+}
+
+void CollectiveClock::after(const torch::Tensor& x) {
+  auto& events = *events_;
+  if (!events.pending) return;
+  events.ends[events.used]->record(c10::cuda::getCurrentCUDAStream(x.device().index()));
+  events.pending = false;
+  ++events.used;
+  events.timed = true;
+}
+
+std::optional<double> CollectiveClock::last_step_ms() const {
+  const auto& events = *events_;
+  if (!events.timed || events.captured) return std::nullopt;
+  double total = 0;
+  for (size_t i = 0; i < events.used; ++i) {
+    events.ends[i]->synchronize();
+    total += events.starts[i]->elapsed_time(*events.ends[i]);
+  }
+  return total;
+}
+#else
+struct CollectiveClock::Events {};
+CollectiveClock::CollectiveClock() = default;
+CollectiveClock::~CollectiveClock() = default;
+void CollectiveClock::start_step() {}
+void CollectiveClock::before(const torch::Tensor&) {}
+void CollectiveClock::after(const torch::Tensor&) {}
+std::optional<double> CollectiveClock::last_step_ms() const { return std::nullopt; }
+#endif
+
+torch::Tensor copy_to_tensor_parallel_region(const torch::Tensor& x, const TensorParallelGroup& group) {
+  return CopyToTensorParallelRegion::apply(x, &group);
+}
+torch::Tensor reduce_from_tensor_parallel_region(const torch::Tensor& x, const TensorParallelGroup& group) {
+  return ReduceFromTensorParallelRegion::apply(x, &group);
+}
+torch::Tensor gather_from_sequence_parallel_region(const torch::Tensor& x, const TensorParallelGroup& group) {
+  return GatherFromSequenceParallelRegion::apply(x, &group);
+}
+torch::Tensor reduce_scatter_to_sequence_parallel_region(const torch::Tensor& x, const TensorParallelGroup& group) {
+  return ReduceScatterToSequenceParallelRegion::apply(x, &group);
+}
+
+void all_reduce_sum_in_place(torch::Tensor& contiguous, const TensorParallelGroup& group) {
+  if (group.degree == 1) return;
+  TORCH_CHECK(contiguous.is_contiguous(), "an all-reduce in place needs a contiguous tensor");
+  tally(group, static_cast<double>(contiguous.nbytes()), 2.0);
+  std::vector<at::Tensor> tensors{contiguous};
+  timed(group, contiguous, [&] { group.backend->allreduce(tensors)->wait(); });
+}
+
+torch::Tensor all_gather_first_dim(const torch::Tensor& x, const TensorParallelGroup& group) {
+  if (group.degree == 1) return x.clone();
+  auto input = x.contiguous();
+  auto sizes = input.sizes().vec();
+  sizes[0] *= group.degree;
+  auto output = torch::empty(sizes, input.options());
+  tally(group, static_cast<double>(output.nbytes()), 1.0);
+  timed(group, input, [&] { group.backend->_allgather_base(output, input)->wait(); });
+  return output;
+}
+
+torch::Tensor vocab_parallel_cross_entropy(const torch::Tensor& local_logits, const torch::Tensor& targets,
+                                           const TensorParallelGroup& group) {
+  TORCH_CHECK(local_logits.dim() == 2 && targets.dim() == 1 && targets.size(0) == local_logits.size(0),
+              "vocab_parallel_cross_entropy takes (tokens, V/w) logits and (tokens) targets, got ",
+              local_logits.sizes(), " and ", targets.sizes());
+  return VocabParallelCrossEntropy::apply(local_logits, targets, &group);
+}
+
+ShardKind shard_kind(const std::string& name) {
+  if (name == "wte.weight" || name == "lm_head.weight") return ShardKind::kRows;
+  if (ends_with(name, "attn.c_attn.weight") || ends_with(name, "attn.c_attn.bias")) return ShardKind::kQkvRows;
+  if (ends_with(name, "mlp.c_fc.weight") || ends_with(name, "mlp.c_fc.bias")) return ShardKind::kRows;
+  if (ends_with(name, "c_proj.weight")) return ShardKind::kColumns;
+  return ShardKind::kReplicated;
+}
+
+torch::Tensor take_shard(const torch::Tensor& whole, ShardKind kind, int rank, int degree) {
+  switch (kind) {
+    case ShardKind::kReplicated: return whole.clone();
+    case ShardKind::kRows: return whole.chunk(degree, 0)[rank].clone();
+    case ShardKind::kColumns: return whole.chunk(degree, 1)[rank].clone();
+    case ShardKind::kQkvRows: return whole.unflatten(0, {3, whole.size(0) / 3}).chunk(degree, 1)[rank].flatten(0, 1).clone();
+  }
+  return whole.clone();
+}
+
+torch::Tensor gather_shards(const torch::Tensor& shard, ShardKind kind, const TensorParallelGroup& group) {
+  switch (kind) {
+    case ShardKind::kReplicated: return shard;
+    case ShardKind::kRows: return all_gather_first_dim(shard, group);
+    case ShardKind::kColumns: return all_gather_first_dim(shard.t(), group).t().contiguous();
+    case ShardKind::kQkvRows: {
+      // Rank-major [q_0 k_0 v_0 q_1 k_1 v_1 ...] into [q k v].
+      const auto gathered = all_gather_first_dim(shard, group);
+      return gathered.unflatten(0, {group.degree, 3, shard.size(0) / 3}).transpose(0, 1).flatten(0, 2).contiguous();
+    }
+  }
+  return shard;
+}
+
+std::string tensor_parallel_obstacle(const GptConfig& config, int degree, int64_t seq_len, bool sequence_parallel) {
+  const auto ranks = std::to_string(degree) + (degree == 1 ? " rank" : " ranks");
+  if (config.heads % degree != 0) {
+    return config.name + "'s " + std::to_string(config.heads) + " attention heads do not split over " + ranks +
+           ": the degree must divide the head count";
+  }
+  if (config.vocabulary % degree != 0) {
+    return config.name + "'s vocabulary of " + std::to_string(config.vocabulary) + " (padded) does not split over " +
+           ranks + ": the degree must divide it";
+  }
+  if (sequence_parallel && seq_len % degree != 0) {
+    return "sequence parallel splits the " + std::to_string(seq_len) + " tokens of a sequence over " + ranks +
+           ": the degree must divide --seq";
+  }
+  return "";
+}
+
+ParallelAttentionImpl::ParallelAttentionImpl(const GptConfig& config, TensorParallelGroup group, bool sequence_parallel)
+    : group(group),
+      sequence_parallel(sequence_parallel),
+      local_heads(config.heads / group.degree),
+      head_width(config.width / config.heads),
+      width(config.width) {
+  c_attn = register_module("c_attn", torch::nn::Linear(width, 3 * local_heads * head_width));
+  c_proj = register_module("c_proj", torch::nn::Linear(local_heads * head_width, width));
+}
+
+torch::Tensor ParallelAttentionImpl::forward(const torch::Tensor& x) {
+  const auto whole = enter_parallel_region(x, group, sequence_parallel);  // (T, N, d)
+  const auto tokens = whole.size(0), batch = whole.size(1);
+  const auto qkv = rows_linear(whole, c_attn->weight, c_attn->bias).split(local_heads * head_width, /*dim=*/2);
+  // (T, N, heads, head width) to (N, heads, T, head width), as attention takes them.
+  const auto as_heads = [&](const torch::Tensor& t) {
+    return t.view({tokens, batch, local_heads, head_width}).permute({1, 2, 0, 3});
+  };
+  const auto q = as_heads(qkv[0]), k = as_heads(qkv[1]), v = as_heads(qkv[2]);
+  if (sdpa_backend < 0) sdpa_backend = at::_fused_sdp_choice(q, k, v, {}, 0.0, /*is_causal=*/true);
+  const auto y = at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true);
+  const auto merged = y.permute({2, 0, 1, 3}).reshape({tokens, batch, local_heads * head_width});
+  // Row-parallel: partial sums combined first, the (replicated) bias added once after.
+  return with_bias(leave_parallel_region(rows_linear(merged, c_proj->weight), group, sequence_parallel), c_proj->bias);
+}
+
+ParallelMlpImpl::ParallelMlpImpl(const GptConfig& config, TensorParallelGroup group, bool sequence_parallel)
+    : group(group), sequence_parallel(sequence_parallel) {
+  const auto hidden = 4 * config.width / group.degree;
+  c_fc = register_module("c_fc", torch::nn::Linear(config.width, hidden));
+  c_proj = register_module("c_proj", torch::nn::Linear(hidden, config.width));
+}
+
+torch::Tensor ParallelMlpImpl::forward(const torch::Tensor& x) {
+  const auto whole = enter_parallel_region(x, group, sequence_parallel);
+  const auto hidden = torch::gelu(rows_linear(whole, c_fc->weight, c_fc->bias), "tanh");
+  return with_bias(leave_parallel_region(rows_linear(hidden, c_proj->weight), group, sequence_parallel), c_proj->bias);
+}
+
+ParallelBlockImpl::ParallelBlockImpl(const GptConfig& config, TensorParallelGroup group, bool sequence_parallel) {
+  const auto d = config.width;
+  ln_1 = register_module("ln_1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d})));
+  attn = register_module("attn", ParallelAttention(config, group, sequence_parallel));
+  ln_2 = register_module("ln_2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d})));
+  mlp = register_module("mlp", ParallelMlp(config, group, sequence_parallel));
+}
+
+torch::Tensor ParallelBlockImpl::forward(torch::Tensor x) {
+  x = x + attn(ln_1(x));
+  return x + mlp(ln_2(x));
+}
+
+TensorParallelGptImpl::TensorParallelGptImpl(GPTImpl& whole, TensorParallelGroup group, bool sequence_parallel)
+    : config_(whole.config()), group_(group), sequence_parallel_(sequence_parallel) {
+  const auto obstacle = tensor_parallel_obstacle(config_, group.degree, /*seq_len=*/0, /*sequence_parallel=*/false);
+  TORCH_CHECK(obstacle.empty(), obstacle);
+  TORCH_CHECK(config_.width % config_.heads == 0, "the width ", config_.width, " does not divide into ",
+              config_.heads, " heads");
+  const auto d = config_.width;
+  wte = register_module("wte", torch::nn::Embedding(config_.vocabulary / group.degree, d));
+  wpe = register_module("wpe", torch::nn::Embedding(config_.context, d));
+  h = register_module("h", torch::nn::ModuleList());
+  for (int64_t layer = 0; layer < config_.layers; ++layer) {
+    blocks_.emplace_back(config_, group_, sequence_parallel_);
+    h->push_back(blocks_.back());
+  }
+  ln_f = register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d})));
+  lm_head = register_module(
+      "lm_head", torch::nn::Linear(torch::nn::LinearOptions(d, config_.vocabulary / group.degree).bias(false)));
+
+  torch::NoGradGuard no_grad;
+  const auto shards = named_parameters();
+  const auto sources = whole.named_parameters();
+  TORCH_CHECK(shards.size() == sources.size(), "the tensor-parallel GPT has ", shards.size(),
+              " parameters, the whole one ", sources.size());
+  for (const auto& source : sources) {
+    auto* shard = shards.find(source.key());
+    TORCH_CHECK(shard != nullptr, "the tensor-parallel GPT has no parameter ", source.key());
+    const auto piece = take_shard(source.value(), shard_kind(source.key()), group_.rank, group_.degree);
+    TORCH_CHECK(piece.sizes() == shard->sizes(), source.key(), "'s shard is ", piece.sizes(), ", its place ",
+                shard->sizes());
+    shard->copy_(piece);
+    if (sequence_parallel_ && shard_kind(source.key()) == ShardKind::kReplicated) sequence_split_.push_back(*shard);
+  }
+}
+
+void TensorParallelGptImpl::finish_gradients() {
+  if (sequence_split_.empty()) return;
+  std::vector<torch::Tensor> gradients;
+  for (const auto& parameter : sequence_split_) gradients.push_back(parameter.grad());
+  torch::NoGradGuard no_grad;
+  for (const auto& indices : indices_by_dtype(gradients)) {
+    auto flat = concatenated(gradients, indices);
+    all_reduce_sum_in_place(flat, group_);
+    const auto parts = split_like(flat, gradients, indices);
+    for (size_t k = 0; k < indices.size(); ++k) gradients[indices[k]].copy_(parts[k]);
+  }
+}
+
+torch::Tensor TensorParallelGptImpl::embed(const torch::Tensor& tokens) {
+  const auto sequence = tokens.t();  // (T, N): sequence-first
+  const auto local_vocabulary = wte->weight.size(0);
+  const auto local_tokens = sequence - group_.rank * local_vocabulary;
+  const auto owned = local_tokens.ge(0).logical_and(local_tokens.lt(local_vocabulary));
+  // Tokens another rank owns look up row 0 and are zeroed: the sum over ranks is wte(tokens).
+  const auto partial = wte(local_tokens.clamp(0, local_vocabulary - 1)).masked_fill(owned.logical_not().unsqueeze(-1), 0.0);
+  const auto length = sequence.size(0);
+  if (!sequence_parallel_) {
+    return reduce_from_tensor_parallel_region(partial, group_) +
+           wpe(torch::arange(length, tokens.options())).unsqueeze(1);
+  }
+  const auto shard_length = length / group_.degree;
+  const auto positions = torch::arange(group_.rank * shard_length, (group_.rank + 1) * shard_length, tokens.options());
+  return reduce_scatter_to_sequence_parallel_region(partial, group_) + wpe(positions).unsqueeze(1);
+}
+
+std::vector<Stage> TensorParallelGptImpl::stages() {
+  std::vector<Stage> stages;
+  stages.push_back({"embed", {wte.ptr(), wpe.ptr()}, [this](const torch::Tensor& tokens) { return embed(tokens); }});
+  const auto names = gpt_stage_names(config_);
+  for (size_t layer = 0; layer < blocks_.size(); ++layer) {
+    auto block = blocks_[layer];
+    stages.push_back({names[layer + 1], {block.ptr()}, [block](const torch::Tensor& x) mutable { return block(x); }});
+  }
+  stages.push_back({"head", {ln_f.ptr(), lm_head.ptr()}, [this](const torch::Tensor& x) {
+                      const auto whole = enter_parallel_region(ln_f(x), group_, sequence_parallel_);
+                      return rows_linear(whole, lm_head->weight);
+                    }});
+  return stages;
+}
+
+torch::Tensor TensorParallelGptImpl::forward(torch::Tensor tokens) {
+  TORCH_CHECK(!sequence_parallel_ || tokens.size(1) % group_.degree == 0, "sequence parallel over ", group_.degree,
+              " ranks needs a sequence length that divides by them, got ", tokens.size(1));
+  AutocastScope autocast(tokens.device().type(), autocast_dtype_);
+  for (auto& stage : stages()) tokens = stage.forward(tokens);
+  return tokens;
+}
+
+torch::Tensor TensorParallelGptImpl::data_parallel_forward(const torch::Tensor&, const std::vector<torch::Device>&) {
+  TORCH_CHECK(false, "a tensor-parallel GPT's rank is not replicated by data_parallel");
+  return {};
+}
+
+std::map<std::string, std::string> TensorParallelGptImpl::forward_facts() const {
+  if (blocks_.empty() || blocks_.front()->attn->sdpa_backend < 0) return {};
+  // The label's attention kernel, named as GPTImpl names it.
+  static const std::map<int64_t, std::string> names = {
+      {static_cast<int64_t>(at::SDPBackend::math), "math"},
+      {static_cast<int64_t>(at::SDPBackend::flash_attention), "flash_attention"},
+      {static_cast<int64_t>(at::SDPBackend::efficient_attention), "efficient_attention"},
+      {static_cast<int64_t>(at::SDPBackend::cudnn_attention), "cudnn_attention"}};
+  const auto found = names.find(blocks_.front()->attn->sdpa_backend);
+  return {{"attention", found != names.end() ? found->second : "unknown"}};
+}
+
+}  // namespace parbench

@@ -1,0 +1,342 @@
+// tensor_parallel on the CPU (the store backend):
+// - its ranks, started by parbench's launcher, train tinygpt to single's parameters (gathered
+//   from their shards), sequence parallel off and on, and count the bytes the ring formulas give;
+// - in-process ranks (threads, each with a store backend over one in-memory store): the
+//   vocabulary-parallel cross-entropy matches the whole one, and a GPT of 6 heads split over 2
+//   and 3 ranks gives single's loss and gradients (tinygpt's 4 heads do not split over 3);
+// - the case builder refuses a degree that does not divide the shapes, with the reason.
+#include "benchmarks/cases.h"
+#include "benchmarks/launcher.h"
+#include "benchmarks/temporary_directory.h"
+#include "models/gpt.h"
+#include "models/model_zoo.h"
+#include "strategies/distributed/store_backend.h"
+#include "strategies/strategy.h"
+#include "strategies/tensor_parallel/tensor_parallel_gpt.h"
+#include "strategies/training.h"
+#include "tests/launched_case.h"
+#include "tests/option_parsing.h"
+#include "strategies/prediction.h"
+#include "tests/tensor_compare.h"
+
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <exception>
+#include <thread>
+
+namespace parbench {
+namespace {
+
+// On a machine with GPUs the ranks would pick NCCL: these tests are the CPU path.
+void hide_gpus_from_ranks() { setenv("CUDA_VISIBLE_DEVICES", "", /*overwrite=*/1); }
+
+constexpr double kTolerance = 1e-5;  // relative, per tensor (fp32)
+constexpr int64_t kBatch = 6;       // global: each of 2 ranks draws 3
+constexpr int64_t kSeq = 16;
+constexpr int kSteps = 3;  // one warm-up step and two timed iterations of one step
+
+struct TensorParallelRun {
+  std::map<std::string, std::string> facts;
+  std::map<std::string, double> counters;
+  std::vector<std::vector<torch::Tensor>> ranks;  // per rank: the whole parameters, then their gradients
+};
+
+TensorParallelRun run_tensor_parallel(int ranks, const std::string& sequence_parallel,
+                                      const std::string& optimizer = "sgd") {
+  TemporaryDirectory weights("parbench-tp-test");
+  const std::vector<std::string> arguments = {
+      "--strategies=tensor_parallel", "--models=tinygpt", "--batch=" + std::to_string(kBatch),
+      "--seq=" + std::to_string(kSeq), "--repetitions=1", "--iterations=2", "--steps=1", "--warmup=1",
+      "--allreduce=off", "--dist-timeout=30", "--sequence-parallel=" + sequence_parallel,
+      "--optimizer=" + optimizer};
+  const auto run = launch_case(PARBENCH_BINARY, arguments, only_train_case(arguments, ranks), ranks, /*timeout_s=*/60,
+                               {{"PARBENCH_TEST_SAVE_WEIGHTS", weights.path()}});
+  EXPECT_EQ(run.world_size, ranks);
+  TensorParallelRun result{run.facts, run.counters, {}};
+  for (int rank = 0; rank < ranks; ++rank) {
+    std::vector<torch::Tensor> tensors;
+    torch::load(tensors, weights.path() + "/rank" + std::to_string(rank) + ".pt");
+    result.ranks.push_back(tensors);
+  }
+  return result;
+}
+
+// Single-device training on every rank's share concatenated (the whole batch each rank trains
+// on), from the seeded initial weights.
+std::vector<torch::Tensor> run_single(int ranks, OptimizerKind optimizer) {
+  RunConfig config;
+  config.model = "tinygpt";
+  config.optimizer = optimizer;
+  config.batch_size = kBatch;
+  config.seq_len = kSeq;
+  fit_config_to_model(config);
+  std::vector<torch::Tensor> inputs, targets;
+  for (int rank = 0; rank < ranks; ++rank) {
+    torch::manual_seed(kRankDataSeed + static_cast<uint64_t>(rank));
+    const auto share = make_random_batch(config, kBatch / ranks, torch::kCPU, torch::kCPU);
+    inputs.push_back(share.inputs);
+    targets.push_back(share.targets);
+  }
+  const Batch batch{torch::cat(inputs), torch::cat(targets)};
+  auto strategy = StrategyRegistry::instance().get("single").create();
+  strategy->setup(
+      [&] {
+        torch::manual_seed(kRankModelSeed);
+        return make_model(config.model, config.num_classes);
+      },
+      {torch::kCPU}, config);
+  for (int step = 0; step < kSteps; ++step) strategy->train_step(batch);
+  std::vector<torch::Tensor> tensors;
+  const auto parameters = strategy->model().module().parameters();
+  for (const auto& parameter : parameters) tensors.push_back(parameter.detach().clone());
+  for (const auto& parameter : parameters) tensors.push_back(parameter.grad().clone());
+  return tensors;
+}
+
+void expect_matches_single(const TensorParallelRun& run, int ranks, OptimizerKind optimizer = OptimizerKind::kSgd) {
+  for (int rank = 1; rank < ranks; ++rank) {
+    ASSERT_EQ(run.ranks[rank].size(), run.ranks[0].size());
+    for (size_t i = 0; i < run.ranks[0].size(); ++i) {
+      EXPECT_TRUE(torch::equal(run.ranks[rank][i], run.ranks[0][i])) << "rank " << rank << " tensor " << i;
+    }
+  }
+  const auto single = run_single(ranks, optimizer);
+  ASSERT_EQ(run.ranks[0].size(), single.size());
+  const auto names = make_model("tinygpt", 96)->module().named_parameters().keys();
+  ASSERT_EQ(names.size() * 2, single.size());
+  for (size_t i = 0; i < single.size(); ++i) {
+    const auto& name = names[i % names.size()];
+    ASSERT_EQ(run.ranks[0][i].sizes(), single[i].sizes()) << name;
+    auto value = run.ranks[0][i], reference = single[i];
+    // The key bias's gradient is zero but for rounding (a constant added to every key adds
+    // the same score to every key of a query, which softmax ignores); AdamW divides it by its own
+    // root mean square, so its update is the rounding's sign times the learning rate, whatever
+    // the strategy. The query and value biases are compared.
+    if (optimizer == OptimizerKind::kAdamW && i < names.size() && name.find("attn.c_attn.bias") != std::string::npos) {
+      const auto thirds = [](const torch::Tensor& bias) {
+        const auto parts = bias.chunk(3);
+        return torch::cat({parts[0], parts[2]});
+      };
+      value = thirds(value);
+      reference = thirds(reference);
+    }
+    EXPECT_LT(relative_difference(value, reference), kTolerance) << (i < names.size() ? "weight " : "gradient ") << name;
+  }
+}
+
+// tinygpt (2 layers, width 32, vocabulary 96), 6 sequences of 16 tokens over 2 ranks, fp32: the
+// bytes one rank sends per step by the ring formulas (docs/METRICS.md), with (w-1)/w = 1/2.
+double expected_comm_bytes(bool sequence_parallel) {
+  const double activation = 16.0 * 6 * 32 * 4;  // (T, N, d) fp32
+  const double batch_share_gather = 2 * 0.5 * (6.0 * 16 * 8);  // tokens and targets, int64
+  const double loss = 0.5 * (2.0 * 96 * 4) + 2 * 0.5 * (2.0 * 96 * 4);  // maxima all-gather, sums all-reduce
+  // Without sequence parallelism: all-reduces (2 (w-1)/w N) of the embedding, of each block's
+  // two row-parallel outputs, and backward of the two column-parallel inputs per block and the
+  // head's: 1 + 2 x 2 + 2 x 2 + 1 = 10. With it each becomes an all-gather and a reduce-scatter
+  // ((w-1)/w N each), the same bytes, plus the summed gradients of the replicated parameters:
+  // the position embedding (1024 x 32), 4 x 32 + 2 x 32 per block of LayerNorms and biases, ln_f.
+  double bytes = batch_share_gather + loss + 10 * 2 * 0.5 * activation;
+  if (sequence_parallel) bytes += 2 * 0.5 * 4 * (1024.0 * 32 + 2 * (6 * 32) + 2 * 32);
+  return bytes;
+}
+
+TEST(TensorParallel, TwoRanksTrainAsSingleDevice) {
+  hide_gpus_from_ranks();
+  const auto run = run_tensor_parallel(2, "off");
+  EXPECT_EQ(run.facts.at("backend"), "store");
+  EXPECT_EQ(run.facts.at("degree"), "2");
+  EXPECT_EQ(run.facts.at("sp"), "off");
+  expect_matches_single(run, 2);
+  EXPECT_DOUBLE_EQ(run.counters.at("tp_comm_mib_per_step"), expected_comm_bytes(false) / (1 << 20));
+}
+
+TEST(TensorParallel, TwoRanksWithSequenceParallelTrainAsSingleDevice) {
+  hide_gpus_from_ranks();
+  const auto run = run_tensor_parallel(2, "on");
+  EXPECT_EQ(run.facts.at("sp"), "on");
+  expect_matches_single(run, 2);
+  EXPECT_DOUBLE_EQ(run.counters.at("tp_comm_mib_per_step"), expected_comm_bytes(true) / (1 << 20));
+}
+
+TEST(TensorParallel, AdamwOnShardsMatchesSingleDevice) {
+  hide_gpus_from_ranks();
+  expect_matches_single(run_tensor_parallel(2, "on", "adamw"), 2, OptimizerKind::kAdamW);
+}
+
+// Ranks as threads of this process, each with a store backend over one in-memory store.
+template <class Body>
+void run_in_process_ranks(int degree, const Body& body) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  std::vector<std::exception_ptr> errors(degree);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < degree; ++rank) {
+    threads.emplace_back([&, rank] {
+      try {
+        auto backend = c10::make_intrusive<StoreBackend>(c10::make_intrusive<c10d::PrefixStore>("tp", store), rank,
+                                                         degree, std::chrono::seconds(30));
+        const TensorParallelGroup group{backend.get(), rank, degree, nullptr};
+        body(group);
+        backend->shutdown();
+      } catch (...) {
+        errors[rank] = std::current_exception();
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  for (const auto& error : errors) {
+    if (error) std::rethrow_exception(error);
+  }
+}
+
+TEST(TensorParallel, VocabParallelCrossEntropyMatchesTheWholeOne) {
+  for (const int degree : {2, 3}) {
+    torch::manual_seed(7);
+    const int64_t tokens = 10, vocabulary = 12;
+    // Large logits: a cross-entropy that skipped the max shift would overflow exp.
+    const auto logits = (torch::randn({tokens, vocabulary}) * 40).requires_grad_();
+    const auto targets = torch::randint(vocabulary, {tokens}, torch::kLong);
+    const auto whole = torch::nn::functional::cross_entropy(logits, targets);
+    whole.backward();
+    std::vector<double> losses(degree);
+    std::vector<torch::Tensor> gradients(degree);
+    run_in_process_ranks(degree, [&](const TensorParallelGroup& group) {
+      const auto local = logits.detach().chunk(degree, 1)[group.rank].clone().requires_grad_();
+      const auto loss = vocab_parallel_cross_entropy(local, targets, group);
+      loss.backward();
+      losses[group.rank] = loss.item<double>();
+      gradients[group.rank] = local.grad();
+    });
+    for (int rank = 0; rank < degree; ++rank) {
+      EXPECT_NEAR(losses[rank], whole.item<double>(), 1e-5 * std::abs(whole.item<double>())) << "rank " << rank;
+    }
+    EXPECT_LT(relative_difference(torch::cat(gradients, 1), logits.grad()), kTolerance) << degree << " ranks";
+  }
+}
+
+// 6 heads and a vocabulary of 96 split over 2 and 3 ranks; 12 tokens split too.
+const GptConfig kSixHeads{"tp-test-gpt", /*layers=*/2, /*width=*/48, /*heads=*/6, /*vocabulary=*/96, /*context=*/64};
+
+TEST(TensorParallel, ShardedGptGivesSingleLossAndGradientsOnTwoAndThreeRanks) {
+  torch::manual_seed(11);
+  GPTImpl whole(kSixHeads);
+  const auto tokens = torch::randint(kSixHeads.vocabulary, {2, 12}, torch::kLong);
+  const auto targets = torch::randint(kSixHeads.vocabulary, {2, 12}, torch::kLong);
+  const auto loss = compute_loss(whole.forward(tokens), targets, LossKind::kCrossEntropy);
+  loss.backward();
+  const auto parameters = whole.parameters();
+  for (const int degree : {2, 3}) {
+    for (const bool sequence_parallel : {false, true}) {
+      const auto what = std::to_string(degree) + " ranks, sequence parallel " + (sequence_parallel ? "on" : "off");
+      std::vector<double> losses(degree);
+      std::vector<std::vector<torch::Tensor>> gathered(degree);
+      run_in_process_ranks(degree, [&](const TensorParallelGroup& group) {
+        TensorParallelGptImpl sharded(whole, group, sequence_parallel);
+        const auto logits = sharded.forward(tokens);  // (T, N, V/w)
+        const auto local_loss = vocab_parallel_cross_entropy(logits.flatten(0, 1), targets.t().flatten(), group);
+        local_loss.backward();
+        sharded.finish_gradients();
+        losses[group.rank] = local_loss.item<double>();
+        for (const auto& item : sharded.named_parameters()) {
+          gathered[group.rank].push_back(gather_shards(item.value().grad(), shard_kind(item.key()), group));
+        }
+      });
+      for (int rank = 0; rank < degree; ++rank) {
+        EXPECT_NEAR(losses[rank], loss.item<double>(), 1e-5 * loss.item<double>()) << what;
+        ASSERT_EQ(gathered[rank].size(), parameters.size()) << what;
+        for (size_t i = 0; i < parameters.size(); ++i) {
+          ASSERT_EQ(gathered[rank][i].sizes(), parameters[i].sizes()) << what << ", parameter " << i;
+          EXPECT_LT(relative_difference(gathered[rank][i], parameters[i].grad()), 1e-4) << what << ", gradient " << i;
+        }
+      }
+    }
+  }
+}
+
+TEST(TensorParallel, ShardsGatherBackToTheWholeParameter) {
+  torch::manual_seed(3);
+  GPTImpl whole(kSixHeads);
+  run_in_process_ranks(3, [&](const TensorParallelGroup& group) {
+    TensorParallelGptImpl sharded(whole, group, /*sequence_parallel=*/false);
+    const auto sources = whole.named_parameters();
+    for (const auto& item : sharded.named_parameters()) {
+      const auto back = gather_shards(item.value().detach(), shard_kind(item.key()), group);
+      if (!torch::equal(back, sources[item.key()])) throw std::runtime_error(item.key() + " did not gather back");
+    }
+  });
+}
+
+// The case builder's refusals, before any rank starts.
+std::string skip_reason(const std::vector<std::string>& arguments, int ranks) {
+  auto with_gpus = arguments;
+  with_gpus.push_back("--gpus=" + std::to_string(ranks));
+  const auto cases = build_cases(parsed_options(with_gpus, /*has_gpu=*/false), /*visible_gpus=*/ranks);
+  EXPECT_EQ(cases.size(), 1u);
+  return cases.empty() ? "" : cases.front().skip_reason;
+}
+
+TEST(TensorParallel, RefusesDegreesThatDoNotDivideTheShapes) {
+  const std::vector<std::string> tinygpt = {"--strategies=tensor_parallel", "--models=tinygpt", "--batch=6",
+                                            "--seq=16"};
+  EXPECT_EQ(skip_reason(tinygpt, 2), "");
+  const auto heads = skip_reason(tinygpt, 3);
+  EXPECT_NE(heads.find("4 attention heads do not split over 3 ranks"), std::string::npos) << heads;
+  EXPECT_NE(heads.find("divide the head count"), std::string::npos) << heads;
+
+  auto odd_sequence = tinygpt;
+  odd_sequence.back() = "--seq=15";
+  EXPECT_EQ(skip_reason(odd_sequence, 2), "");  // sequence parallel off: any length
+  odd_sequence.push_back("--sequence-parallel=on");
+  const auto sequence = skip_reason(odd_sequence, 2);
+  EXPECT_NE(sequence.find("15 tokens"), std::string::npos) << sequence;
+  EXPECT_NE(sequence.find("must divide --seq"), std::string::npos) << sequence;
+
+  auto odd_batch = tinygpt;
+  odd_batch[2] = "--batch=5";
+  EXPECT_NE(skip_reason(odd_batch, 2).find("the batch 5 must divide by the degree"), std::string::npos);
+
+  const auto image_model =
+      skip_reason({"--strategies=tensor_parallel", "--models=tinycnn", "--batch=6", "--image=16"}, 2);
+  EXPECT_NE(image_model.find("tinycnn is not one"), std::string::npos) << image_model;
+}
+
+TEST(TensorParallel, ObstacleNamesWhatMustDivide) {
+  GptConfig odd_vocabulary = kSixHeads;
+  odd_vocabulary.vocabulary = 97;
+  EXPECT_NE(tensor_parallel_obstacle(odd_vocabulary, 2, 12, false).find("vocabulary of 97"), std::string::npos);
+  EXPECT_EQ(tensor_parallel_obstacle(kSixHeads, 3, 12, true), "");
+  EXPECT_NE(tensor_parallel_obstacle(kSixHeads, 4, 12, false).find("6 attention heads"), std::string::npos);
+}
+
+// --advise: single's step over the degree plus 4 L + 2 all-reduces of the (T, N, d) activations
+// (the embedding's in fp32, the others in bf16 here), priced by the profiled all-reduce of the
+// whole model's fp32 gradients.
+TEST(TensorParallel, PredictsSingleOverTheDegreePlusTheActivationAllReduces) {
+  const auto& info = StrategyRegistry::instance().get("tensor_parallel");
+  RunConfig config;
+  config.model = "tinygpt";
+  config.seq_len = 16;
+  config.batch_size = 3;  // each rank's share
+  config.precision = Precision::kBFloat16;
+  const CaseConditions conditions{config, /*named_batch=*/6, /*devices=*/2, /*visible_gpus=*/2, /*cuda_graph=*/false};
+  ASSERT_TRUE(info.predicts(conditions));
+  EXPECT_TRUE(info.predictor().needs_gpu_per_device);
+  ProfileRequest request;
+  info.predictor().request(conditions, request);
+  ASSERT_EQ(request.ranks.size(), 1u);
+  EXPECT_EQ(request.ranks.front().second, 6);  // the whole batch
+  AdviseProfile profile;
+  profile.single_step_ms = 10;
+  profile.ranks[request.ranks.front()].bucket_allreduce_ms = {2.0};
+  double parameters = 0;
+  for (const auto& parameter : make_model("tinygpt", 96)->module().parameters()) parameters += parameter.numel();
+  const double activations = 6.0 * 16 * 32;
+  const double bytes = activations * 4 + (4 * 2 + 1) * activations * 2;
+  EXPECT_NEAR(info.predictor().predict(profile, conditions).step_ms, 10.0 / 2 + bytes * 2.0 / (4 * parameters), 1e-9);
+}
+
+}  // namespace
+}  // namespace parbench
