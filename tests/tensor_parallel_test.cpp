@@ -46,13 +46,13 @@ struct TensorParallelRun {
 };
 
 TensorParallelRun run_tensor_parallel(int ranks, const std::string& sequence_parallel,
-                                      const std::string& optimizer = "sgd") {
+                                      const std::string& optimizer = "sgd", const std::string& checkpoint = "off") {
   TemporaryDirectory weights("parbench-tp-test");
   const std::vector<std::string> arguments = {
       "--strategies=tensor_parallel", "--models=tinygpt", "--batch=" + std::to_string(kBatch),
       "--seq=" + std::to_string(kSeq), "--repetitions=1", "--iterations=2", "--steps=1", "--warmup=1",
       "--allreduce=off", "--dist-timeout=30", "--sequence-parallel=" + sequence_parallel,
-      "--optimizer=" + optimizer};
+      "--optimizer=" + optimizer, "--checkpoint=" + checkpoint};
   const auto run = launch_case(PARBENCH_BINARY, arguments, only_train_case(arguments, ranks), ranks, /*timeout_s=*/60,
                                {{"PARBENCH_TEST_SAVE_WEIGHTS", weights.path()}});
   EXPECT_EQ(run.world_size, ranks);
@@ -160,6 +160,16 @@ TEST(TensorParallel, TwoRanksWithSequenceParallelTrainAsSingleDevice) {
   EXPECT_EQ(run.facts.at("sp"), "on");
   expect_matches_single(run, 2);
   EXPECT_DOUBLE_EQ(run.counters.at("tp_comm_mib_per_step"), expected_comm_bytes(true) / (1 << 20));
+}
+
+// --checkpoint=blocks: each parallel block runs again in the backward, its collectives with it
+// (in the same order on every rank), and trains as single does; the recomputed forwards' bytes
+// are counted as sent.
+TEST(TensorParallel, CheckpointedBlocksWithSequenceParallelTrainAsSingleDevice) {
+  hide_gpus_from_ranks();
+  const auto run = run_tensor_parallel(2, "on", "sgd", "blocks");
+  expect_matches_single(run, 2);
+  EXPECT_GT(run.counters.at("tp_comm_mib_per_step"), expected_comm_bytes(true) / (1 << 20));
 }
 
 TEST(TensorParallel, AdamwOnShardsMatchesSingleDevice) {

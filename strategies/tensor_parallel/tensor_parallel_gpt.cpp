@@ -377,6 +377,8 @@ torch::Tensor ParallelBlockImpl::forward(torch::Tensor x) {
 
 TensorParallelGptImpl::TensorParallelGptImpl(GPTImpl& whole, TensorParallelGroup group, bool sequence_parallel)
     : config_(whole.config()), group_(group), sequence_parallel_(sequence_parallel) {
+  // --checkpoint=blocks: each parallel block is recomputed in the backward, its collectives too.
+  set_checkpoint_blocks(whole.checkpoint_blocks());
   const auto obstacle = tensor_parallel_obstacle(config_, group.degree, /*seq_len=*/0, /*sequence_parallel=*/false);
   TORCH_CHECK(obstacle.empty(), obstacle);
   TORCH_CHECK(config_.width % config_.heads == 0, "the width ", config_.width, " does not divide into ",
@@ -439,13 +441,14 @@ torch::Tensor TensorParallelGptImpl::embed(const torch::Tensor& tokens) {
   return reduce_scatter_to_sequence_parallel_region(partial, group_) + wpe(positions).unsqueeze(1);
 }
 
-std::vector<Stage> TensorParallelGptImpl::stages() {
+std::vector<Stage> TensorParallelGptImpl::build_stages() {
   std::vector<Stage> stages;
   stages.push_back({"embed", {wte.ptr(), wpe.ptr()}, [this](const torch::Tensor& tokens) { return embed(tokens); }});
   const auto names = gpt_stage_names(config_);
   for (size_t layer = 0; layer < blocks_.size(); ++layer) {
     auto block = blocks_[layer];
-    stages.push_back({names[layer + 1], {block.ptr()}, [block](const torch::Tensor& x) mutable { return block(x); }});
+    stages.push_back({names[layer + 1], {block.ptr()}, [block](const torch::Tensor& x) mutable { return block(x); },
+                      /*block=*/true});
   }
   stages.push_back({"head", {ln_f.ptr(), lm_head.ptr()}, [this](const torch::Tensor& x) {
                       const auto whole = enter_parallel_region(ln_f(x), group_, sequence_parallel_);

@@ -160,7 +160,7 @@ class TensorParallelGptImpl : public torch::nn::Module, public StagedModel {
   TensorParallelGptImpl(GPTImpl& whole, TensorParallelGroup group, bool sequence_parallel);
 
   std::string name() const override { return config_.name; }
-  std::vector<Stage> stages() override;
+  std::vector<Stage> build_stages() override;
   torch::nn::Module& module() override { return *this; }
   torch::Tensor forward(torch::Tensor tokens) override;
   torch::Tensor data_parallel_forward(const torch::Tensor& input, const std::vector<torch::Device>& devices) override;
