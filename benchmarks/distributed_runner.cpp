@@ -79,7 +79,7 @@ RankedRun run_training_rank(World& world, const CaseSpec& spec, const Options& o
         },
         1.0, around, &noise);
     run.noise = noise;
-    test_hooks::after_timed_steps(strategy->model(), world.rank());
+    test_hooks::after_timed_steps(*strategy, world.rank());
     const auto peaks = peak_memory_bytes(devices);
     if (!peaks.empty()) mine.peak_bytes = peaks.front();
     // The memory breakdown after the timed steps (time_iterations_together synchronised the

@@ -1,6 +1,6 @@
 #include "benchmarks/test_hooks.h"
 
-#include "models/staged_model.h"
+#include "strategies/strategy.h"
 #include "strategies/distributed/world.h"
 
 #include <torch/torch.h>
@@ -49,13 +49,12 @@ void after_joining(World& world) {
   }
 }
 
-void after_timed_steps(StagedModel& model, int rank) {
+void after_timed_steps(const Strategy& strategy, int rank) {
   const auto dir = hook("PARBENCH_TEST_SAVE_WEIGHTS");
   if (dir.empty()) return;
   std::vector<torch::Tensor> tensors;
-  const auto parameters = model.module().parameters();
-  for (const auto& parameter : parameters) tensors.push_back(parameter.detach().cpu());
-  for (const auto& parameter : parameters) tensors.push_back(parameter.grad().cpu());
+  for (const auto& parameter : strategy.parameters_for_check()) tensors.push_back(parameter.cpu());
+  for (const auto& gradient : strategy.gradients_for_check()) tensors.push_back(gradient.cpu());
   torch::save(tensors, dir + "/rank" + std::to_string(rank) + ".pt");
 }
 

@@ -9,7 +9,7 @@
 
 namespace parbench {
 
-class StagedModel;
+class Strategy;
 class World;
 
 namespace test_hooks {
@@ -23,10 +23,11 @@ void before_joining(int rank);
 // progress "a hang on purpose (PARBENCH_TEST_HANG_RANK)" and hangs, busy (its watchdog runs).
 void after_joining(World& world);
 
-// A rank after its timed steps: PARBENCH_TEST_SAVE_WEIGHTS=DIR saves its parameters, then their
-// gradients, to DIR/rank<r>.pt (tests compare ranks with each other and with single-device
-// training).
-void after_timed_steps(StagedModel& model, int rank);
+// A rank after its timed steps: PARBENCH_TEST_SAVE_WEIGHTS=DIR saves the whole model's parameters,
+// then their gradients (Strategy::parameters_for_check, gradients_for_check: gathered where the
+// strategy shards them), to DIR/rank<r>.pt (tests compare ranks with each other and with
+// single-device training).
+void after_timed_steps(const Strategy& strategy, int rank);
 
 // A case that runs in this process, at its set-up: PARBENCH_TEST_FAIL_CASE=NAME throws for the
 // case registered as NAME, as an exception or an out-of-memory error would.

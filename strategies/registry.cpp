@@ -16,6 +16,18 @@ std::vector<DeviceModelStates> Strategy::model_states() const {
   return states;
 }
 
+std::vector<torch::Tensor> Strategy::parameters_for_check() const {
+  std::vector<torch::Tensor> tensors;
+  for (const auto& parameter : model_->module().parameters()) tensors.push_back(parameter.detach());
+  return tensors;
+}
+
+std::vector<torch::Tensor> Strategy::gradients_for_check() const {
+  std::vector<torch::Tensor> tensors;
+  for (const auto& parameter : model_->module().parameters()) tensors.push_back(parameter.grad());
+  return tensors;
+}
+
 StrategyRegistry& StrategyRegistry::instance() {
   static StrategyRegistry registry;
   return registry;

@@ -100,6 +100,12 @@ class Strategy {
   // Per device, in devices() order: what it holds between steps. By default the model's
   // parameters on the first device equal to theirs, without optimizer state.
   virtual std::vector<DeviceModelStates> model_states() const;
+  // The whole model's parameters and their gradients, in the model's parameter order, as
+  // single-device training would hold them: what tests compare (PARBENCH_TEST_SAVE_WEIGHTS). A
+  // strategy that shards them gathers them here, a collective every rank calls. By default the
+  // model's parameters and their grad().
+  virtual std::vector<torch::Tensor> parameters_for_check() const;
+  virtual std::vector<torch::Tensor> gradients_for_check() const;
 
   StagedModel& model() const { return *model_; }
   const std::vector<torch::Device>& devices() const { return devices_; }

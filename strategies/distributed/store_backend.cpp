@@ -142,6 +142,71 @@ c10::intrusive_ptr<c10d::Work> StoreBackend::barrier(const c10d::BarrierOptions&
   return enqueue(c10d::OpType::BARRIER, [this, sequence] { barrier_all(sequence); });
 }
 
+void StoreBackend::check_pair(const at::Tensor& large, const at::Tensor& small, const char* operation) const {
+  TORCH_CHECK(large.device().is_cpu() && small.device().is_cpu(), "the store backend's ", operation,
+              " works on CPU tensors (use nccl on GPUs), got ", large.device(), " and ", small.device());
+  TORCH_CHECK(large.scalar_type() == small.scalar_type(), "the store backend's ", operation, " takes one dtype, got ",
+              large.scalar_type(), " and ", small.scalar_type());
+  TORCH_CHECK(large.is_contiguous(), "the store backend's ", operation, " needs a contiguous whole tensor");
+  TORCH_CHECK(large.numel() == small.numel() * size_, "the store backend's ", operation, " needs ", size_,
+              " (the world size) times the shard's ", small.numel(), " elements in the whole tensor, got ",
+              large.numel());
+}
+
+c10::intrusive_ptr<c10d::Work> StoreBackend::_allgather_base(at::Tensor& output, at::Tensor& input,
+                                                             const c10d::AllgatherOptions& /*options*/) {
+  check_pair(output, input, "all-gather");
+  const uint64_t sequence = next_sequence_++;
+  return enqueue(c10d::OpType::_ALLGATHER_BASE,
+                 [this, output, input, sequence] { all_gather(output, input, sequence); });
+}
+
+c10::intrusive_ptr<c10d::Work> StoreBackend::allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
+                                                                             std::vector<at::Tensor>& inputs,
+                                                                             const c10d::AllgatherOptions& /*options*/) {
+  TORCH_CHECK(outputs.size() == inputs.size(), "the store backend's coalesced all-gather takes as many outputs as inputs, got ",
+              outputs.size(), " and ", inputs.size());
+  std::vector<uint64_t> sequences;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    check_pair(outputs[i], inputs[i], "all-gather");
+    sequences.push_back(next_sequence_++);
+  }
+  return enqueue(c10d::OpType::COALESCED, [this, outputs, inputs, sequences] {
+    for (size_t i = 0; i < inputs.size(); ++i) all_gather(outputs[i], inputs[i], sequences[i]);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> StoreBackend::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
+                                                                  const c10d::ReduceScatterOptions& options) {
+  const auto op = options.reduceOp.op_;
+  TORCH_CHECK(op == c10d::ReduceOp::SUM || op == c10d::ReduceOp::AVG,
+              "the store backend's reduce-scatter supports SUM and AVG only");
+  check_pair(input, output, "reduce-scatter");
+  const uint64_t sequence = next_sequence_++;
+  const bool average = op == c10d::ReduceOp::AVG;
+  return enqueue(c10d::OpType::_REDUCE_SCATTER_BASE,
+                 [this, output, input, average, sequence] { reduce_scatter(output, input, average, sequence); });
+}
+
+c10::intrusive_ptr<c10d::Work> StoreBackend::reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& outputs,
+                                                                             std::vector<at::Tensor>& inputs,
+                                                                             const c10d::ReduceScatterOptions& options) {
+  const auto op = options.reduceOp.op_;
+  TORCH_CHECK(op == c10d::ReduceOp::SUM || op == c10d::ReduceOp::AVG,
+              "the store backend's reduce-scatter supports SUM and AVG only");
+  TORCH_CHECK(outputs.size() == inputs.size(), "the store backend's coalesced reduce-scatter takes as many outputs as inputs, got ",
+              outputs.size(), " and ", inputs.size());
+  std::vector<uint64_t> sequences;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    check_pair(inputs[i], outputs[i], "reduce-scatter");
+    sequences.push_back(next_sequence_++);
+  }
+  const bool average = op == c10d::ReduceOp::AVG;
+  return enqueue(c10d::OpType::COALESCED, [this, outputs, inputs, average, sequences] {
+    for (size_t i = 0; i < inputs.size(); ++i) reduce_scatter(outputs[i], inputs[i], average, sequences[i]);
+  });
+}
+
 void StoreBackend::all_reduce(const at::Tensor& tensor, bool average, uint64_t sequence) {
   const std::string prefix = "allreduce/" + std::to_string(sequence) + "/";
   const at::Tensor mine = tensor.contiguous();
@@ -171,6 +236,66 @@ void StoreBackend::all_reduce(const at::Tensor& tensor, bool average, uint64_t s
   if (average) sum.div_(size_);
   tensor.copy_(sum);
   release_keys(*store_, prefix + "read", size_, keys);
+}
+
+void StoreBackend::all_gather(const at::Tensor& output, const at::Tensor& input, uint64_t sequence) {
+  const std::string prefix = "allgather/" + std::to_string(sequence) + "/";
+  const at::Tensor mine = input.contiguous();
+  set_tensor(*store_, prefix + std::to_string(rank_), mine);
+  wait_for_ranks(*store_, prefix, size_, timeout_, "reach all-gather #" + std::to_string(sequence));
+  const auto shards = output.view({size_, -1});
+  std::vector<std::string> keys;
+  for (int rank = 0; rank < size_; ++rank) {
+    const auto key = prefix + std::to_string(rank);
+    for (auto& written : tensor_keys(key, mine.nbytes())) keys.push_back(std::move(written));
+    if (rank == rank_) {
+      shards[rank].copy_(mine.view(-1));
+      continue;
+    }
+    shards[rank].copy_(get_tensor(*store_, key, mine, [&](size_t bytes) {
+                         return "rank " + std::to_string(rank) + " sent " + std::to_string(bytes) +
+                                " bytes to all-gather #" + std::to_string(sequence) + ", rank " +
+                                std::to_string(rank_) + " " + std::to_string(mine.nbytes()) +
+                                ": the ranks' tensors differ";
+                       }).view(-1));
+  }
+  release_keys(*store_, prefix + "read", size_, keys);
+}
+
+void StoreBackend::reduce_scatter(const at::Tensor& output, const at::Tensor& input, bool average, uint64_t sequence) {
+  // Chunk <d> of each rank's input goes under reducescatter/<seq>/<d>/<rank>, read by rank d alone.
+  const std::string prefix = "reducescatter/" + std::to_string(sequence) + "/";
+  const auto chunks = input.contiguous().view({size_, -1});
+  for (int destination = 0; destination < size_; ++destination) {
+    set_tensor(*store_, prefix + std::to_string(destination) + "/" + std::to_string(rank_),
+               chunks[destination].contiguous());
+  }
+  const std::string mine = prefix + std::to_string(rank_) + "/";
+  wait_for_ranks(*store_, mine, size_, timeout_, "reach reduce-scatter #" + std::to_string(sequence));
+  // Rank order, as all_reduce adds: each chunk is bitwise the all-reduce's.
+  const at::Tensor own = chunks[rank_];
+  at::Tensor sum;
+  std::vector<std::string> keys;
+  for (int rank = 0; rank < size_; ++rank) {
+    const auto key = mine + std::to_string(rank);
+    for (auto& written : tensor_keys(key, own.nbytes())) keys.push_back(std::move(written));
+    at::Tensor part = own;
+    if (rank != rank_) {
+      part = get_tensor(*store_, key, own, [&](size_t bytes) {
+        return "rank " + std::to_string(rank) + " sent " + std::to_string(bytes) + " bytes to reduce-scatter #" +
+               std::to_string(sequence) + ", rank " + std::to_string(rank_) + " " + std::to_string(own.nbytes()) +
+               ": the ranks' tensors differ";
+      });
+    }
+    if (rank == 0) {
+      sum = part.clone();
+    } else {
+      sum.add_(part);
+    }
+  }
+  if (average) sum.div_(size_);
+  output.copy_(sum.view_as(output));
+  release_keys(*store_, mine + "read", 1, keys);
 }
 
 void StoreBackend::broadcast_from(const at::Tensor& tensor, int root, uint64_t sequence) {

@@ -1,5 +1,5 @@
-// A c10d Backend that all-reduces, broadcasts and barriers through a c10d Store (TCPStore
-// across processes). LibTorch's wheel ships no Gloo headers, so this is what ddp runs on where
+// A c10d Backend that all-reduces, all-gathers, reduce-scatters, broadcasts and barriers through
+// a c10d Store (TCPStore across processes). LibTorch's wheel ships no Gloo headers, so this is what ddp runs on where
 // there is no GPU: the same DDP code as on GPUs, only the backend differs. Slow but exact:
 // every rank adds the contributions in rank order, so all ranks get bitwise the same sum.
 #pragma once
@@ -31,6 +31,23 @@ class StoreBackend final : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& options = c10d::BroadcastOptions()) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& options = c10d::BarrierOptions()) override;
+  // `output` (contiguous) gets every rank's `input` in rank order: output.numel() is world size
+  // times input.numel(), of the same dtype.
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
+                                                 const c10d::AllgatherOptions& options = c10d::AllgatherOptions()) override;
+  // `output` gets chunk <rank> of the ranks' `input`s summed (or averaged), in rank order as the
+  // all-reduce adds: bitwise that all-reduce's slice. input.numel() is world size times
+  // output.numel(). SUM and AVG.
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
+      at::Tensor& output, at::Tensor& input,
+      const c10d::ReduceScatterOptions& options = c10d::ReduceScatterOptions()) override;
+  // One of the above per pair of tensors, in order, as one operation.
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& options = c10d::AllgatherOptions()) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::ReduceScatterOptions& options = c10d::ReduceScatterOptions()) override;
 
   // Finishes the queued operations and stops the thread.
   void shutdown() override;
@@ -43,6 +60,10 @@ class StoreBackend final : public c10d::Backend {
   const at::Tensor& single_cpu_tensor(const std::vector<at::Tensor>& tensors, const char* operation) const;
   void all_reduce(const at::Tensor& tensor, bool average, uint64_t sequence);
   void broadcast_from(const at::Tensor& tensor, int root, uint64_t sequence);
+  void all_gather(const at::Tensor& output, const at::Tensor& input, uint64_t sequence);
+  void reduce_scatter(const at::Tensor& output, const at::Tensor& input, bool average, uint64_t sequence);
+  // Checks a gather's or scatter's pair of tensors: CPU, one dtype, `large` world size times `small`.
+  void check_pair(const at::Tensor& large, const at::Tensor& small, const char* operation) const;
   void barrier_all(uint64_t sequence);
 
   c10::intrusive_ptr<c10d::Store> store_;
