@@ -154,8 +154,8 @@ class Zero final : public Strategy {
 
   std::vector<DeviceModelStates> model_states() const override { return {{held_, optimizer_->state()}}; }
 
-  std::vector<torch::Tensor> parameters_for_check() override { return gathered_for_check(/*gradients=*/false); }
-  std::vector<torch::Tensor> gradients_for_check() override { return gathered_for_check(/*gradients=*/true); }
+  std::vector<torch::Tensor> parameters_for_check() const override { return gathered_for_check(/*gradients=*/false); }
+  std::vector<torch::Tensor> gradients_for_check() const override { return gathered_for_check(/*gradients=*/true); }
 
   std::map<std::string, std::string> describe() const override {
     std::map<std::string, std::string> facts = {{"backend", world_->backend_name()},
@@ -463,7 +463,7 @@ class Zero final : public Strategy {
 
   // The whole model's parameters, or their averaged gradients, in the model's order, gathered
   // from every rank's shards (a collective every rank calls).
-  std::vector<torch::Tensor> gathered_for_check(bool gradients) {
+  std::vector<torch::Tensor> gathered_for_check(bool gradients) const {
     torch::NoGradGuard no_grad;
     std::vector<torch::Tensor> whole(parameters_.size());
     for (auto& group : groups_) {
