@@ -1,13 +1,15 @@
 // zero (ZeRO stages 1-3) on the CPU (the store backend), ranks started by parbench's launcher:
 // the flat shard layout's arithmetic (padding, pieces) for 1, 2 and 3 ranks; every stage, with
 // SGD and AdamW, trains to single-device training's parameters and gradients on all ranks'
-// batches concatenated (within 1e-5), or to ddp's (AdamW on a transformer), every rank agreeing; the model states per rank are
-// what the stage shards; a rank that dies or never joins fails the case, naming it.
+// batches concatenated (within 1e-5), or to ddp's (AdamW on a transformer), every rank agreeing;
+// the model states per rank are what the stage shards; --advise predicts each stage from ddp's profile; a rank that dies or
+// never joins fails the case, naming it.
 #include "benchmarks/launcher.h"
 #include "benchmarks/temporary_directory.h"
 #include "core/device_timer.h"
 #include "models/model_zoo.h"
 #include "strategies/distributed/flat_shards.h"
+#include "strategies/prediction.h"
 #include "strategies/strategy.h"
 #include "strategies/training.h"
 #include "tests/launched_case.h"
@@ -270,6 +272,40 @@ TEST(Zero, ModelStatesPerRankAreDdpsOverTheWorldForWhatEachStageShards) {
       EXPECT_NEAR(sent / parameter_bytes, expected, 0.001) << "stage " << stage;
     }
   }
+}
+
+// ---- --advise --------------------------------------------------------------------------------
+
+// The predictor from ddp's profile: a step of 100 ms whose backward (60 ms) readies two buckets at
+// 10 and 40 ms, each all-reducing in 40 ms. ddp: the second all-reduce ends 30 ms after backward.
+// Stage 1: that, plus the all-gather of the parameters after the step (half of 80 ms). Stage 2:
+// reduce-scatters of 20 ms each, hidden, plus that all-gather. Stage 3: a gather of 40 ms behind
+// the 40 ms forward, a second gather and the reduce-scatters (80 ms) behind the 60 ms backward.
+TEST(Zero, PredictsEachStageFromDdpsProfileByTheRingRelation) {
+  AdviseProfile profile;
+  RankProfile rank;
+  rank.rank_step_ms = 100;
+  rank.backward_ms = 60;
+  rank.bucket_ready_ms = {10, 40};
+  rank.bucket_allreduce_ms = {40, 40};
+  RunConfig config;
+  config.batch_size = 8;
+  profile.ranks[{config.bucket_mib, config.batch_size}] = rank;
+  const auto predicted = [&](const std::string& strategy, const std::string& stage) {
+    auto case_config = config;
+    if (!stage.empty()) case_config.options["stage"] = stage;
+    const CaseConditions conditions{case_config, case_config.batch_size, 2};
+    const auto& predictor = StrategyRegistry::instance().get(strategy).predictor();
+    ProfileRequest request;
+    predictor.request(conditions, request);
+    EXPECT_EQ(request.ranks, (std::vector<std::pair<double, int64_t>>{{config.bucket_mib, config.batch_size}}));
+    EXPECT_TRUE(predictor.needs_gpu_per_device);
+    return predictor.predict(profile, conditions).step_ms;
+  };
+  EXPECT_DOUBLE_EQ(predicted("ddp", ""), 130);
+  EXPECT_DOUBLE_EQ(predicted("zero", "1"), 170);
+  EXPECT_DOUBLE_EQ(predicted("zero", "2"), 140);
+  EXPECT_DOUBLE_EQ(predicted("zero", "3"), 120);
 }
 
 // ---- faults, as ddp's (tests/launcher_test.cpp, tests/fault_test.cpp) --------------------------
