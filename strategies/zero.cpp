@@ -164,6 +164,13 @@ class Zero final : public Strategy {
                                                                           : "optimizer state, gradients, parameters"},
                                                 {"zero", stage_ == 3 ? "ZeRO-3 (FSDP)" : "ZeRO-" + std::to_string(stage_)}};
     facts[stage_ == 3 ? "units" : "buckets"] = std::to_string(groups_.size());
+    if (stage_ == 3) {
+      // Between steps (the label is taken after the timed steps): units whose whole parameters
+      // still have memory, read from their storage. 0 unless a release was missed.
+      size_t held = 0;
+      for (const auto& group : groups_) held += group.full_params.storage().nbytes() > 0 ? 1 : 0;
+      facts["whole_units_held"] = std::to_string(held);
+    }
     if (stage_ != 3) facts["bucket_mib"] = format_number(config_.bucket_mib);
     return facts;
   }

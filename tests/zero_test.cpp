@@ -2,7 +2,8 @@
 // the flat shard layout's arithmetic (padding, pieces) for 1, 2 and 3 ranks; every stage, with
 // SGD and AdamW, trains to single-device training's parameters and gradients on all ranks'
 // batches concatenated (within 1e-5), or to ddp's (AdamW on a transformer), every rank agreeing;
-// the model states per rank are what the stage shards; --advise predicts each stage from ddp's profile; a rank that dies or
+// the model states per rank are what the stage shards, and stage 3 holds no unit's whole
+// parameters between steps; --advise predicts each stage from ddp's profile; a rank that dies or
 // never joins fails the case, naming it.
 #include "benchmarks/launcher.h"
 #include "benchmarks/temporary_directory.h"
@@ -196,6 +197,9 @@ TEST_P(ZeroStage, TwoRanksMatchSingleDeviceWithSgdAndAdamw) {
     const auto zero = run_ranks(zero_arguments(stage, "tinycnn", optimizer), 2);
     EXPECT_EQ(zero.run.facts.at("backend"), "store");
     EXPECT_EQ(zero.run.facts.at("zero"), stage == "3" ? "ZeRO-3 (FSDP)" : "ZeRO-" + stage);
+    // tinycnn's units: stem, block1, block2, head; none keeps its whole parameters' memory.
+    if (stage == "3") EXPECT_EQ(zero.run.facts.at("units"), "4");
+    if (stage == "3") EXPECT_EQ(zero.run.facts.at("whole_units_held"), "0");
     expect_matches_single(zero, 2, "tinycnn", kind, "stage " + stage + " " + optimizer);
   }
 }
