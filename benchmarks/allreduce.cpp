@@ -36,8 +36,9 @@ std::vector<AllreduceCase> build_allreduce_cases(const Options& options, int gpu
   // The sweep measures what a distributed strategy's all-reduces can reach.
   bool distributed_runs = false;
   for (const auto* strategy : StrategyRegistry::instance().all()) {
-    const bool asked = options.strategies.empty() || std::find(options.strategies.begin(), options.strategies.end(),
-                                                               strategy->name()) != options.strategies.end();
+    const bool asked = options.strategies.empty() ? !strategy->is_opt_in()
+                                                  : std::find(options.strategies.begin(), options.strategies.end(),
+                                                              strategy->name()) != options.strategies.end();
     distributed_runs |= asked && strategy->is_distributed();
   }
   // NCCL's ranks cannot share a GPU, as a --devices list with repeats would have them.

@@ -456,7 +456,7 @@ std::vector<CaseSpec> build_cases(const Options& options, int visible_gpus) {
   auto& registry = StrategyRegistry::instance();
   std::vector<const StrategyInfo*> strategies;
   if (options.strategies.empty()) {
-    strategies = registry.all();
+    strategies = registry.default_run();
   } else {
     for (const auto& name : options.strategies) strategies.push_back(&registry.get(name));
   }

@@ -302,7 +302,8 @@ Google Benchmark's own flags all work: --benchmark_filter=REGEX, --benchmark_rep
                          data, warm-up, device-synchronised timing); tutorial: PyTorch's
                          model-parallel tutorial as it ran; cpu: small images and batch (the
                          default on a machine without a GPU). Later flags override a preset.
-@MODELS@  --strategies=LIST      strategies to run; default all (@STRATEGIES@)
+@MODELS@  --strategies=LIST      strategies to run (@STRATEGIES@); default all but @OPT_IN@,
+                         which run where named
   --batch=LIST           images (language models: sequences) per step (ddp: per rank in weak scaling,
                          global in strong); default 120
   --image=LIST           image side in pixels; default 128
@@ -413,6 +414,11 @@ The last line on stderr sums the run up: "parbench: 12 ran, 9 skipped (...), 1 f
   });
   text.replace(text.find("@MIN_DEVICES@"), std::strlen("@MIN_DEVICES@"), minimums);
   text.replace(text.find("@STRATEGIES@"), std::strlen("@STRATEGIES@"), StrategyRegistry::instance().names());
+  std::vector<std::string> opt_in;
+  for (const auto* strategy : StrategyRegistry::instance().all()) {
+    if (strategy->is_opt_in()) opt_in.push_back(strategy->name());
+  }
+  text.replace(text.find("@OPT_IN@"), std::strlen("@OPT_IN@"), opt_in.empty() ? "none" : joined(opt_in, " and "));
   text.replace(text.find("@STRATEGY_OPTIONS@"), std::strlen("@STRATEGY_OPTIONS@"), strategy_options_help());
   text.replace(text.find("@MODELS@"), std::strlen("@MODELS@"), models_help());
   return text;

@@ -42,6 +42,12 @@ const std::vector<GptConfig>& gpt_configs() {
       {"gpt2-small", 12, 768, 12, kPaddedVocabulary, 1024},
       {"gpt2-medium", 24, 1024, 16, kPaddedVocabulary, 1024},
       {"gpt2-large", 36, 1280, 20, kPaddedVocabulary, 1024},
+      // Shapes that do not fit one GPU's model states under AdamW in fp32 (16 bytes a parameter)
+      // beside their activations, for the sharded strategies: GPT-2's largest, and GPT-3's 2.7B and
+      // 6.7B (their context of 2048).
+      {"gpt2-xl", 48, 1600, 25, kPaddedVocabulary, 1024},
+      {"gpt-2.7b", 32, 2560, 32, kPaddedVocabulary, 2048},
+      {"gpt-6.7b", 32, 4096, 32, kPaddedVocabulary, 2048},
       {"tinygpt", 2, 32, 4, 96, 1024},
   };
   return configs;

@@ -20,7 +20,7 @@ struct GptConfig {
   int64_t context = 0;  // positions the model has embeddings for: the longest sequence
 };
 
-// gpt2-small, gpt2-medium, gpt2-large and tinygpt (for CPU tests).
+// gpt2-small, gpt2-medium, gpt2-large, gpt2-xl, gpt-2.7b, gpt-6.7b and tinygpt (for CPU tests).
 const std::vector<GptConfig>& gpt_configs();
 
 // The configuration of that name, or null.

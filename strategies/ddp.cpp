@@ -9,6 +9,7 @@
 // statistics follow its own shard (PyTorch's DDP re-broadcasts rank 0's buffers before every
 // forward by default). Training-mode outputs do not depend on them.
 #include "core/text.h"
+#include "strategies/distributed/broadcast.h"
 #include "strategies/distributed/gradient_buckets.h"
 #include "strategies/distributed/world.h"
 #include "strategies/flat_tensors.h"
@@ -22,17 +23,6 @@
 
 namespace parbench {
 namespace {
-
-// Copies rank 0's values of `tensors` to every rank: one flat broadcast per dtype.
-void broadcast_from_rank0(const std::vector<torch::Tensor>& tensors, c10d::Backend& backend) {
-  torch::NoGradGuard no_grad;
-  for (const auto& group : indices_by_dtype(tensors)) {
-    std::vector<at::Tensor> flat{concatenated(tensors, group)};
-    backend.broadcast(flat)->wait();
-    const auto parts = split_like(flat.front(), tensors, group);
-    for (size_t k = 0; k < group.size(); ++k) tensors[group[k]].copy_(parts[k]);
-  }
-}
 
 class DistributedDataParallel final : public Strategy {
  public:

@@ -71,6 +71,13 @@ std::vector<const StrategyInfo*> StrategyRegistry::all() const {
   return result;
 }
 
+std::vector<const StrategyInfo*> StrategyRegistry::default_run() const {
+  auto strategies = all();
+  strategies.erase(std::remove_if(strategies.begin(), strategies.end(), [](const StrategyInfo* info) { return info->is_opt_in(); }),
+                   strategies.end());
+  return strategies;
+}
+
 std::string StrategyRegistry::names() const {
   return joined(all(), ", ", [](const StrategyInfo* info) { return info->name(); });
 }

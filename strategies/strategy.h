@@ -274,6 +274,10 @@ class StrategyInfo {
   // train_step can be captured in a CUDA graph and replayed (benchmarks/graphed_step.h): GPUs
   // only, no host synchronisation, and the same work every step.
   StrategyInfo& graph_capturable() { graph_capturable_ = true; return *this; }
+  // Runs only where --strategies names it: left out of the default run, whose cases and wall time
+  // stay those of the strategies a first run compares (the sharded and tensor-parallel ones are
+  // for models that need them, and are named by whoever wants them).
+  StrategyInfo& opt_in() { opt_in_ = true; return *this; }
   // What each of its devices holds, for labels such as "2 stages on 1 GPU" ("devices" unless set).
   StrategyInfo& device_role(std::string role) { device_role_ = std::move(role); return *this; }
   // One of its own options, after those declared before it: the order the case name writes them
@@ -290,6 +294,7 @@ class StrategyInfo {
   int min_devices() const { return min_devices_; }
   bool is_distributed() const { return distributed_; }
   bool is_graph_capturable() const { return graph_capturable_; }
+  bool is_opt_in() const { return opt_in_; }
   const std::string& device_role() const { return device_role_; }
   const std::vector<StrategyOption>& options() const { return options_; }
   bool has_class() const { return static_cast<bool>(create_); }
@@ -311,6 +316,7 @@ class StrategyInfo {
   int min_devices_ = 1;
   bool distributed_ = false;
   bool graph_capturable_ = false;
+  bool opt_in_ = false;
   std::string device_role_ = "devices";
   std::vector<StrategyOption> options_;
   Obstacle obstacle_;
@@ -329,6 +335,8 @@ class StrategyRegistry {
   // Throws std::invalid_argument naming the allowed strategies.
   const StrategyInfo& get(const std::string& name) const;
   std::vector<const StrategyInfo*> all() const;  // by `order`
+  // What runs when --strategies is not given: every strategy but the opt-in ones, by `order`.
+  std::vector<const StrategyInfo*> default_run() const;
   std::string names() const;                     // comma-separated, by `order`
 
  private:

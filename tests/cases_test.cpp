@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <set>
 
 namespace parbench {
 namespace {
@@ -66,6 +67,24 @@ TEST(Cases, CheckpointedCasesAreNamedAndZeroBubbleSaysWhyItCannot) {
   EXPECT_EQ(rebuilt.config.checkpoint, Checkpointing::kBlocks);
 
   EXPECT_THROW(parsed_options({"--checkpoint=layers"}, /*has_gpu=*/false), UsageError);
+}
+
+// The opt-in strategies (zero, tensor_parallel) run where --strategies names them, not by default.
+TEST(Cases, OptInStrategiesRunOnlyWhereNamed) {
+  std::set<std::string> by_default, named;
+  for (const auto& spec : build_cases(parsed_options({}, /*has_gpu=*/true), /*visible_gpus=*/2)) {
+    by_default.insert(spec.strategy->name());
+  }
+  EXPECT_EQ(by_default, (std::set<std::string>{"single", "model_parallel", "pipeline", "data_parallel", "ddp"}));
+  for (const auto& spec : build_cases(parsed_options({"--strategies=zero,tensor_parallel", "--models=gpt2-medium"},
+                                                     /*has_gpu=*/true),
+                                      /*visible_gpus=*/2)) {
+    named.insert(spec.strategy->name());
+  }
+  EXPECT_EQ(named, (std::set<std::string>{"zero", "tensor_parallel"}));
+  for (const auto* info : StrategyRegistry::instance().all()) {
+    EXPECT_EQ(info->is_opt_in(), info->name() == "zero" || info->name() == "tensor_parallel") << info->name();
+  }
 }
 
 TEST(Cases, DistinctDevicesInOrderKeepTodaysNames) {

@@ -81,7 +81,7 @@ TEST(Cli, ShortRunWritesJsonWithCountersAndContext) {
     EXPECT_TRUE(context.contains(key)) << key;
   }
   EXPECT_EQ(context["parbench_json_schema"], "1.9.0");
-  EXPECT_EQ(context["strategies"], "single,model_parallel,pipeline,data_parallel,ddp,tensor_parallel");
+  EXPECT_EQ(context["strategies"], "single,model_parallel,pipeline,data_parallel,ddp,zero,tensor_parallel");
   EXPECT_EQ(context["schedules"], "tutorial,gpipe,1f1b,interleaved-1f1b,zb-h1");
   EXPECT_FALSE(context.contains("interrupted"));
   EXPECT_EQ(context["preset"], "cpu");
@@ -504,7 +504,7 @@ TEST(Cli, AListOfGpuCountsListsEachStrategyAtEachCount) {
                             suffix + ddp(1) + ddp(2));
   const auto help = run_parbench("--help").output;
   EXPECT_NE(help.find("--gpus=N|LIST"), std::string::npos);
-  EXPECT_NE(help.find("Minimums:\n" + std::string(25, ' ') + "ddp, tensor_parallel: 1; model_parallel, pipeline, data_parallel: 2."),
+  EXPECT_NE(help.find("Minimums:\n" + std::string(25, ' ') + "ddp, zero, tensor_parallel: 1; model_parallel, pipeline, data_parallel: 2."),
             std::string::npos)
       << help;
 }

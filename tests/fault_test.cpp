@@ -112,6 +112,34 @@ TEST(Fault, ARankKilledMidCaseFailsTheCaseTheNextRunsAndTheRunExits1) {
   expect_no_process_left();
 }
 
+// The same for zero (stage 3 first, then stage 2): its ranks fail and recover as ddp's do.
+TEST(Fault, AZeroRankKilledMidCaseFailsTheCaseTheNextRunsAndTheRunExits1) {
+  TemporaryDirectory dir("parbench-fault-test");
+  const auto out = dir.file("run.json");
+  ParbenchProcess parbench({"--strategies=zero", "--zero-stages=3,2", "--models=tinycnn", "--batch=2", "--image=16",
+                            "--warmup=1", "--repetitions=2", "--iterations=1000", "--allreduce=off",
+                            "--dist-timeout=3", "--benchmark_out=" + out, "--benchmark_out_format=json"},
+                           test_environment());
+  const auto rank = parbench.wait_for_rank(1, kDeadline);
+  ASSERT_TRUE(rank) << parbench.err();
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  ASSERT_EQ(kill(*rank, SIGKILL), 0);
+  const double killed_at = parbench.seconds();
+  const auto next_case = parbench.wait_for_err("[2/2", kDeadline);
+  const auto run = parbench.wait(kDeadline);
+  report("built-in launcher, zero rank 1 killed (SIGKILL)", next_case.value_or(run.seconds) - killed_at, run);
+
+  EXPECT_EQ(run.exit_code, 1) << run.err;
+  ASSERT_TRUE(next_case) << run.err;
+  EXPECT_LT(*next_case - killed_at, kSlack) << "the launcher noticed the kill this late";
+  const std::string zero_case = "train/zero/tinycnn/batch:2/image:16/precision:fp32/data:device/gpus:2/stage:";
+  const auto outcomes = case_outcomes(read_json(out));
+  const auto killed = outcomes.at(zero_case + "3");
+  EXPECT_NE(killed.first.find("rank 1 was killed by signal 9"), std::string::npos) << killed.first;
+  EXPECT_EQ(outcomes.at(zero_case + "2"), std::make_pair(std::string(), 2)) << run.err;
+  expect_no_process_left();
+}
+
 TEST(Fault, ARankStoppedFailsTheCaseWithinTheTimeoutAndTheRunExits1) {
   TemporaryDirectory dir("parbench-fault-test");
   const auto out = dir.file("run.json");

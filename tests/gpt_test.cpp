@@ -44,6 +44,21 @@ TEST(Gpt, Gpt2SmallHasTheKnownNonEmbeddingCount) {
   EXPECT_EQ(gpt_non_embedding_params(*find_gpt_config("gpt2-small")), 123689472.0);
 }
 
+// The shapes beyond gpt2-large, by the formula alone (building them takes GBs): their blocks hold
+// L (12 d^2 + 13 d) parameters, so gpt2-xl's are GPT-2 XL's 1.47B and the GPT-3 shapes' 2.52B and
+// 6.44B; all with the untied head and the embeddings, 1.64B, 2.78B and 6.86B.
+TEST(Gpt, LargerShapesHaveTheirKnownSizes) {
+  const auto all_parameters = [](const std::string& name) {
+    const auto& config = *find_gpt_config(name);
+    return gpt_non_embedding_params(config) + static_cast<double>((config.vocabulary + config.context) * config.width);
+  };
+  EXPECT_NEAR(all_parameters("gpt2-xl") / 1e9, 1.64, 0.01);
+  EXPECT_NEAR(all_parameters("gpt-2.7b") / 1e9, 2.78, 0.01);
+  EXPECT_NEAR(all_parameters("gpt-6.7b") / 1e9, 6.86, 0.01);
+  EXPECT_EQ(find_gpt_config("gpt-6.7b")->heads, 32);
+  EXPECT_EQ(find_gpt_config("gpt2-xl")->width % find_gpt_config("gpt2-xl")->heads, 0);
+}
+
 TEST(Gpt, ParameterNamesAreGpt2Checkpoints) {
   auto model = make_model("tinygpt", 1);
   const auto parameters = model->module().named_parameters();

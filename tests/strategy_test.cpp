@@ -334,7 +334,7 @@ TEST(SingleDevice, Bf16AutocastStepRunsAndReducesTheLoss) {
 TEST(Registry, ListsEveryPlugIn) {
   std::vector<std::string> names;
   for (const auto* info : StrategyRegistry::instance().all()) names.push_back(info->name());
-  EXPECT_EQ(names, (std::vector<std::string>{"single", "model_parallel", "pipeline", "data_parallel", "ddp",
+  EXPECT_EQ(names, (std::vector<std::string>{"single", "model_parallel", "pipeline", "data_parallel", "ddp", "zero",
                                                 "tensor_parallel"}));
   EXPECT_THROW(StrategyRegistry::instance().get("zero3"), std::invalid_argument);
 }

@@ -229,6 +229,7 @@ StrategyInfo tensor_parallel_info() {
       .summary("one process per device; every GPT layer split across them (Megatron-style), the batch shared")
       .order(6)
       .distributed()
+      .opt_in()
       .graph_capturable()
       .device_role("ranks")
       .option(StrategyOption::choice("sp", "sequence-parallel", {"off", "on"})

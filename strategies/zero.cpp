@@ -1,0 +1,586 @@
+// ZeRO (sharded data parallel): one process per device (a rank), as ddp, each with its own share
+// of the batch, but each rank keeps only its shard of what the stage shards
+// (docs/STRATEGIES.md, "zero"):
+// - stage 1: the optimizer state. Gradients are averaged by all-reduce per bucket during
+//   backward, as ddp's; each rank steps its shard of the flat parameters, then the shards are
+//   all-gathered back into every rank's whole parameters;
+// - stage 2: the gradients too. Each bucket is reduce-scattered into the ranks' shards during
+//   backward; the whole bucket is kept only for this step's backward;
+// - stage 3 (FSDP): the parameters too. Per unit (a model stage, or a group of them: ResNet's
+//   stem, layer1..layer4 and head; GPT's embedding, each block and the head) the whole
+//   parameters are all-gathered before its forward and again before its backward, their memory
+//   released after each, and the unit's gradients reduce-scattered once its backward is done.
+//   The next unit's gather is issued before this unit's work, so it runs beside it (NCCL's own
+//   stream on GPUs; the store backend's queue on the CPU).
+// Flat layout: per group (a gradient bucket in stages 1 and 2, a unit in stage 3) the parameters
+// lie back to back in a flat buffer padded to a multiple of the world size, and rank r owns the
+// r-th contiguous shard (strategies/distributed/flat_shards.h). The model's parameters are views
+// of their group's buffer, and their gradients views of a flat gradient buffer, so backward
+// accumulates straight into what the collectives send.
+#include "core/counter_table.h"
+#include "core/text.h"
+#include "models/autocast_cache.h"
+#include "strategies/distributed/broadcast.h"
+#include "strategies/distributed/flat_shards.h"
+#include "strategies/distributed/gradient_buckets.h"
+#include "strategies/distributed/world.h"
+#include "strategies/flat_tensors.h"
+#include "strategies/optimizer.h"
+#include "strategies/prediction.h"
+#include "strategies/strategy.h"
+#include "strategies/training.h"
+
+#include <ATen/record_function.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/utils/lambda_post_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include <algorithm>
+#include <set>
+
+namespace parbench {
+
+PARBENCH_DECLARE_COUNTER(Counter("comm_bytes_per_step")
+                             .unit("bytes")
+                             .lower_is_better()
+                             .per_rank()
+                             .means("zero: bytes one rank sends per step by the ring algorithms' counts"));
+
+namespace {
+
+// Stage 3 frees a unit's whole parameters by giving their storage's memory back, so the
+// parameters (views of it) and the tensors autograd saved of them stay valid objects; gathering
+// again allocates new memory of the same size for the same storage.
+void release_memory(const torch::Tensor& flat) {
+  auto* storage = flat.storage().unsafeGetStorageImpl();
+  storage->set_data_ptr_noswap(at::DataPtr(nullptr, flat.device()));
+  storage->set_nbytes(0);
+}
+
+void allocate_memory(const torch::Tensor& flat) {
+  auto* storage = flat.storage().unsafeGetStorageImpl();
+  const size_t bytes = static_cast<size_t>(flat.numel()) * flat.element_size();
+  if (storage->nbytes() == bytes) return;
+  TORCH_CHECK(storage->allocator(), "zero stage 3: the parameters' storage has no allocator to allocate from");
+  storage->set_data_ptr_noswap(storage->allocator()->allocate(bytes));
+  storage->set_nbytes(bytes);
+}
+
+// Bytes one rank sends in the ring algorithms (docs/METRICS.md, "comm_bytes_per_step"): an
+// all-gather or a reduce-scatter of N bytes in all sends (w-1)/w N, an all-reduce twice that.
+double ring_share(int world) { return static_cast<double>(world - 1) / static_cast<double>(world); }
+
+class Zero;
+
+// Identity forward; its backward runs as the gradient of a stage 3 unit's output arrives, i.e.
+// just before the unit's own backward: there the unit's parameters are gathered again.
+struct BeforeUnitBackward : torch::autograd::Function<BeforeUnitBackward> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* context, const torch::Tensor& output, Zero* zero,
+                               int64_t unit) {
+    // The strategy outlives every backward of its steps; IValue holds no raw pointer.
+    context->saved_data["zero"] = static_cast<int64_t>(reinterpret_cast<intptr_t>(zero));
+    context->saved_data["unit"] = unit;
+    return output.view_as(output);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* context,
+                                                 torch::autograd::variable_list gradients);
+};
+
+class Zero final : public Strategy {
+ public:
+  ~Zero() override {
+    for (size_t i = 0; i < accumulators_.size(); ++i) accumulators_[i]->del_post_hook(hook_keys_[i]);
+  }
+
+  void setup(const ModelFactory& make_model, const std::vector<torch::Device>& devices,
+             const RunConfig& config) override {
+    world_ = config.world;
+    TORCH_CHECK(world_,
+                "zero runs one process per device and needs their process group: start it through "
+                "parbench's launcher, torchrun, srun or mpirun");
+    TORCH_CHECK(devices.size() == 1, "zero runs on one device per rank, got ", devices.size());
+    TORCH_CHECK(devices.front() == world_->device(), "zero was given ", devices.front(),
+                " but this rank's device is ", world_->device());
+    const auto stage = config.options.find("stage");
+    TORCH_CHECK(stage != config.options.end(), "zero needs its stage option (--zero-stages=1,2,3)");
+    stage_ = std::stoi(stage->second);
+    TORCH_CHECK(stage_ >= 1 && stage_ <= 3, "--zero-stages takes 1, 2 or 3, got ", stage->second);
+    devices_ = devices;
+    config_ = config;
+    backend_ = world_->backend();
+    model_ = make_model_on(make_model, devices.front(), config.precision);
+    parameters_ = model_->module().parameters();
+    auto state = parameters_;
+    for (const auto& buffer : model_->module().buffers()) state.push_back(buffer);
+    broadcast_from_rank0(state, *backend_);
+
+    build_groups(stage_ == 3 ? unit_members() : plan_buckets(parameters_, config.bucket_mib));
+    std::vector<torch::Tensor> shards;
+    for (auto& group : groups_) shards.push_back(group.shard_params);
+    optimizer_ = std::make_unique<Optimizer>(shards, config.optimizer, config.learning_rate);
+    add_hooks();
+    if (stage_ == 3) {
+      for (auto& group : groups_) release_memory(group.full_params);
+    }
+  }
+
+  torch::Device input_device() const override { return devices_.front(); }
+  torch::Device target_device() const override { return devices_.front(); }
+
+  torch::Tensor train_step(const Batch& batch) override {
+    prepare_gradients();
+    torch::Tensor loss;
+    if (stage_ == 3) {
+      loss = compute_loss(unit_by_unit_forward(batch.inputs), batch.targets, config_.loss);
+    } else {
+      loss = compute_loss(model_->forward(batch.inputs), batch.targets, config_.loss);
+    }
+    loss.backward();
+    finish_gradients();
+    optimizer_->step();
+    if (stage_ != 3) gather_updated_parameters();
+    return loss.detach();
+  }
+
+  std::vector<DeviceModelStates> model_states() const override { return {{held_, optimizer_->state()}}; }
+
+  std::vector<torch::Tensor> parameters_for_check() const override { return gathered_for_check(/*gradients=*/false); }
+  std::vector<torch::Tensor> gradients_for_check() const override { return gathered_for_check(/*gradients=*/true); }
+
+  std::map<std::string, std::string> describe() const override {
+    std::map<std::string, std::string> facts = {{"backend", world_->backend_name()},
+                                                {"sharded", stage_ == 1   ? "optimizer state"
+                                                            : stage_ == 2 ? "optimizer state, gradients"
+                                                                          : "optimizer state, gradients, parameters"},
+                                                {"zero", stage_ == 3 ? "ZeRO-3 (FSDP)" : "ZeRO-" + std::to_string(stage_)}};
+    facts[stage_ == 3 ? "units" : "buckets"] = std::to_string(groups_.size());
+    if (stage_ == 3) {
+      // Between steps (the label is taken after the timed steps): units whose whole parameters
+      // still have memory, read from their storage. 0 unless a release was missed.
+      size_t held = 0;
+      for (const auto& group : groups_) held += group.full_params.storage().nbytes() > 0 ? 1 : 0;
+      facts["whole_units_held"] = std::to_string(held);
+    }
+    if (stage_ != 3) facts["bucket_mib"] = format_number(config_.bucket_mib);
+    return facts;
+  }
+
+  std::map<std::string, double> counters() const override { return {{"comm_bytes_per_step", comm_bytes_per_step()}}; }
+
+  // BeforeUnitBackward's: unit `unit`'s backward is next. Its parameters are gathered (the last
+  // unit's were kept from its forward), its gradient buffer made, and the unit before it prefetched.
+  void before_unit_backward(size_t unit) {
+    wait_gathered(unit);
+    make_gradient_buffer(groups_[unit]);
+    if (unit > 0) start_gather(unit - 1);
+  }
+
+ private:
+  struct FlatGroup {
+    std::string name;
+    std::vector<size_t> members;  // indices into parameters_, in flat order
+    FlatShardLayout layout;
+    torch::Tensor full_params;   // the padded flat parameters; stage 3: memory only while in use
+    torch::Tensor shard_params;  // this rank's shard: a view of full_params (stages 1, 2), or its own (3)
+    torch::Tensor full_grads;    // stage 1: kept; stages 2, 3: made for a step's backward only
+    torch::Tensor shard_grads;   // this rank's averaged gradients: a view of full_grads (stage 1), or its own
+    std::vector<torch::Tensor> param_views, grad_views;  // shaped and strided like each member
+    size_t pending = 0;          // members whose gradient has not been accumulated this step
+    bool reduce_started = false;
+    c10::intrusive_ptr<c10d::Work> gather_work, reduce_work;
+  };
+
+  // Stage 3's units: each stage alone, or a run of stages the model groups (ResNet's layer1).
+  std::vector<std::vector<size_t>> unit_members() {
+    std::map<const torch::TensorImpl*, size_t> index_of;
+    for (size_t i = 0; i < parameters_.size(); ++i) index_of[parameters_[i].unsafeGetTensorImpl()] = i;
+    std::map<std::string, std::string> group_of;
+    for (const auto& group : model_->stage_groups()) {
+      for (const auto& stage : group.stages) group_of[stage] = group.name;
+    }
+    stages_ = model_->stages();
+    std::vector<std::vector<size_t>> members;
+    std::set<size_t> seen;
+    std::string last_unit;
+    for (size_t s = 0; s < stages_.size(); ++s) {
+      const auto grouped = group_of.find(stages_[s].name);
+      const auto unit = grouped == group_of.end() ? stages_[s].name : grouped->second;
+      if (members.empty() || unit != last_unit) {
+        members.emplace_back();
+        unit_names_.push_back(unit);
+        unit_stages_.emplace_back();
+      }
+      last_unit = unit;
+      unit_stages_.back().push_back(s);
+      for (const auto& module : stages_[s].modules) {
+        for (const auto& parameter : module->parameters()) {
+          const auto found = index_of.find(parameter.unsafeGetTensorImpl());
+          TORCH_CHECK(found != index_of.end(), "zero stage 3: stage ", stages_[s].name,
+                      " holds a parameter that is not the model's");
+          TORCH_CHECK(seen.insert(found->second).second, "zero stage 3: a parameter of stage ", stages_[s].name,
+                      " is in another stage too; each unit must own its parameters");
+          members.back().push_back(found->second);
+        }
+      }
+    }
+    TORCH_CHECK(seen.size() == parameters_.size(), "zero stage 3: ", parameters_.size() - seen.size(),
+                " of the model's parameters are in none of its stages");
+    return members;
+  }
+
+  // Lays each group out flat, makes the model's parameters views of it, and keeps this rank's shard.
+  void build_groups(const std::vector<std::vector<size_t>>& member_lists) {
+    torch::NoGradGuard no_grad;
+    const int rank = world_->rank(), world = world_->size();
+    for (size_t g = 0; g < member_lists.size(); ++g) {
+      FlatGroup group;
+      group.members = member_lists[g];
+      group.name = stage_ == 3 ? unit_names_.at(g) : "bucket" + std::to_string(g);
+      std::vector<int64_t> numels;
+      const auto options = parameters_[group.members.front()].options();
+      for (size_t index : group.members) {
+        const auto& parameter = parameters_[index];
+        TORCH_CHECK(parameter.scalar_type() == options.dtype().toScalarType() && parameter.device() == options.device(),
+                    "zero: group ", group.name, " mixes dtypes or devices; each flat group takes one");
+        TORCH_CHECK(parameter.is_non_overlapping_and_dense(), "zero needs dense parameters; parameter ", index,
+                    " is not");
+        numels.push_back(parameter.numel());
+      }
+      group.layout = FlatShardLayout(numels, world);
+      group.full_params = torch::zeros({group.layout.padded()}, options);
+      for (size_t k = 0; k < group.members.size(); ++k) {
+        auto& parameter = parameters_[group.members[k]];
+        auto view = member_view(group.full_params, group.layout.offset(k), parameter);
+        view.copy_(parameter);
+        parameter.set_data(view);
+        group.param_views.push_back(view);
+      }
+      const auto shard = group.full_params.narrow(0, group.layout.shard_begin(rank), group.layout.shard());
+      if (stage_ == 1) {
+        group.full_grads = torch::zeros_like(group.full_params);
+        group.shard_grads = group.full_grads.narrow(0, group.layout.shard_begin(rank), group.layout.shard());
+        group.grad_views = views_like(group, group.full_grads);
+      } else {
+        group.shard_grads = torch::zeros({group.layout.shard()}, options);
+      }
+      group.shard_params = stage_ == 3 ? shard.clone() : shard.detach();
+      group.shard_params.mutable_grad() = group.shard_grads;
+      groups_.push_back(std::move(group));
+    }
+    // What the rank holds between steps, for the memory counters: whole flat parameters (with
+    // their whole gradients in stage 1, the shard's in stage 2), or only the shards (stage 3).
+    for (auto& group : groups_) {
+      if (stage_ == 1) {
+        auto whole = group.full_params.detach();
+        whole.mutable_grad() = group.full_grads;
+        held_.push_back(whole);
+      } else if (stage_ == 2) {
+        const int64_t begin = group.layout.shard_begin(rank), end = begin + group.layout.shard();
+        held_.push_back(group.full_params.narrow(0, 0, begin).detach());
+        held_.push_back(group.shard_params);
+        held_.push_back(group.full_params.narrow(0, end, group.layout.padded() - end).detach());
+      } else {
+        held_.push_back(group.shard_params);
+      }
+    }
+  }
+
+  torch::Tensor member_view(const torch::Tensor& flat, int64_t offset, const torch::Tensor& like) const {
+    return flat.as_strided(like.sizes(), like.strides(), flat.storage_offset() + offset);
+  }
+
+  std::vector<torch::Tensor> views_like(const FlatGroup& group, const torch::Tensor& flat) const {
+    std::vector<torch::Tensor> views;
+    for (size_t k = 0; k < group.members.size(); ++k) {
+      views.push_back(member_view(flat, group.layout.offset(k), parameters_[group.members[k]]));
+    }
+    return views;
+  }
+
+  // A hook after each parameter's gradient has been accumulated (into its view of the flat
+  // gradients): c10d's Reducer hooks the same place.
+  void add_hooks() {
+    group_of_.assign(parameters_.size(), 0);
+    for (size_t g = 0; g < groups_.size(); ++g) {
+      for (size_t index : groups_[g].members) group_of_[index] = g;
+    }
+    for (size_t index = 0; index < parameters_.size(); ++index) {
+      auto accumulator = torch::autograd::impl::grad_accumulator(parameters_[index]);
+      TORCH_CHECK(accumulator, "zero: parameter ", index, " has no gradient accumulator (does it require grad?)");
+      hook_keys_.push_back(accumulator->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
+          [this, index](const torch::autograd::variable_list& outputs, const torch::autograd::variable_list&) {
+            on_gradient_accumulated(index);
+            return outputs;
+          })));
+      accumulators_.push_back(std::move(accumulator));
+    }
+  }
+
+  void make_gradient_buffer(FlatGroup& group) {
+    if (group.full_grads.defined()) return;
+    group.full_grads = torch::zeros_like(group.full_params);
+    group.grad_views = views_like(group, group.full_grads);
+    for (size_t k = 0; k < group.members.size(); ++k) {
+      parameters_[group.members[k]].mutable_grad() = group.grad_views[k];
+    }
+  }
+
+  // Every parameter's gradient to a zeroed view of its group's flat gradients, so backward adds
+  // into the buffer that is sent. Stage 3 makes a unit's buffer just before the unit's backward.
+  void prepare_gradients() {
+    for (auto& group : groups_) {
+      group.pending = group.members.size();
+      group.reduce_started = false;
+      group.reduce_work.reset();
+      if (stage_ == 1) {
+        group.full_grads.zero_();
+        for (size_t k = 0; k < group.members.size(); ++k) {
+          parameters_[group.members[k]].mutable_grad() = group.grad_views[k];
+        }
+      } else if (stage_ == 2) {
+        make_gradient_buffer(group);
+      }
+    }
+    next_to_reduce_ = 0;
+  }
+
+  void on_gradient_accumulated(size_t index) {
+    auto& group = groups_[group_of_[index]];
+    TORCH_CHECK(group.pending > 0, "zero: parameter ", index, " got a second gradient in one backward; zero expects one");
+    if (--group.pending == 0) start_ready_reductions();
+  }
+
+  // Reductions start in group order on every rank, as collectives must (backward fills the groups
+  // in that order: buckets are in reverse parameter order, units are reduced last to first).
+  void start_ready_reductions() {
+    while (next_to_reduce_ < groups_.size()) {
+      const size_t g = stage_ == 3 ? groups_.size() - 1 - next_to_reduce_ : next_to_reduce_;
+      auto& group = groups_[g];
+      if (group.pending > 0) return;
+      start_reduction(group);
+      ++next_to_reduce_;
+    }
+  }
+
+  void start_reduction(FlatGroup& group) {
+    RECORD_USER_SCOPE("zero reduce " + group.name);
+    if (stage_ == 1) {
+      c10d::AllreduceOptions average;
+      average.reduceOp = c10d::ReduceOp::AVG;
+      std::vector<at::Tensor> tensors{group.full_grads};
+      group.reduce_work = backend_->allreduce(tensors, average);
+    } else {
+      c10d::ReduceScatterOptions average;
+      average.reduceOp = c10d::ReduceOp::AVG;
+      group.reduce_work = backend_->_reduce_scatter_base(group.shard_grads, group.full_grads, average);
+    }
+    group.reduce_started = true;
+    // The unit's backward is done: its whole parameters go (the gradients once the reduction ends).
+    if (stage_ == 3) release_parameters(group);
+  }
+
+  // After backward: groups with a parameter that got no gradient count it as zero (its view stays
+  // zeroed), as ddp does; every reduction is waited for, and stages 2 and 3 drop the whole gradients.
+  void finish_gradients() {
+    for (size_t g = 0; g < groups_.size(); ++g) {
+      auto& group = groups_[g];
+      if (group.pending == 0) continue;
+      if (stage_ == 3) {
+        // The unit's backward never ran (no gradient reached it): its buffer does not exist yet.
+        make_gradient_buffer(group);
+      }
+      group.pending = 0;
+    }
+    start_ready_reductions();
+    for (auto& group : groups_) group.reduce_work->wait();
+    if (stage_ == 1) return;
+    if (stage_ == 3) {
+      // A unit prefetched for a backward that never reached it: gathered again next step, from
+      // the updated shards.
+      for (auto& group : groups_) {
+        if (group.gather_work) group.gather_work->wait();
+        release_parameters(group);
+      }
+    }
+    for (auto& group : groups_) {
+      for (size_t index : group.members) parameters_[index].mutable_grad().reset();
+      group.full_grads = torch::Tensor();
+      group.grad_views.clear();
+    }
+  }
+
+  // Stages 1 and 2: each rank's updated shard back into every rank's whole parameters.
+  void gather_updated_parameters() {
+    for (auto& group : groups_) {
+      RECORD_USER_SCOPE("zero gather " + group.name);
+      // The input is the output's own slice at this rank's place: NCCL's in-place all-gather.
+      group.gather_work = backend_->_allgather_base(group.full_params, group.shard_params);
+    }
+    for (auto& group : groups_) {
+      group.gather_work->wait();
+      group.gather_work.reset();
+    }
+  }
+
+  // Stage 3.
+  void start_gather(size_t unit) {
+    auto& group = groups_[unit];
+    if (group.gather_work) return;
+    RECORD_USER_SCOPE("zero gather " + group.name);
+    allocate_memory(group.full_params);
+    group.gather_work = backend_->_allgather_base(group.full_params, group.shard_params);
+  }
+
+  void wait_gathered(size_t unit) {
+    start_gather(unit);
+    auto& group = groups_[unit];
+    group.gather_work->wait();
+  }
+
+  void release_parameters(FlatGroup& group) {
+    group.gather_work.reset();
+    release_memory(group.full_params);
+  }
+
+  torch::Tensor unit_by_unit_forward(torch::Tensor x) {
+    AutocastScope autocast(x.device().type(), model_->autocast_dtype());
+    // The cache would keep each unit's cast weights past its release.
+    AutocastCacheSetting no_cast_cache(false);
+    const size_t units = groups_.size();
+    for (size_t u = 0; u < units; ++u) {
+      wait_gathered(u);
+      if (u + 1 < units) start_gather(u + 1);
+      for (size_t s : unit_stages_[u]) x = stages_[s].forward(x);
+      // The last unit's backward comes next: its parameters stay.
+      if (u + 1 < units) release_parameters(groups_[u]);
+      x = BeforeUnitBackward::apply(x, this, static_cast<int64_t>(u));
+    }
+    return x;
+  }
+
+  // The whole model's parameters, or their averaged gradients, in the model's order, gathered
+  // from every rank's shards (a collective every rank calls).
+  std::vector<torch::Tensor> gathered_for_check(bool gradients) const {
+    torch::NoGradGuard no_grad;
+    std::vector<torch::Tensor> whole(parameters_.size());
+    for (auto& group : groups_) {
+      auto flat = torch::empty({group.layout.padded()}, group.shard_params.options());
+      auto shard = (gradients ? group.shard_grads : group.shard_params).contiguous();
+      backend_->_allgather_base(flat, shard)->wait();
+      for (size_t k = 0; k < group.members.size(); ++k) {
+        const auto& parameter = parameters_[group.members[k]];
+        whole[group.members[k]] = member_view(flat, group.layout.offset(k), parameter).clone();
+      }
+    }
+    return whole;
+  }
+
+  double comm_bytes_per_step() const {
+    const double share = ring_share(world_->size());
+    double bytes = 0;
+    for (size_t g = 0; g < groups_.size(); ++g) {
+      const auto& group = groups_[g];
+      const double flat = static_cast<double>(group.layout.padded()) * group.full_params.element_size();
+      if (stage_ == 1) bytes += 2 * share * flat + share * flat;  // all-reduce, then all-gather
+      if (stage_ == 2) bytes += 2 * share * flat;                 // reduce-scatter, then all-gather
+      // Gathered for the forward, again for the backward (not the last unit: kept), reduce-scattered.
+      if (stage_ == 3) bytes += (g + 1 == groups_.size() ? 2 : 3) * share * flat;
+    }
+    return bytes;
+  }
+
+  RunConfig config_;
+  World* world_ = nullptr;
+  c10::intrusive_ptr<c10d::Backend> backend_;
+  int stage_ = 1;
+  std::vector<torch::Tensor> parameters_;  // the model's, in its order
+  std::vector<FlatGroup> groups_;
+  std::vector<size_t> group_of_;           // per parameter
+  std::vector<torch::Tensor> held_;        // model_states()' parameters
+  std::unique_ptr<Optimizer> optimizer_;
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // kept: a parameter holds its own weakly
+  std::vector<uintptr_t> hook_keys_;
+  size_t next_to_reduce_ = 0;
+  // Stage 3: the model's stages, and per unit its name and stages.
+  std::vector<Stage> stages_;
+  std::vector<std::string> unit_names_;
+  std::vector<std::vector<size_t>> unit_stages_;
+};
+
+torch::autograd::variable_list BeforeUnitBackward::backward(torch::autograd::AutogradContext* context,
+                                                            torch::autograd::variable_list gradients) {
+  auto* zero = reinterpret_cast<Zero*>(static_cast<intptr_t>(context->saved_data["zero"].toInt()));
+  zero->before_unit_backward(static_cast<size_t>(context->saved_data["unit"].toInt()));
+  return {gradients.at(0), torch::Tensor(), torch::Tensor()};
+}
+
+// --advise: a rank's step (the whole model's at the per-rank batch, the whole optimizer step
+// included) plus the collectives, each from ddp's profiled bucket all-reduces by the ring
+// relation: an all-gather or reduce-scatter of the same bytes takes half an all-reduce's time
+// (docs/METRICS.md, "Predicted step time").
+StrategyPredictor zero_predictor() {
+  StrategyPredictor predictor;
+  predictor.needs_gpu_per_device = true;
+  predictor.request = [](const CaseConditions& conditions, ProfileRequest& request) {
+    const std::pair<double, int64_t> ranked{conditions.config.bucket_mib, conditions.config.batch_size};
+    if (std::find(request.ranks.begin(), request.ranks.end(), ranked) == request.ranks.end()) {
+      request.ranks.push_back(ranked);
+    }
+  };
+  predictor.predict = [](const AdviseProfile& profile, const CaseConditions& conditions) {
+    const auto& config = conditions.config;
+    const auto& rank = profile.ranks.at({config.bucket_mib, config.batch_size});
+    const int stage = std::stoi(config.options.at("stage"));
+    std::vector<double> half_ms;
+    double allreduce_total_ms = 0;
+    for (double ms : rank.bucket_allreduce_ms) {
+      half_ms.push_back(ms / 2);
+      allreduce_total_ms += ms;
+    }
+    const double gather_ms = allreduce_total_ms / 2;  // all of the parameters once
+    double step_ms = rank.rank_step_ms;
+    if (stage == 1) {
+      step_ms += exposed_allreduce_ms(rank.bucket_ready_ms, rank.bucket_allreduce_ms, rank.backward_ms, true) + gather_ms;
+    } else if (stage == 2) {
+      step_ms += exposed_allreduce_ms(rank.bucket_ready_ms, half_ms, rank.backward_ms, true) + gather_ms;
+    } else {
+      // Gathers hide behind the forward (what is not backward), gathers and reduce-scatters behind
+      // the backward, as far as each lasts; the first unit's gather is not modelled apart.
+      const double forward_ms = std::max(0.0, rank.rank_step_ms - rank.backward_ms);
+      step_ms += std::max(0.0, gather_ms - forward_ms) + std::max(0.0, 2 * gather_ms - rank.backward_ms);
+    }
+    return Prediction{step_ms, profile.parts.cut};
+  };
+  return predictor;
+}
+
+StrategyInfo zero_info() {
+  return StrategyInfo("zero")
+      .creates<Zero>()
+      .summary("one process per device; ZeRO stage 1 (optimizer state sharded), 2 (and gradients) or "
+               "3 (and parameters: ZeRO-3 (FSDP))")
+      .order(5)
+      .distributed()
+      .opt_in()
+      .graph_capturable()
+      .device_role("ranks")
+      .option(StrategyOption::integer("stage", "zero-stages")
+                  .help("zero: what is sharded across ranks: 1 optimizer state, 2 and gradients, 3 and "
+                        "parameters (ZeRO-3, FSDP); default 1,2,3")
+                  .choices({"1", "2", "3"})
+                  .defaults({"1", "2", "3"}))
+      .obstacle([](const CaseConditions& conditions) -> std::optional<CaseObstacle> {
+        if (conditions.cuda_graph && conditions.config.options.at("stage") == "3") {
+          return CaseObstacle{"zero stage 3 frees and reallocates each unit's parameters by host code every step, "
+                              "which a CUDA graph would replay at captured addresses",
+                              /*capture_only=*/true};
+        }
+        return std::nullopt;
+      })
+      .predictor(zero_predictor());
+}
+
+PARBENCH_REGISTER_STRATEGY(zero_info());
+
+}  // namespace
+}  // namespace parbench
