@@ -9,7 +9,7 @@
 // statistics follow its own shard (PyTorch's DDP re-broadcasts rank 0's buffers before every
 // forward by default). Training-mode outputs do not depend on them.
 #include "core/text.h"
-#include "strategies/distributed/broadcast.h"
+#include "strategies/distributed/rank_setup.h"
 #include "strategies/distributed/gradient_buckets.h"
 #include "strategies/distributed/world.h"
 #include "strategies/flat_tensors.h"
@@ -28,13 +28,7 @@ class DistributedDataParallel final : public Strategy {
  public:
   void setup(const ModelFactory& make_model, const std::vector<torch::Device>& devices,
              const RunConfig& config) override {
-    world_ = config.world;
-    TORCH_CHECK(world_,
-                "ddp runs one process per device and needs their process group: start it through "
-                "parbench's launcher, torchrun, srun or mpirun");
-    TORCH_CHECK(devices.size() == 1, "ddp runs on one device per rank, got ", devices.size());
-    TORCH_CHECK(devices.front() == world_->device(), "ddp was given ", devices.front(), " but this rank's device is ",
-                world_->device());
+    world_ = &rank_world("ddp", config, devices);
     devices_ = devices;
     config_ = config;
     model_ = make_model_on(make_model, devices.front(), config.precision);
@@ -87,10 +81,7 @@ StrategyPredictor ddp_predictor() {
   StrategyPredictor predictor;
   predictor.needs_gpu_per_device = true;
   predictor.request = [](const CaseConditions& conditions, ProfileRequest& request) {
-    const std::pair<double, int64_t> ranked{conditions.config.bucket_mib, conditions.config.batch_size};
-    if (std::find(request.ranks.begin(), request.ranks.end(), ranked) == request.ranks.end()) {
-      request.ranks.push_back(ranked);
-    }
+    request.add_rank(conditions.config.bucket_mib, conditions.config.batch_size);
   };
   predictor.predict = [](const AdviseProfile& profile, const CaseConditions& conditions) {
     const auto& config = conditions.config;

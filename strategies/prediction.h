@@ -7,6 +7,7 @@
 #include "strategies/schedule_simulator.h"
 #include "strategies/strategy.h"
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <string>
@@ -60,6 +61,12 @@ struct ProfileRequest {
   const StrategyInfo* set_up = nullptr;
   RunConfig set_up_config;
   std::vector<std::pair<double, int64_t>> ranks;  // (bucket MiB, per-rank batch): RankProfile's
+
+  // Asks for a rank's profile at this bucket size and per-rank batch, once.
+  void add_rank(double bucket_mib, int64_t batch) {
+    const std::pair<double, int64_t> ranked{bucket_mib, batch};
+    if (std::find(ranks.begin(), ranks.end(), ranked) == ranks.end()) ranks.push_back(ranked);
+  }
 };
 
 // One case's predicted step.

@@ -20,7 +20,7 @@
 #include "core/counter_table.h"
 #include "core/text.h"
 #include "models/autocast_cache.h"
-#include "strategies/distributed/broadcast.h"
+#include "strategies/distributed/rank_setup.h"
 #include "strategies/distributed/flat_shards.h"
 #include "strategies/distributed/gradient_buckets.h"
 #include "strategies/distributed/world.h"
@@ -94,13 +94,7 @@ class Zero final : public Strategy {
 
   void setup(const ModelFactory& make_model, const std::vector<torch::Device>& devices,
              const RunConfig& config) override {
-    world_ = config.world;
-    TORCH_CHECK(world_,
-                "zero runs one process per device and needs their process group: start it through "
-                "parbench's launcher, torchrun, srun or mpirun");
-    TORCH_CHECK(devices.size() == 1, "zero runs on one device per rank, got ", devices.size());
-    TORCH_CHECK(devices.front() == world_->device(), "zero was given ", devices.front(),
-                " but this rank's device is ", world_->device());
+    world_ = &rank_world("zero", config, devices);
     const auto stage = config.options.find("stage");
     TORCH_CHECK(stage != config.options.end(), "zero needs its stage option (--zero-stages=1,2,3)");
     stage_ = std::stoi(stage->second);
@@ -522,10 +516,7 @@ StrategyPredictor zero_predictor() {
   StrategyPredictor predictor;
   predictor.needs_gpu_per_device = true;
   predictor.request = [](const CaseConditions& conditions, ProfileRequest& request) {
-    const std::pair<double, int64_t> ranked{conditions.config.bucket_mib, conditions.config.batch_size};
-    if (std::find(request.ranks.begin(), request.ranks.end(), ranked) == request.ranks.end()) {
-      request.ranks.push_back(ranked);
-    }
+    request.add_rank(conditions.config.bucket_mib, conditions.config.batch_size);
   };
   predictor.predict = [](const AdviseProfile& profile, const CaseConditions& conditions) {
     const auto& config = conditions.config;

@@ -9,6 +9,7 @@
 #include "strategies/strategy.h"
 #include "strategies/training.h"
 #include "tests/launched_case.h"
+#include "tests/single_reference.h"
 #include "tests/tensor_compare.h"
 
 #include <gtest/gtest.h>
@@ -57,13 +58,7 @@ DdpResult run_ddp(int ranks, const std::string& bucket_mib, const std::string& o
                                {{"PARBENCH_TEST_SAVE_WEIGHTS", weights.path()}});
   EXPECT_EQ(run.world_size, ranks);
   EXPECT_EQ(run.repetitions.size(), 1u);
-  DdpResult result{run.facts, {}};
-  for (int rank = 0; rank < ranks; ++rank) {
-    std::vector<torch::Tensor> tensors;
-    torch::load(tensors, weights.path() + "/rank" + std::to_string(rank) + ".pt");
-    result.ranks.push_back(tensors);
-  }
-  return result;
+  return {run.facts, saved_rank_weights(weights.path(), ranks)};
 }
 
 // Single-device training on every rank's batch concatenated, from the seeded initial weights.
@@ -73,31 +68,9 @@ std::vector<torch::Tensor> run_single(int ranks, Precision precision, int steps,
   config.optimizer = optimizer;
   config.precision = precision;
   config.model = model;
-  config.batch_size = kBatchPerRank * ranks;
   config.image_size = 16;
   config.seq_len = 16;
-  fit_config_to_model(config);
-  std::vector<torch::Tensor> inputs, targets;
-  for (int rank = 0; rank < ranks; ++rank) {
-    torch::manual_seed(kRankDataSeed + static_cast<uint64_t>(rank));
-    const auto batch = make_random_batch(config, kBatchPerRank, torch::kCPU, torch::kCPU);
-    inputs.push_back(batch.inputs);
-    targets.push_back(batch.targets);
-  }
-  const Batch batch{torch::cat(inputs), torch::cat(targets)};
-  auto strategy = StrategyRegistry::instance().get("single").create();
-  strategy->setup(
-      [&] {
-        torch::manual_seed(kRankModelSeed);
-        return make_model(config.model, config.num_classes);
-      },
-      {torch::kCPU}, config);
-  for (int step = 0; step < steps; ++step) strategy->train_step(batch);
-  std::vector<torch::Tensor> tensors;
-  const auto parameters = strategy->model().module().parameters();
-  for (const auto& parameter : parameters) tensors.push_back(parameter.detach().clone());
-  for (const auto& parameter : parameters) tensors.push_back(parameter.grad().clone());
-  return tensors;
+  return single_on_rank_batches(config, ranks, kBatchPerRank, steps);
 }
 
 void expect_bitwise_equal(const std::vector<torch::Tensor>& value, const std::vector<torch::Tensor>& reference,

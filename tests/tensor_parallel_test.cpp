@@ -15,6 +15,7 @@
 #include "strategies/tensor_parallel/tensor_parallel_gpt.h"
 #include "strategies/training.h"
 #include "tests/launched_case.h"
+#include "tests/single_reference.h"
 #include "tests/option_parsing.h"
 #include "strategies/prediction.h"
 #include "tests/tensor_compare.h"
@@ -56,13 +57,7 @@ TensorParallelRun run_tensor_parallel(int ranks, const std::string& sequence_par
   const auto run = launch_case(PARBENCH_BINARY, arguments, only_train_case(arguments, ranks), ranks, /*timeout_s=*/60,
                                {{"PARBENCH_TEST_SAVE_WEIGHTS", weights.path()}});
   EXPECT_EQ(run.world_size, ranks);
-  TensorParallelRun result{run.facts, run.counters, {}};
-  for (int rank = 0; rank < ranks; ++rank) {
-    std::vector<torch::Tensor> tensors;
-    torch::load(tensors, weights.path() + "/rank" + std::to_string(rank) + ".pt");
-    result.ranks.push_back(tensors);
-  }
-  return result;
+  return {run.facts, run.counters, saved_rank_weights(weights.path(), ranks)};
 }
 
 // Single-device training on every rank's share concatenated (the whole batch each rank trains
@@ -71,30 +66,8 @@ std::vector<torch::Tensor> run_single(int ranks, OptimizerKind optimizer) {
   RunConfig config;
   config.model = "tinygpt";
   config.optimizer = optimizer;
-  config.batch_size = kBatch;
   config.seq_len = kSeq;
-  fit_config_to_model(config);
-  std::vector<torch::Tensor> inputs, targets;
-  for (int rank = 0; rank < ranks; ++rank) {
-    torch::manual_seed(kRankDataSeed + static_cast<uint64_t>(rank));
-    const auto share = make_random_batch(config, kBatch / ranks, torch::kCPU, torch::kCPU);
-    inputs.push_back(share.inputs);
-    targets.push_back(share.targets);
-  }
-  const Batch batch{torch::cat(inputs), torch::cat(targets)};
-  auto strategy = StrategyRegistry::instance().get("single").create();
-  strategy->setup(
-      [&] {
-        torch::manual_seed(kRankModelSeed);
-        return make_model(config.model, config.num_classes);
-      },
-      {torch::kCPU}, config);
-  for (int step = 0; step < kSteps; ++step) strategy->train_step(batch);
-  std::vector<torch::Tensor> tensors;
-  const auto parameters = strategy->model().module().parameters();
-  for (const auto& parameter : parameters) tensors.push_back(parameter.detach().clone());
-  for (const auto& parameter : parameters) tensors.push_back(parameter.grad().clone());
-  return tensors;
+  return single_on_rank_batches(config, ranks, kBatch / ranks, kSteps);
 }
 
 void expect_matches_single(const TensorParallelRun& run, int ranks, OptimizerKind optimizer = OptimizerKind::kSgd) {

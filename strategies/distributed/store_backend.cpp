@@ -207,94 +207,76 @@ c10::intrusive_ptr<c10d::Work> StoreBackend::reduce_scatter_tensor_coalesced(std
   });
 }
 
-void StoreBackend::all_reduce(const at::Tensor& tensor, bool average, uint64_t sequence) {
-  const std::string prefix = "allreduce/" + std::to_string(sequence) + "/";
-  const at::Tensor mine = tensor.contiguous();
-  set_tensor(*store_, prefix + std::to_string(rank_), mine);
-  wait_for_ranks(*store_, prefix, size_, timeout_, "reach all-reduce #" + std::to_string(sequence));
-
-  // Rank order, on every rank: the sums are bitwise equal everywhere.
-  at::Tensor sum;
-  std::vector<std::string> keys;
+void StoreBackend::for_each_part(const std::string& prefix, const at::Tensor& mine, const std::string& operation,
+                                 const std::function<void(int rank, const at::Tensor& part)>& take,
+                                 std::vector<std::string>& keys) {
   for (int rank = 0; rank < size_; ++rank) {
     const auto key = prefix + std::to_string(rank);
     for (auto& written : tensor_keys(key, mine.nbytes())) keys.push_back(std::move(written));
-    at::Tensor part = mine;
-    if (rank != rank_) {
-      part = get_tensor(*store_, key, mine, [&](size_t bytes) {
-        return "rank " + std::to_string(rank) + " sent " + std::to_string(bytes) + " bytes to all-reduce #" +
-               std::to_string(sequence) + ", rank " + std::to_string(rank_) + " " + std::to_string(mine.nbytes()) +
-               ": the ranks' tensors differ";
-      });
+    if (rank == rank_) {
+      take(rank, mine);
+      continue;
     }
+    take(rank, get_tensor(*store_, key, mine, [&](size_t bytes) {
+           return "rank " + std::to_string(rank) + " sent " + std::to_string(bytes) + " bytes to " + operation +
+                  ", rank " + std::to_string(rank_) + " " + std::to_string(mine.nbytes()) + ": the ranks' tensors differ";
+         }));
+  }
+}
+
+at::Tensor StoreBackend::sum_in_rank_order(const std::string& prefix, const at::Tensor& mine, const std::string& operation,
+                                           bool average, std::vector<std::string>& keys) {
+  // Rank order, on every rank: the sums are bitwise equal everywhere.
+  at::Tensor sum;
+  for_each_part(prefix, mine, operation, [&](int rank, const at::Tensor& part) {
     if (rank == 0) {
       sum = part.clone();
     } else {
       sum.add_(part);
     }
-  }
+  }, keys);
   if (average) sum.div_(size_);
-  tensor.copy_(sum);
+  return sum;
+}
+
+void StoreBackend::all_reduce(const at::Tensor& tensor, bool average, uint64_t sequence) {
+  const std::string prefix = "allreduce/" + std::to_string(sequence) + "/";
+  const std::string operation = "all-reduce #" + std::to_string(sequence);
+  const at::Tensor mine = tensor.contiguous();
+  set_tensor(*store_, prefix + std::to_string(rank_), mine);
+  wait_for_ranks(*store_, prefix, size_, timeout_, "reach " + operation);
+  std::vector<std::string> keys;
+  tensor.copy_(sum_in_rank_order(prefix, mine, operation, average, keys));
   release_keys(*store_, prefix + "read", size_, keys);
 }
 
 void StoreBackend::all_gather(const at::Tensor& output, const at::Tensor& input, uint64_t sequence) {
   const std::string prefix = "allgather/" + std::to_string(sequence) + "/";
+  const std::string operation = "all-gather #" + std::to_string(sequence);
   const at::Tensor mine = input.contiguous();
   set_tensor(*store_, prefix + std::to_string(rank_), mine);
-  wait_for_ranks(*store_, prefix, size_, timeout_, "reach all-gather #" + std::to_string(sequence));
+  wait_for_ranks(*store_, prefix, size_, timeout_, "reach " + operation);
   const auto shards = output.view({size_, -1});
   std::vector<std::string> keys;
-  for (int rank = 0; rank < size_; ++rank) {
-    const auto key = prefix + std::to_string(rank);
-    for (auto& written : tensor_keys(key, mine.nbytes())) keys.push_back(std::move(written));
-    if (rank == rank_) {
-      shards[rank].copy_(mine.view(-1));
-      continue;
-    }
-    shards[rank].copy_(get_tensor(*store_, key, mine, [&](size_t bytes) {
-                         return "rank " + std::to_string(rank) + " sent " + std::to_string(bytes) +
-                                " bytes to all-gather #" + std::to_string(sequence) + ", rank " +
-                                std::to_string(rank_) + " " + std::to_string(mine.nbytes()) +
-                                ": the ranks' tensors differ";
-                       }).view(-1));
-  }
+  for_each_part(prefix, mine, operation, [&](int rank, const at::Tensor& part) { shards[rank].copy_(part.view(-1)); },
+                keys);
   release_keys(*store_, prefix + "read", size_, keys);
 }
 
 void StoreBackend::reduce_scatter(const at::Tensor& output, const at::Tensor& input, bool average, uint64_t sequence) {
   // Chunk <d> of each rank's input goes under reducescatter/<seq>/<d>/<rank>, read by rank d alone.
   const std::string prefix = "reducescatter/" + std::to_string(sequence) + "/";
+  const std::string operation = "reduce-scatter #" + std::to_string(sequence);
   const auto chunks = input.contiguous().view({size_, -1});
   for (int destination = 0; destination < size_; ++destination) {
     set_tensor(*store_, prefix + std::to_string(destination) + "/" + std::to_string(rank_),
                chunks[destination].contiguous());
   }
   const std::string mine = prefix + std::to_string(rank_) + "/";
-  wait_for_ranks(*store_, mine, size_, timeout_, "reach reduce-scatter #" + std::to_string(sequence));
-  // Rank order, as all_reduce adds: each chunk is bitwise the all-reduce's.
-  const at::Tensor own = chunks[rank_];
-  at::Tensor sum;
+  wait_for_ranks(*store_, mine, size_, timeout_, "reach " + operation);
+  // Added in rank order, as all_reduce adds: each chunk is bitwise the all-reduce's.
   std::vector<std::string> keys;
-  for (int rank = 0; rank < size_; ++rank) {
-    const auto key = mine + std::to_string(rank);
-    for (auto& written : tensor_keys(key, own.nbytes())) keys.push_back(std::move(written));
-    at::Tensor part = own;
-    if (rank != rank_) {
-      part = get_tensor(*store_, key, own, [&](size_t bytes) {
-        return "rank " + std::to_string(rank) + " sent " + std::to_string(bytes) + " bytes to reduce-scatter #" +
-               std::to_string(sequence) + ", rank " + std::to_string(rank_) + " " + std::to_string(own.nbytes()) +
-               ": the ranks' tensors differ";
-      });
-    }
-    if (rank == 0) {
-      sum = part.clone();
-    } else {
-      sum.add_(part);
-    }
-  }
-  if (average) sum.div_(size_);
-  output.copy_(sum.view_as(output));
+  output.copy_(sum_in_rank_order(mine, chunks[rank_], operation, average, keys).view_as(output));
   release_keys(*store_, mine + "read", 1, keys);
 }
 

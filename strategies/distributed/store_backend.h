@@ -11,8 +11,10 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <string>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 namespace parbench {
 
@@ -61,6 +63,13 @@ class StoreBackend final : public c10d::Backend {
   void all_reduce(const at::Tensor& tensor, bool average, uint64_t sequence);
   void broadcast_from(const at::Tensor& tensor, int root, uint64_t sequence);
   void all_gather(const at::Tensor& output, const at::Tensor& input, uint64_t sequence);
+  // Each rank's part set under `prefix`<rank> (this rank's: `mine`, not read back), shaped like
+  // `mine`, to `take` in rank order; the keys read are added to `keys` for release_keys.
+  void for_each_part(const std::string& prefix, const at::Tensor& mine, const std::string& operation,
+                     const std::function<void(int rank, const at::Tensor& part)>& take, std::vector<std::string>& keys);
+  // Those parts added in rank order (bitwise the same on every rank), averaged if asked.
+  at::Tensor sum_in_rank_order(const std::string& prefix, const at::Tensor& mine, const std::string& operation,
+                               bool average, std::vector<std::string>& keys);
   void reduce_scatter(const at::Tensor& output, const at::Tensor& input, bool average, uint64_t sequence);
   // Checks a gather's or scatter's pair of tensors: CPU, one dtype, `large` world size times `small`.
   void check_pair(const at::Tensor& large, const at::Tensor& small, const char* operation) const;

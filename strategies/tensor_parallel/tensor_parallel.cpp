@@ -12,6 +12,7 @@
 // activation memory). The parameters those slices touch (LayerNorms, biases, the position
 // embedding) then get partial gradients, summed across ranks after backward.
 #include "core/counter_table.h"
+#include "strategies/distributed/rank_setup.h"
 #include "strategies/distributed/world.h"
 #include "strategies/optimizer.h"
 #include "strategies/prediction.h"
@@ -43,13 +44,7 @@ class TensorParallel final : public Strategy {
  public:
   void setup(const ModelFactory& make_model, const std::vector<torch::Device>& devices,
              const RunConfig& config) override {
-    world_ = config.world;
-    TORCH_CHECK(world_,
-                "tensor_parallel runs one process per device and needs their process group: start it through "
-                "parbench's launcher, torchrun, srun or mpirun");
-    TORCH_CHECK(devices.size() == 1, "tensor_parallel runs on one device per rank, got ", devices.size());
-    TORCH_CHECK(devices.front() == world_->device(), "tensor_parallel was given ", devices.front(),
-                " but this rank's device is ", world_->device());
+    world_ = &rank_world("tensor_parallel", config, devices);
     devices_ = devices;
     config_ = config;
     group_ = {world_->backend().get(), world_->rank(), world_->size(), &tally_, &clock_};
@@ -206,10 +201,7 @@ StrategyPredictor tensor_parallel_predictor() {
   StrategyPredictor predictor;
   predictor.needs_gpu_per_device = true;
   predictor.request = [](const CaseConditions& conditions, ProfileRequest& request) {
-    const std::pair<double, int64_t> whole_model{kWholeModelBucketMib, conditions.named_batch};
-    if (std::find(request.ranks.begin(), request.ranks.end(), whole_model) == request.ranks.end()) {
-      request.ranks.push_back(whole_model);
-    }
+    request.add_rank(kWholeModelBucketMib, conditions.named_batch);
   };
   predictor.predict = [](const AdviseProfile& profile, const CaseConditions& conditions) {
     const auto& config = conditions.config;
