@@ -79,25 +79,35 @@ void report(const char* fault, double seconds, const ProcessRun& run) {
   std::printf("fault: %s: exit status %d, %.1f s; %s\n", fault, run.exit_code, seconds, last_line(run.err).c_str());
 }
 
+// A run of two distributed cases whose rank 1 is killed (SIGKILL) two seconds into the first:
+// checks that the run goes on to the second case soon after, and exits 1.
+ProcessRun kill_rank_one_in_the_first_case(const std::vector<std::string>& arguments, const char* fault) {
+  ParbenchProcess parbench(arguments, test_environment());
+  const auto rank = parbench.wait_for_rank(1, kDeadline);
+  if (!rank) {
+    ADD_FAILURE() << "rank 1 never started: " << parbench.err();
+    return parbench.wait(kDeadline);
+  }
+  // Into the case: past start-up, in set-up or the timed loop.
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  EXPECT_EQ(kill(*rank, SIGKILL), 0);
+  const double killed_at = parbench.seconds();
+  const auto next_case = parbench.wait_for_err("[2/2", kDeadline);
+  auto run = parbench.wait(kDeadline);
+  report(fault, next_case.value_or(run.seconds) - killed_at, run);
+  EXPECT_EQ(run.exit_code, 1) << run.err;
+  EXPECT_TRUE(next_case) << run.err;
+  if (next_case) EXPECT_LT(*next_case - killed_at, kSlack) << "the launcher noticed the kill this late";
+  return run;
+}
+
 // ---- parbench's own launcher ------------------------------------------------------------------
 
 TEST(Fault, ARankKilledMidCaseFailsTheCaseTheNextRunsAndTheRunExits1) {
   TemporaryDirectory dir("parbench-fault-test");
   const auto out = dir.file("run.json");
-  ParbenchProcess parbench(ddp_arguments(out, "on,off"), test_environment());
-  const auto rank = parbench.wait_for_rank(1, kDeadline);
-  ASSERT_TRUE(rank) << parbench.err();
-  // Into the case: past start-up, in set-up or the timed loop.
-  std::this_thread::sleep_for(std::chrono::seconds(2));
-  ASSERT_EQ(kill(*rank, SIGKILL), 0);
-  const double killed_at = parbench.seconds();
-  const auto next_case = parbench.wait_for_err("[2/2", kDeadline);
-  const auto run = parbench.wait(kDeadline);
-  report("built-in launcher, rank 1 killed (SIGKILL)", next_case.value_or(run.seconds) - killed_at, run);
-
-  EXPECT_EQ(run.exit_code, 1) << run.err;
-  ASSERT_TRUE(next_case) << run.err;
-  EXPECT_LT(*next_case - killed_at, kSlack) << "the launcher noticed the kill this late";
+  const auto run =
+      kill_rank_one_in_the_first_case(ddp_arguments(out, "on,off"), "built-in launcher, rank 1 killed (SIGKILL)");
   const auto outcomes = case_outcomes(read_json(out));
   const auto killed = outcomes.at(kDdpCase + "/overlap:on/scaling:weak");
   EXPECT_NE(killed.first.find("rank 1 was killed by signal 9"), std::string::npos) << killed.first;
@@ -116,22 +126,11 @@ TEST(Fault, ARankKilledMidCaseFailsTheCaseTheNextRunsAndTheRunExits1) {
 TEST(Fault, AZeroRankKilledMidCaseFailsTheCaseTheNextRunsAndTheRunExits1) {
   TemporaryDirectory dir("parbench-fault-test");
   const auto out = dir.file("run.json");
-  ParbenchProcess parbench({"--strategies=zero", "--zero-stages=3,2", "--models=tinycnn", "--batch=2", "--image=16",
-                            "--warmup=1", "--repetitions=2", "--iterations=1000", "--allreduce=off",
-                            "--dist-timeout=3", "--benchmark_out=" + out, "--benchmark_out_format=json"},
-                           test_environment());
-  const auto rank = parbench.wait_for_rank(1, kDeadline);
-  ASSERT_TRUE(rank) << parbench.err();
-  std::this_thread::sleep_for(std::chrono::seconds(2));
-  ASSERT_EQ(kill(*rank, SIGKILL), 0);
-  const double killed_at = parbench.seconds();
-  const auto next_case = parbench.wait_for_err("[2/2", kDeadline);
-  const auto run = parbench.wait(kDeadline);
-  report("built-in launcher, zero rank 1 killed (SIGKILL)", next_case.value_or(run.seconds) - killed_at, run);
-
-  EXPECT_EQ(run.exit_code, 1) << run.err;
-  ASSERT_TRUE(next_case) << run.err;
-  EXPECT_LT(*next_case - killed_at, kSlack) << "the launcher noticed the kill this late";
+  const auto run = kill_rank_one_in_the_first_case(
+      {"--strategies=zero", "--zero-stages=3,2", "--models=tinycnn", "--batch=2", "--image=16", "--warmup=1",
+       "--repetitions=2", "--iterations=1000", "--allreduce=off", "--dist-timeout=3", "--benchmark_out=" + out,
+       "--benchmark_out_format=json"},
+      "built-in launcher, zero rank 1 killed (SIGKILL)");
   const std::string zero_case = "train/zero/tinycnn/batch:2/image:16/precision:fp32/data:device/gpus:2/stage:";
   const auto outcomes = case_outcomes(read_json(out));
   const auto killed = outcomes.at(zero_case + "3");
