@@ -3,6 +3,7 @@
 #include "benchmarks/self_exec.h"
 #include "benchmarks/temporary_directory.h"
 #include "core/counter_table.h"
+#include "core/text.h"
 
 #include <nlohmann/json.hpp>
 
@@ -47,8 +48,6 @@ std::string escaped(const std::string& text) {
   return out;
 }
 
-bool has_prefix(const std::string& text, const std::string& prefix) { return text.rfind(prefix, 0) == 0; }
-
 // This run's arguments without those a probe sets itself.
 std::vector<std::string> probe_arguments(const std::string& name, int64_t batch, const std::string& out_file) {
   static const std::vector<std::string> kSetByProbe = {
@@ -58,7 +57,7 @@ std::vector<std::string> probe_arguments(const std::string& name, int64_t batch,
   std::vector<std::string> arguments;
   for (const auto& argument : self_arguments()) {
     const bool dropped = std::any_of(kSetByProbe.begin(), kSetByProbe.end(), [&](const std::string& flag) {
-      return argument == flag || has_prefix(argument, flag + "=") || has_prefix(argument, flag + "_");
+      return argument == flag || starts_with(argument, flag + "=") || starts_with(argument, flag + "_");
     });
     if (!dropped) arguments.push_back(argument);
   }
@@ -111,7 +110,7 @@ std::string last_parbench_line(const std::string& log) {
   std::ifstream in(log);
   std::string line, found;
   while (std::getline(in, line)) {
-    if (has_prefix(line, "parbench:")) found = line;
+    if (starts_with(line, "parbench:")) found = line;
   }
   return found;
 }
@@ -143,12 +142,13 @@ FitSearch search_largest_batch(int64_t start, int64_t step, int64_t cap, const s
     }
     return true;
   };
-  const int64_t first = std::min(round_up(std::max<int64_t>(start, 1), step), std::max(step, round_down(cap, step)));
+  const int64_t top = std::max(step, round_down(cap, step));  // the largest batch it may probe
+  const int64_t first = std::min(round_up(std::max<int64_t>(start, 1), step), top);
   if (!try_batch(first)) return search;
   if (fits) {
     // Doubling while it fits, up to the cap.
-    for (int64_t batch = first; !fails && batch < cap;) {
-      batch = std::min(batch * 2, std::max(step, round_down(cap, step)));
+    for (int64_t batch = first; !fails && batch < top;) {
+      batch = std::min(batch * 2, top);
       if (batch <= *fits || !try_batch(batch)) break;
     }
     if (!search.failure.empty()) return search;

@@ -3,6 +3,8 @@
 // directory, and how a timeout in seconds is held.
 #pragma once
 
+#include "core/text.h"
+
 #include <algorithm>
 #include <chrono>
 #include <string>
@@ -25,7 +27,5 @@ inline std::string done_file(const std::string& dir, int rank) { return dir + "/
 inline std::chrono::milliseconds timeout_of(double seconds) {
   return std::max(std::chrono::milliseconds(1), std::chrono::milliseconds(static_cast<int64_t>(seconds * 1e3)));
 }
-
-inline bool starts_with(const std::string& text, const std::string& prefix) { return text.rfind(prefix, 0) == 0; }
 
 }  // namespace parbench

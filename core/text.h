@@ -27,6 +27,8 @@ std::string joined(const Items& items, const std::string& separator = ", ") {
 }
 
 // `value` as printf's %g writes it: 25, 2.5, 0.0001.
+inline bool starts_with(const std::string& text, const std::string& prefix) { return text.rfind(prefix, 0) == 0; }
+
 inline std::string format_number(double value) {
   char text[32];
   std::snprintf(text, sizeof text, "%g", value);

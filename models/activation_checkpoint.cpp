@@ -28,7 +28,8 @@ class CheckpointedBlock : public torch::autograd::Function<CheckpointedBlock> {
                                                  torch::autograd::variable_list output_gradients) {
     const auto input = context->get_saved_variables().front();
     const auto block = c10::static_intrusive_pointer_cast<Recomputation>(context->saved_data["block"].toCapsule());
-    const auto recompute_input = input.detach().requires_grad_(input.requires_grad());
+    // checkpointed_forward applies it only to an input that needs a gradient.
+    const auto recompute_input = input.detach().requires_grad_();
     torch::Tensor output;
     {
       torch::AutoGradMode with_grad(true);
@@ -37,7 +38,7 @@ class CheckpointedBlock : public torch::autograd::Function<CheckpointedBlock> {
     }
     torch::autograd::backward({output}, {output_gradients.front()});
     // One gradient per forward argument: the block itself has none.
-    return {recompute_input.requires_grad() ? recompute_input.grad() : torch::Tensor(), torch::Tensor()};
+    return {recompute_input.grad(), torch::Tensor()};
   }
 };
 

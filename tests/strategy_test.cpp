@@ -66,16 +66,24 @@ void expect_same_step(const StepResult& value, const StepResult& reference, cons
   }
 }
 
+// An equivalence test's configuration: `model` with 10 classes at `batch` samples of `sample`
+// (image side, or a language model's tokens), SGD at a large rate, so a wrong update shows in
+// the weights.
+RunConfig equivalence_config(const std::string& model, int64_t batch, int64_t sample) {
+  RunConfig config;
+  config.model = model;
+  config.num_classes = 10;
+  config.batch_size = batch;
+  (is_language_model(model) ? config.seq_len : config.image_size) = sample;
+  fit_config_to_model(config);
+  config.learning_rate = 0.1;
+  return config;
+}
+
 TEST_P(SplitEquivalence, MatchesSingleDevice) {
   const auto& c = GetParam();
   torch::manual_seed(7);
-  RunConfig config;
-  config.model = c.model;
-  config.num_classes = 10;
-  config.batch_size = c.batch;
-  (is_language_model(c.model) ? config.seq_len : config.image_size) = c.image;
-  fit_config_to_model(config);
-  config.learning_rate = 0.1;  // large, so a wrong update shows in the weights
+  auto config = equivalence_config(c.model, c.batch, c.image);
   const auto batch = make_random_batch(config, c.batch, torch::kCPU, torch::kCPU);
   const auto reference = train("single", config, 1, batch, c.eval_mode);
 
@@ -170,13 +178,7 @@ TEST(Checkpointing, EveryStrategyAndScheduleTrainsAsWithout) {
   };
   for (const auto& model : {Model{"tinycnn", 6, 16}, Model{"resnet18", 4, 32}, Model{"tinygpt", 6, 8}}) {
     torch::manual_seed(7);
-    RunConfig config;
-    config.model = model.name;
-    config.num_classes = 10;
-    config.batch_size = model.batch;
-    (is_language_model(model.name) ? config.seq_len : config.image_size) = model.sample;
-    fit_config_to_model(config);
-    config.learning_rate = 0.1;
+    auto config = equivalence_config(model.name, model.batch, model.sample);
     const auto batch = make_random_batch(config, model.batch, torch::kCPU, torch::kCPU);
     const auto both = [&](const std::string& strategy, size_t devices, const std::string& what, int steps = 2) {
       config.checkpoint = Checkpointing::kOff;
