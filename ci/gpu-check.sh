@@ -11,7 +11,8 @@
 #                             ref_* (issue 35's 2-GPU reference run: see reference_args),
 #                             timer_gpu (the event timer on every GPU, and a mutant of it: PARBENCH_MUTANT_TESTS),
 #                             cuts (4 GPUs: block-level cuts, interleaved-1f1b on 4 x 2 chunks),
-#                             ref4_* (issue 42's 4-GPU reference run: see REFERENCE4_ARGS);
+#                             ref4_* (issue 42's 4-GPU reference run: see REFERENCE4_ARGS),
+#                             mem2_* (issues 37-39 on 2 GPUs: memory, zero, tensor_parallel; see MEM2_ARGS);
 #                             prebuilt instead of build: see step_prebuilt
 # PARBENCH_BENCH_TIMEOUT=SECONDS: each parbench run of a step is killed after that long, so that
 # one hang cannot take a whole device call.
@@ -808,6 +809,61 @@ step_ref4_gpt() {
     --schedules=$REFERENCE_SCHEDULES --chunks=2 --split-sizes=2 --allreduce=off --advise=all $REFERENCE4_ARGS
 }
 step_ref4_pytorch_gpt() { NPROC=4 GPT_SPLITS=2 ONLY=pipelining_gpt pytorch_baselines gpt "$results/ref4_gpt.json" pytorch4_gpt; }
+
+# Issues 37, 38 and 39 on 2 GPUs: memory, sharded data parallel and tensor parallel.
+#   mem2_tests: the GPU tests of zero and tensor_parallel (NCCL, eager and graphed, against ddp and
+#     single)
+#   mem2_gpt: gpt2-medium, bf16, seq 1024, AdamW, batch 16 (per rank for ddp and zero, global for
+#     the others): single, ddp, zero stages 1-3, tensor_parallel (sequence parallel off and on) and
+#     the pipeline (1f1b, interleaved-1f1b; 4 micro-batches), eager and graphed, in one process: the
+#     time-memory table, each case with its memory breakdown and --advise's prediction
+#   mem2_single: single's SGD against AdamW, and checkpointing off against blocks, eager and graphed
+#   mem2_big: gpt-6.7b (bf16, AdamW) under ZeRO-3 on 2 GPUs beside single and ddp, which must run
+#     out of memory without ending the run; per rank 8 sequences on GPUs above 100 GB, 2 below
+#   mem2_fit: the largest batch per rank under ddp and each zero stage (gpt2-large, bf16, AdamW)
+readonly MEM2_ARGS="--models=gpt2-medium --seq=1024 --batch=16 --precision=bf16 --optimizer=adamw --busy-profile=off"
+step_mem2_tests() {
+  PARBENCH_GTEST_FILTER='*TwoGpusOnNccl*' step_test
+}
+step_mem2_gpt() {
+  # shellcheck disable=SC2086
+  PARBENCH_BENCH_TIMEOUT=${MEM2_TIMEOUT:-300} bench mem2_gpt $MEM2_ARGS \
+    --strategies=single,ddp,zero,tensor_parallel,pipeline --zero-stages=1,2,3 --sequence-parallel=off,on \
+    --schedules=1f1b,interleaved-1f1b --chunks=2 --split-sizes=4 --cuda-graph=off,on --allreduce=off \
+    --advise=all --repetitions=3 --benchmark_min_time=0.2
+}
+step_mem2_single() {
+  # shellcheck disable=SC2086
+  PARBENCH_BENCH_TIMEOUT=${MEM2_TIMEOUT:-150} bench mem2_single $MEM2_ARGS --strategies=single \
+    --optimizer=sgd,adamw --checkpoint=off,blocks --cuda-graph=off,on --repetitions=3 --benchmark_min_time=0.2
+}
+step_mem2_big() {
+  local memory batch
+  memory=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits -i 0)
+  batch=$((memory > 100000 ? 8 : 2))
+  echo "mem2_big: GPU 0 has ${memory} MiB: ${batch} sequences per rank"
+  PARBENCH_BENCH_TIMEOUT=${MEM2_BIG_TIMEOUT:-240} bench mem2_big --models=gpt-6.7b --seq=1024 --batch="$batch" \
+    --precision=bf16 --optimizer=adamw --busy-profile=off --strategies=single,ddp,zero --zero-stages=3 \
+    --allreduce=off --warmup=2 --repetitions=3 --iterations=2
+  local status=$?
+  grep -E "failed|out of memory|parbench:" "$results/mem2_big.stderr" | cut -c1-300 | tail -n 6
+  # single and ddp out of memory (exit 1), zero's stage 3 ran
+  python3 - "$results/mem2_big.json" <<'PY'
+import json, sys
+ran, failed = [], []
+for entry in json.load(open(sys.argv[1]))["benchmarks"]:
+    if entry["run_type"] != "iteration":
+        continue
+    (failed if entry.get("error_occurred") else ran).append(entry["run_name"].split("/manual_time")[0])
+print("mem2_big: ran", sorted(set(ran)), "failed", sorted(set(failed)))
+sys.exit(0 if any("/zero/" in n for n in ran) and any("/single/" in n for n in failed) else 1)
+PY
+}
+step_mem2_fit() {
+  PARBENCH_BENCH_TIMEOUT=${MEM2_FIT_TIMEOUT:-400} bench mem2_fit --models=gpt2-large --seq=1024 --batch=32 \
+    --precision=bf16 --optimizer=adamw --busy-profile=off --strategies=ddp,zero --zero-stages=1,2,3 \
+    --allreduce=off --fit=batch --fit-max-batch=128 --warmup=2 --repetitions=2 --iterations=2
+}
 
 CALL_STARTED=$(date +%s)  # for steps that fit themselves into what is left of the call
 failed=()
