@@ -85,8 +85,8 @@ step_prebuilt() {
 # filter, PARBENCH_GTEST_FILTER, default the GPU tests that start no parbench process).
 step_test() {
   if [[ -n $gtest_binary ]]; then
-    "$gtest_binary" --gtest_filter="${PARBENCH_GTEST_FILTER:-*MultiGpu*:*GraphedS*:AdviseProfile.*:DataParallel.*}" \
-      >"$results/gtest.log" 2>&1
+    timeout -k 10 "${PARBENCH_TEST_TIMEOUT:-600}" "$gtest_binary" \
+      --gtest_filter="${PARBENCH_GTEST_FILTER:-*MultiGpu*:*GraphedS*:AdviseProfile.*:DataParallel.*}" >"$results/gtest.log" 2>&1
     local status=$?
     grep -E "PASSED|FAILED|SKIPPED \[|tests ran" "$results/gtest.log" | tail -n 30
     return $status
@@ -823,7 +823,7 @@ step_ref4_pytorch_gpt() { NPROC=4 GPT_SPLITS=2 ONLY=pipelining_gpt pytorch_basel
 #   mem2_fit: the largest batch per rank under ddp and each zero stage (gpt2-large, bf16, AdamW)
 readonly MEM2_ARGS="--models=gpt2-medium --seq=1024 --batch=16 --precision=bf16 --optimizer=adamw --busy-profile=off"
 step_mem2_tests() {
-  PARBENCH_GTEST_FILTER='*TwoGpusOnNccl*' step_test
+  PARBENCH_TEST_TIMEOUT=150 PARBENCH_GTEST_FILTER='*TwoGpusOnNccl*' step_test
 }
 step_mem2_gpt() {
   # shellcheck disable=SC2086
