@@ -32,7 +32,7 @@
 
 #include <ATen/record_function.h>
 #include <torch/csrc/autograd/function.h>
-#include <torch/csrc/autograd/utils/lambda_post_hook.h>
+#include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
 #include <algorithm>
@@ -89,7 +89,7 @@ struct BeforeUnitBackward : torch::autograd::Function<BeforeUnitBackward> {
 class Zero final : public Strategy {
  public:
   ~Zero() override {
-    for (size_t i = 0; i < accumulators_.size(); ++i) accumulators_[i]->del_post_hook(hook_keys_[i]);
+    for (const auto& parameter : parameters_) torch::autograd::impl::set_post_acc_grad_hooks(parameter, nullptr);
   }
 
   void setup(const ModelFactory& make_model, const std::vector<torch::Device>& devices,
@@ -292,21 +292,29 @@ class Zero final : public Strategy {
   }
 
   // A hook after each parameter's gradient has been accumulated (into its view of the flat
-  // gradients): c10d's Reducer hooks the same place.
+  // gradients), where c10d's Reducer and FSDP2 hook. It lives on the parameter, not on its
+  // AccumulateGrad node: a node kept alive from an eager step would run its accumulation on the
+  // stream it was made on, the legacy stream, which a CUDA graph's capture on a side stream
+  // cannot depend on ("operation would make the legacy stream depend on a capturing blocking
+  // stream"). Without a reference the node is made again each backward, on the current stream.
+  struct AfterAccumulation final : torch::autograd::PostAccumulateGradHook {
+    AfterAccumulation(Zero* zero, size_t index) : zero(zero), index(index) {}
+    void operator()(const torch::autograd::Variable&) override { zero->on_gradient_accumulated(index); }
+    Zero* zero;
+    size_t index;
+  };
+
   void add_hooks() {
     group_of_.assign(parameters_.size(), 0);
     for (size_t g = 0; g < groups_.size(); ++g) {
       for (size_t index : groups_[g].members) group_of_[index] = g;
     }
     for (size_t index = 0; index < parameters_.size(); ++index) {
-      auto accumulator = torch::autograd::impl::grad_accumulator(parameters_[index]);
-      TORCH_CHECK(accumulator, "zero: parameter ", index, " has no gradient accumulator (does it require grad?)");
-      hook_keys_.push_back(accumulator->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
-          [this, index](const torch::autograd::variable_list& outputs, const torch::autograd::variable_list&) {
-            on_gradient_accumulated(index);
-            return outputs;
-          })));
-      accumulators_.push_back(std::move(accumulator));
+      TORCH_CHECK(parameters_[index].requires_grad(), "zero: parameter ", index, " does not require grad");
+      TORCH_CHECK(!torch::autograd::impl::post_acc_grad_hooks(parameters_[index]),
+                  "zero: parameter ", index, " already has a post-accumulate-grad hook");
+      torch::autograd::impl::set_post_acc_grad_hooks(parameters_[index],
+                                                     std::make_unique<AfterAccumulation>(this, index));
     }
   }
 
@@ -492,8 +500,6 @@ class Zero final : public Strategy {
   std::vector<size_t> group_of_;           // per parameter
   std::vector<torch::Tensor> held_;        // model_states()' parameters
   std::unique_ptr<Optimizer> optimizer_;
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // kept: a parameter holds its own weakly
-  std::vector<uintptr_t> hook_keys_;
   size_t next_to_reduce_ = 0;
   // Stage 3: the model's stages, and per unit its name and stages.
   std::vector<Stage> stages_;
