@@ -820,7 +820,11 @@ step_ref4_pytorch_gpt() { NPROC=4 GPT_SPLITS=2 ONLY=pipelining_gpt pytorch_basel
 #   mem2_single: single's SGD against AdamW, and checkpointing off against blocks, eager and graphed
 #   mem2_big: gpt-6.7b (bf16, AdamW) under ZeRO-3 on 2 GPUs beside single and ddp, which must run
 #     out of memory without ending the run; per rank 8 sequences on GPUs above 100 GB, 2 below
-#   mem2_fit: the largest batch per rank under ddp and each zero stage (gpt2-large, bf16, AdamW)
+#   mem2_zero: ddp and zero stages 1-3 alone, eager and graphed, each with --advise's prediction
+#   mem2_tp_trace: single and tensor_parallel (sequence parallel off and on), one traced step each,
+#     and where each one's GPU time goes (ci/kernel_time.py)
+#   mem2_fit: the largest batch per rank under ddp and the zero stages of MEM2_FIT_STAGES (default
+#     1,2,3), gpt2-large, bf16, AdamW; bounded by what is left of the call (MEM2_CALL_S, 575 s)
 readonly MEM2_ARGS="--models=gpt2-medium --seq=1024 --batch=16 --precision=bf16 --optimizer=adamw --busy-profile=off"
 step_mem2_tests() {
   PARBENCH_TEST_TIMEOUT=150 PARBENCH_GTEST_FILTER='*TwoGpusOnNccl*' step_test
@@ -859,10 +863,28 @@ print("mem2_big: ran", sorted(set(ran)), "failed", sorted(set(failed)))
 sys.exit(0 if any("/zero/" in n for n in ran) and any("/single/" in n for n in failed) else 1)
 PY
 }
+step_mem2_zero() {
+  # shellcheck disable=SC2086
+  PARBENCH_BENCH_TIMEOUT=${MEM2_TIMEOUT:-200} bench mem2_zero $MEM2_ARGS --strategies=ddp,zero --zero-stages=1,2,3 \
+    --cuda-graph=off,on --allreduce=off --advise=all --repetitions=3 --benchmark_min_time=0.2
+}
+step_mem2_tp_trace() {
+  local status=0 trace
+  # shellcheck disable=SC2086
+  PARBENCH_BENCH_TIMEOUT=${MEM2_TIMEOUT:-150} bench mem2_tp_trace $MEM2_ARGS --strategies=single,tensor_parallel \
+    --sequence-parallel=off,on --allreduce=off --trace="$results/traces" --repetitions=1 --iterations=3 || status=1
+  for trace in "$results"/traces/*.trace.json; do python3 ci/kernel_time.py "$trace" || status=1; done
+  return $status
+}
 step_mem2_fit() {
-  PARBENCH_BENCH_TIMEOUT=${MEM2_FIT_TIMEOUT:-400} bench mem2_fit --models=gpt2-large --seq=1024 --batch=32 \
-    --precision=bf16 --optimizer=adamw --busy-profile=off --strategies=ddp,zero --zero-stages=1,2,3 \
+  local left=$(( ${MEM2_CALL_S:-575} - ($(date +%s) - CALL_STARTED) - 10 ))
+  if (( left < 60 )); then echo "mem2_fit: ${left}s left of the call, not started"; return 1; fi
+  PARBENCH_BENCH_TIMEOUT=$left bench mem2_fit --models=gpt2-large --seq=1024 --batch=48 \
+    --precision=bf16 --optimizer=adamw --busy-profile=off --strategies=ddp,zero --zero-stages="${MEM2_FIT_STAGES:-1,2,3}" \
     --allreduce=off --fit=batch --fit-max-batch=128 --warmup=2 --repetitions=2 --iterations=2
+  local status=$?
+  tail -n 3 "$results/mem2_fit.stderr" | cut -c1-400
+  return $status
 }
 
 CALL_STARTED=$(date +%s)  # for steps that fit themselves into what is left of the call

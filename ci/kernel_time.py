@@ -4,7 +4,7 @@ ran in it.
 
   python3 ci/kernel_time.py TRACE.json
 
-Kinds, by kernel name (first match): matmul (cuBLAS/CUTLASS GEMMs), attention (flash, memory-
+Kinds, by kernel name (first match): collective (NCCL's kernels, on their own stream), matmul (cuBLAS/CUTLASS GEMMs), attention (flash, memory-
 efficient and cuDNN attention), layer_norm, softmax/loss (softmax, log-softmax, NLL: the
 cross-entropy), optimizer (the multi-tensor SGD update), copy (memcpy and memset), other
 (elementwise: GELU, residual adds, casts, embedding, ...).
@@ -16,6 +16,7 @@ import re
 import sys
 
 KINDS = [
+    ("collective", re.compile(r"nccl", re.I)),
     ("matmul", re.compile(r"gemm|cutlass|nvjet|xmma|cublas", re.I)),
     ("attention", re.compile(r"flash|fmha|attention|sdpa", re.I)),
     ("layer_norm", re.compile(r"layer_norm", re.I)),
@@ -40,8 +41,10 @@ def breakdown(trace: dict) -> dict:
     if not events:
         raise ValueError("the trace holds no GPU kernels")
     kinds: dict[str, float] = {}
+    names: dict[str, float] = {}
     for event in events:
         kinds[kind_of(event)] = kinds.get(kind_of(event), 0.0) + float(event["dur"])
+        names[event.get("name", "")] = names.get(event.get("name", ""), 0.0) + float(event["dur"])
     intervals = sorted((float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in events)
     busy, (start, end) = 0.0, intervals[0]
     for begin, finish in intervals[1:]:
@@ -52,7 +55,7 @@ def breakdown(trace: dict) -> dict:
             end = max(end, finish)
     busy += end - start
     span = max(finish for _, finish in intervals) - intervals[0][0]
-    return {"span_us": span, "idle_us": span - busy, "kinds": kinds}
+    return {"span_us": span, "idle_us": span - busy, "kinds": kinds, "kernels": names}
 
 
 def main(argv: list[str]) -> int:
@@ -71,6 +74,9 @@ def main(argv: list[str]) -> int:
           f"no kernel running {result['idle_us'] / 1e3:.2f} ms ({result['idle_us'] / span:.1%})")
     for kind, micros in sorted(result["kinds"].items(), key=lambda item: -item[1]):
         print(f"  {kind:13s} {micros / 1e3:9.2f} ms  {micros / total:6.1%} of kernel time")
+    print("  the longest kernels, summed by name:")
+    for name, micros in sorted(result["kernels"].items(), key=lambda item: -item[1])[:10]:
+        print(f"    {micros / 1e3:8.2f} ms  {name[:110]}")
     return 0
 
 

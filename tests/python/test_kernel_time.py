@@ -20,13 +20,15 @@ def test_kinds_span_and_idle():
         kernel("multi_tensor_apply_kernel", 85, 5),
         kernel("elementwise_kernel GeluCUDAKernelImpl", 90, 10),
         kernel("Memcpy DtoD", 100, 2, cat="gpu_memcpy"),
+        kernel("ncclDevKernel_AllReduce_Sum_bf16_RING_LL", 100, 4),  # beside the copy, on NCCL's stream
         {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 0, "dur": 500},  # host: not counted
     ]}
     result = kernel_time.breakdown(trace)
     assert result["kinds"] == {"matmul": 60, "attention": 10, "layer_norm": 5, "softmax/loss": 5,
-                               "optimizer": 5, "other": 10, "copy": 2}
-    assert result["span_us"] == 102
-    assert result["idle_us"] == 102 - (50 + 10 + 5 + 5 + 5 + 10 + 2)  # 50..60 and 75..80 idle
+                               "optimizer": 5, "other": 10, "copy": 2, "collective": 4}
+    assert result["kernels"]["sm90_xmma_gemm_bf16bf16_bf16f32"] == 40
+    assert result["span_us"] == 104
+    assert result["idle_us"] == 104 - (50 + 10 + 5 + 5 + 5 + 10 + 4)  # 50..60 and 75..80 idle
 
 
 def test_a_trace_without_kernels_is_refused():
