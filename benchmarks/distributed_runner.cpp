@@ -42,9 +42,13 @@ RankedRun run_training_rank(World& world, const CaseSpec& spec, const Options& o
     auto config = spec.config;
     config.world = &world;
     strategy->setup(
-        [&config] {
+        [&config, &world] {
+          world.report_own_work("building the model");
+          test_hooks::while_building_model();
           torch::manual_seed(kRankModelSeed);
-          return make_case_model(config);
+          auto model = make_case_model(config);
+          world.report_progress("set-up");
+          return model;
         },
         devices, config);
     torch::manual_seed(kRankDataSeed + static_cast<uint64_t>(world.rank()));

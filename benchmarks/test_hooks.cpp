@@ -7,9 +7,11 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <stdexcept>
+#include <thread>
 #include <vector>
 
 namespace parbench::test_hooks {
@@ -62,6 +64,11 @@ void at_case_setup(const std::string& case_name) {
   if (const auto name = hook("PARBENCH_TEST_FAIL_CASE"); !name.empty() && name == case_name) {
     throw std::runtime_error("failing on purpose (PARBENCH_TEST_FAIL_CASE)");
   }
+}
+
+void while_building_model() {
+  const auto milliseconds = std::atoi(hook("PARBENCH_TEST_SLOW_MODEL_BUILD_MS").c_str());
+  if (milliseconds > 0) std::this_thread::sleep_for(std::chrono::milliseconds(milliseconds));
 }
 
 void at_case_batch(int64_t batch_size) {

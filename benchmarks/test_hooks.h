@@ -30,6 +30,10 @@ void after_joining(World& world);
 // single-device training).
 void after_timed_steps(const Strategy& strategy, int rank);
 
+// A rank building its case's model: PARBENCH_TEST_SLOW_MODEL_BUILD_MS=MS sleeps that long first,
+// as building a large model on the host does.
+void while_building_model();
+
 // A case that runs in this process, at its set-up: PARBENCH_TEST_FAIL_CASE=NAME throws for the
 // case registered as NAME, as an exception or an out-of-memory error would.
 void at_case_setup(const std::string& case_name);

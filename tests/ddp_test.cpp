@@ -143,6 +143,19 @@ TEST(Ddp, Bf16ChannelsLastWeightsMatchSingleDevice) {
   expect_matches_single(run_ddp(2, "0.0001", "on", "bf16"), 2, Precision::kBFloat16, /*tolerance=*/2e-2);
 }
 
+// Building the model is a rank's own work, waiting for no peer: a build that outlasts
+// --dist-timeout and the watchdog's grace (1 + 5 s) is not taken for a stall.
+TEST(Ddp, AModelBuildLongerThanTheTimeoutIsNotAStall) {
+  hide_gpus_from_ranks();
+  auto arguments = kOptions;
+  arguments.back() = "--dist-timeout=1";
+  arguments.insert(arguments.end(), {"--models=tinycnn", "--warmup=1"});
+  const auto run = launch_case(PARBENCH_BINARY, arguments, only_train_case(arguments, 2), 2, /*timeout_s=*/60,
+                               {{"PARBENCH_TEST_SLOW_MODEL_BUILD_MS", "8000"}});
+  EXPECT_EQ(run.world_size, 2);
+  EXPECT_EQ(run.repetitions.size(), 1u);
+}
+
 // On GPUs (NCCL): replaying a captured step, all-reduces included, trains as the eager steps do.
 TEST(Ddp, CudaGraphReplaysMatchEagerStepsOnGpus) {
   const int gpus = visible_gpu_count();

@@ -438,6 +438,11 @@ void World::report_idle() {
   busy_ = false;
 }
 
+void World::report_own_work(const std::string& what) {
+  report_progress(what);
+  report_idle();
+}
+
 void World::leave() {
   if (left_) return;
   barrier("the end of the run");

@@ -118,6 +118,10 @@ class World {
   void report_progress(const std::string& what);
   // Between cases: nothing to watch.
   void report_idle();
+  // Work of this rank's own that waits for no peer (building a model on the host: gpt-6.7b takes
+  // about a minute): published as progress, but the watchdog does not run, since nothing in it
+  // can hang on another rank. The next report_progress marks the rank busy again.
+  void report_own_work(const std::string& what);
   // Leaves together: waits for every rank, so the rank hosting the store outlives the others'
   // last use of it, then shuts the backend down.
   void leave();
