@@ -1,5 +1,7 @@
 #include "strategies/training.h"
 
+#include "strategies/token_cross_entropy.h"
+
 #include "models/model_zoo.h"
 
 namespace parbench {
@@ -39,12 +41,13 @@ torch::Tensor to_input_layout(const torch::Tensor& inputs, Precision precision) 
 }
 
 torch::Tensor compute_loss(const torch::Tensor& outputs, const torch::Tensor& targets, LossKind loss) {
-  auto logits = outputs.to(torch::kFloat32);
-  if (loss == LossKind::kCrossEntropy) {
-    // A language model's (N, T, V) logits: every token predicts the next one.
-    if (logits.dim() == 3) return torch::nn::functional::cross_entropy(logits.flatten(0, 1), targets.flatten());
-    return torch::nn::functional::cross_entropy(logits, targets);
+  // A language model's (N, T, V) logits: every token predicts the next one, in fp32 chunk by
+  // chunk (token_cross_entropy.h: its memory and passes are the logits' own dtype's).
+  if (loss == LossKind::kCrossEntropy && outputs.dim() == 3) {
+    return token_cross_entropy(outputs.flatten(0, 1), targets.flatten());
   }
+  auto logits = outputs.to(torch::kFloat32);
+  if (loss == LossKind::kCrossEntropy) return torch::nn::functional::cross_entropy(logits, targets);
   return torch::mse_loss(logits, targets);
 }
 

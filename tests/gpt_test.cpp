@@ -2,7 +2,9 @@
 // shapes, stages that compose to the whole forward, and the FLOP count of docs/METRICS.md.
 #include "models/gpt.h"
 #include "models/model_zoo.h"
+#include "strategies/token_cross_entropy.h"
 #include "strategies/training.h"
+#include "tests/tensor_compare.h"
 
 #include <gtest/gtest.h>
 
@@ -112,6 +114,48 @@ TEST(Gpt, TrainingFlopsPerTokenAre6NPlus12LdT) {
   const double n = gpt_non_embedding_params(*find_gpt_config("tinygpt"));
   const double per_token = 6 * n + 12.0 * /*L*/ 2 * /*d*/ 32 * /*T*/ 64;
   EXPECT_DOUBLE_EQ(3 * tinygpt.forward_flops_per_sample(64, /*num_classes=*/96) / 64, per_token);
+}
+
+}  // namespace
+}  // namespace parbench
+
+namespace parbench {
+namespace {
+
+// The chunked cross-entropy against PyTorch's on fp32 logits: the same loss and gradient, in one
+// chunk and in chunks of 3 rows (the last one short), fp32 and bf16 logits (the gradient then
+// bf16, within its rounding). A wrong chunk offset, a missing one-hot or a sum for the mean is
+// off by far more.
+TEST(TokenCrossEntropy, MatchesCrossEntropyOnFp32LogitsInAnyChunksAndDtypes) {
+  torch::manual_seed(3);
+  const int64_t tokens = 11, vocabulary = 37;
+  const auto reference_logits = (torch::randn({tokens, vocabulary}) * 4).requires_grad_();
+  const auto targets = torch::randint(vocabulary, {tokens}, torch::kLong);
+  const auto reference = torch::nn::functional::cross_entropy(reference_logits, targets);
+  reference.backward(torch::full({}, 0.5));
+  const auto before = reference_logits.detach().clone();
+  for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+    for (const int64_t chunk : {kCrossEntropyChunkElements, 3 * vocabulary}) {
+      const auto logits = reference_logits.detach().to(dtype).clone().requires_grad_();
+      const auto loss = token_cross_entropy(logits, targets, chunk);
+      loss.backward(torch::full({}, 0.5));
+      const bool bf16 = dtype == torch::kBFloat16;
+      // bf16 logits are rounded before either loss sees them: compare against the rounded ones.
+      const auto rounded = logits.detach().to(torch::kFloat32).clone().requires_grad_();
+      const auto expected = torch::nn::functional::cross_entropy(rounded, targets);
+      expected.backward(torch::full({}, 0.5));
+      EXPECT_NEAR(loss.item<double>(), expected.item<double>(), 1e-5) << dtype << " chunk " << chunk;
+      EXPECT_EQ(logits.grad().scalar_type(), dtype);
+      EXPECT_LT(relative_difference(logits.grad().to(torch::kFloat32), rounded.grad()), bf16 ? 1e-2 : 1e-5)
+          << dtype << " chunk " << chunk;
+      if (!bf16) EXPECT_LT(relative_difference(logits.grad(), reference_logits.grad()), 1e-5);
+    }
+  }
+  // The saved logits are left as they were.
+  const auto logits = reference_logits.detach().clone().requires_grad_();
+  token_cross_entropy(logits, targets, 3 * vocabulary).backward();
+  EXPECT_TRUE(torch::equal(logits.detach(), before));
+  EXPECT_THROW(token_cross_entropy(reference_logits, targets.unsqueeze(0)), c10::Error);
 }
 
 }  // namespace

@@ -1,0 +1,53 @@
+#include "strategies/token_cross_entropy.h"
+
+namespace parbench {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+struct TokenCrossEntropy : torch::autograd::Function<TokenCrossEntropy> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& logits, const torch::Tensor& targets,
+                               int64_t chunk_elements) {
+    ctx->saved_data["chunk"] = chunk_elements;
+    const auto rows = logits.size(0);
+    auto log_sum_exp = torch::empty({rows}, logits.options().dtype(torch::kFloat32));
+    for_each_row_chunk(rows, logits.size(1), chunk_elements, [&](int64_t begin, int64_t end) {
+      log_sum_exp.slice(0, begin, end).copy_(at::logsumexp(logits.slice(0, begin, end).to(torch::kFloat32), {1}));
+    });
+    const auto target_logits = logits.gather(1, targets.unsqueeze(1)).squeeze(1).to(torch::kFloat32);
+    ctx->save_for_backward({logits, targets, log_sum_exp});
+    return (log_sum_exp - target_logits).mean();
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list gradients) {
+    const auto saved = ctx->get_saved_variables();
+    const auto& logits = saved[0];
+    const auto& targets = saved[1];
+    const auto& log_sum_exp = saved[2];
+    const auto rows = logits.size(0);
+    // d(mean loss)/d(logit) = (softmax - one-hot) / tokens, times the incoming gradient.
+    const auto scale = gradients[0].to(torch::kFloat32) / static_cast<double>(rows);
+    auto gradient = torch::empty_like(logits, torch::MemoryFormat::Contiguous);
+    for_each_row_chunk(rows, logits.size(1), ctx->saved_data["chunk"].toInt(), [&](int64_t begin, int64_t end) {
+      // A copy even of fp32 logits: they are saved, and the chunk is worked on in place.
+      auto softmax = logits.slice(0, begin, end).to(torch::kFloat32, /*non_blocking=*/false, /*copy=*/true).sub_(log_sum_exp.slice(0, begin, end).unsqueeze(1)).exp_();
+      softmax.scatter_add_(1, targets.slice(0, begin, end).unsqueeze(1),
+                           torch::full({end - begin, 1}, -1.0, softmax.options()));
+      gradient.slice(0, begin, end).copy_(softmax.mul_(scale));
+    });
+    return {gradient, torch::Tensor(), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+torch::Tensor token_cross_entropy(const torch::Tensor& logits, const torch::Tensor& targets, int64_t chunk_elements) {
+  TORCH_CHECK(logits.dim() == 2 && targets.dim() == 1 && targets.size(0) == logits.size(0),
+              "token_cross_entropy takes (tokens, vocabulary) logits and (tokens) targets, got ", logits.sizes(),
+              " and ", targets.sizes());
+  TORCH_CHECK(chunk_elements > 0, "token_cross_entropy: chunks need at least one element, got ", chunk_elements);
+  return TokenCrossEntropy::apply(logits, targets, chunk_elements);
+}
+
+}  // namespace parbench
