@@ -111,7 +111,7 @@ void expect_matches_single(const TensorParallelRun& run, int ranks, OptimizerKin
 double expected_comm_bytes(bool sequence_parallel) {
   const double activation = 16.0 * 6 * 32 * 4;  // (T, N, d) fp32
   const double batch_share_gather = 2 * 0.5 * (6.0 * 16 * 8);  // tokens and targets, int64
-  const double loss = 0.5 * (2.0 * 96 * 4) + 2 * 0.5 * (2.0 * 96 * 4);  // maxima all-gather, sums all-reduce
+  const double loss = 0.5 * (2.0 * 96 * 4) + 2 * 0.5 * (96.0 * 4);  // log-sum-exp all-gather, target all-reduce
   // Without sequence parallelism: all-reduces (2 (w-1)/w N) of the embedding, of each block's
   // two row-parallel outputs, and backward of the two column-parallel inputs per block and the
   // head's: 1 + 2 x 2 + 2 x 2 + 1 = 10. With it each becomes an all-gather and a reduce-scatter

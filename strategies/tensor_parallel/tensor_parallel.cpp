@@ -31,7 +31,7 @@ namespace {
 PARBENCH_DECLARE_COUNTER(Counter("tp_comm_mib_per_step").unit("MiB").lower_is_better()
                              .means("tensor_parallel: bytes one rank sends per step by the ring algorithms' counts, / 2^20"));
 PARBENCH_DECLARE_COUNTER(Counter("tp_comm_ms").unit("ms").lower_is_better()
-                             .means("tensor_parallel, GPUs, eager: the compute stream's wait on the last step's collectives (all exposed)"));
+                             .means("tensor_parallel, GPUs, eager: the compute stream's waits on the last step's collectives: the exposed communication"));
 PARBENCH_DECLARE_COUNTER(Counter("tp_collectives_per_step").unit("count").lower_is_better()
                              .means("tensor_parallel: collectives one rank issues per step"));
 

@@ -1,6 +1,7 @@
 #include "strategies/tensor_parallel/tensor_parallel_gpt.h"
 
 #include "strategies/flat_tensors.h"
+#include "strategies/token_cross_entropy.h"
 
 #ifdef PARBENCH_WITH_CUDA
 #include <ATen/cuda/CUDAEvent.h>
@@ -102,39 +103,120 @@ struct ReduceScatterToSequenceParallelRegion : torch::autograd::Function<ReduceS
 };
 
 // Megatron's vocab_parallel_cross_entropy, as one autograd function: forward reduces across
-// ranks, backward is local.
+// ranks, backward is local. As token_cross_entropy (strategies/token_cross_entropy.h), the fp32
+// work goes chunk by chunk and only the logits (in their own dtype) and one fp32 value per token
+// are kept: each rank's log-sum-exp over its columns, all-gathered and combined into the whole
+// vocabulary's (a log-sum-exp of the ranks' own, so no maxima need to travel first).
 struct VocabParallelCrossEntropy : torch::autograd::Function<VocabParallelCrossEntropy> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& local_logits, const torch::Tensor& targets,
                                const TensorParallelGroup* group) {
-    const auto logits = local_logits.to(torch::kFloat32);
-    const int64_t local_vocabulary = logits.size(1);
-    const int64_t first = group->rank * local_vocabulary;
-    // The row maxima, only so that exp cannot overflow: any value the ranks agree on would do.
-    const auto maxima = all_gather_first_dim(std::get<0>(logits.max(1)).unsqueeze(0), *group);
-    const auto row_max = std::get<0>(maxima.max(0));
-    const auto shifted = logits - row_max.unsqueeze(1);
-    const auto exponentials = shifted.exp();
-    const auto local_targets = targets - first;
+    const int64_t tokens = local_logits.size(0), local_vocabulary = local_logits.size(1);
+    auto local_log_sum_exp = torch::empty({tokens}, local_logits.options().dtype(torch::kFloat32));
+    for_each_row_chunk(tokens, local_vocabulary, kCrossEntropyChunkElements, [&](int64_t begin, int64_t end) {
+      local_log_sum_exp.slice(0, begin, end)
+          .copy_(at::logsumexp(local_logits.slice(0, begin, end).to(torch::kFloat32), {1}));
+    });
+    const auto log_sum_exp = at::logsumexp(all_gather_first_dim(local_log_sum_exp.unsqueeze(0), *group), {0});
+    const auto local_targets = targets - group->rank * local_vocabulary;
     const auto owned = local_targets.ge(0).logical_and(local_targets.lt(local_vocabulary));
     const auto safe_targets = local_targets.clamp(0, local_vocabulary - 1);
-    const auto target_logit = shifted.gather(1, safe_targets.unsqueeze(1)).squeeze(1).masked_fill(owned.logical_not(), 0.0);
-    // One all-reduce for both sums: each token's sum of exponentials and its target's logit.
-    auto sums = torch::stack({exponentials.sum(1), target_logit});
-    all_reduce_sum_in_place(sums, *group);
-    const auto sum_exp = sums[0];
-    const auto tokens = static_cast<double>(logits.size(0));
-    ctx->save_for_backward({exponentials.div(sum_exp.unsqueeze(1)), safe_targets, owned});
-    ctx->saved_data["tokens"] = tokens;
-    ctx->saved_data["dtype"] = static_cast<int64_t>(local_logits.scalar_type());
-    return (sum_exp.log() - sums[1]).sum().div(tokens);
+    auto target_logits = local_logits.gather(1, safe_targets.unsqueeze(1))
+                             .squeeze(1)
+                             .to(torch::kFloat32)
+                             .masked_fill(owned.logical_not(), 0.0)
+                             .contiguous();
+    all_reduce_sum_in_place(target_logits, *group);
+    ctx->save_for_backward({local_logits, safe_targets, owned, log_sum_exp});
+    return (log_sum_exp - target_logits).sum().div(static_cast<double>(tokens));
   }
   static variable_list backward(AutogradContext* ctx, variable_list gradients) {
     const auto saved = ctx->get_saved_variables();
-    auto gradient = saved[0].clone();  // softmax over the whole vocabulary, this rank's columns
-    gradient.scatter_add_(1, saved[1].unsqueeze(1), saved[2].to(gradient.scalar_type()).neg().unsqueeze(1));
-    gradient.mul_(gradients[0] / ctx->saved_data["tokens"].toDouble());
-    const auto dtype = static_cast<c10::ScalarType>(ctx->saved_data["dtype"].toInt());
-    return {gradient.to(dtype), torch::Tensor(), torch::Tensor()};
+    const auto& local_logits = saved[0];
+    const auto& safe_targets = saved[1];
+    const auto& owned = saved[2];
+    const auto& log_sum_exp = saved[3];
+    const int64_t tokens = local_logits.size(0);
+    const auto scale = gradients[0].to(torch::kFloat32) / static_cast<double>(tokens);
+    // softmax over the whole vocabulary on this rank's columns, minus one where it owns the target
+    auto gradient = torch::empty_like(local_logits, torch::MemoryFormat::Contiguous);
+    for_each_row_chunk(tokens, local_logits.size(1), kCrossEntropyChunkElements, [&](int64_t begin, int64_t end) {
+      auto softmax = local_logits.slice(0, begin, end)
+                         .to(torch::kFloat32, /*non_blocking=*/false, /*copy=*/true)
+                         .sub_(log_sum_exp.slice(0, begin, end).unsqueeze(1))
+                         .exp_();
+      softmax.scatter_add_(1, safe_targets.slice(0, begin, end).unsqueeze(1),
+                           owned.slice(0, begin, end).to(torch::kFloat32).neg().unsqueeze(1));
+      gradient.slice(0, begin, end).copy_(softmax.mul_(scale));
+    });
+    return {gradient, torch::Tensor(), torch::Tensor()};
+  }
+};
+
+// A column-parallel linear layer (Megatron's ColumnParallelLinear with its asynchronous
+// gradient communication): the input enters the tensor-parallel region (sequence parallel:
+// all-gathered along the sequence) and each rank applies its rows of the weight. Backward
+// starts the input gradient's collective (an all-reduce of the ranks' partial sums; sequence
+// parallel: a reduce-scatter back to the sequence shards) and computes the weight's gradient
+// while it runs on NCCL's stream, waiting only before handing the input gradient on. As two
+// autograd nodes (f, then the linear layer) the collective would start after both gradients.
+// Under autocast the caller casts the input, and the weight and bias are cast here, as
+// autocast's linear would.
+struct ColumnParallelLinear : torch::autograd::Function<ColumnParallelLinear> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& weight,
+                               const torch::Tensor& bias, const TensorParallelGroup* group, bool sequence_parallel) {
+    save_group(ctx, group);
+    ctx->saved_data["sequence_parallel"] = sequence_parallel;
+    ctx->saved_data["weight_dtype"] = static_cast<int64_t>(weight.scalar_type());
+    // No bias: an empty tensor (autograd functions take no undefined inputs).
+    const bool has_bias = bias.numel() > 0;
+    ctx->saved_data["bias_dtype"] = static_cast<int64_t>(bias.scalar_type());
+    ctx->saved_data["has_bias"] = has_bias;
+    const auto whole = sequence_parallel ? all_gather_first_dim(x, *group) : x;
+    const auto dtype = whole.scalar_type();
+    const auto rows = whole.reshape({-1, whole.size(-1)});
+    const auto cast_weight = weight.to(dtype);
+    const auto output = has_bias ? at::addmm(bias.to(dtype), rows, cast_weight.t()) : at::mm(rows, cast_weight.t());
+    ctx->save_for_backward({rows, cast_weight});
+    auto sizes = whole.sizes().vec();
+    sizes.back() = output.size(1);
+    ctx->saved_data["input_sizes"] = x.sizes().vec();
+    return output.view(sizes);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list gradients) {
+    const auto& group = saved_group(ctx);
+    const bool sequence_parallel = ctx->saved_data["sequence_parallel"].toBool();
+    const auto saved = ctx->get_saved_variables();
+    const auto& rows = saved[0];
+    const auto& cast_weight = saved[1];
+    const auto output_gradient = gradients[0].reshape({-1, gradients[0].size(-1)});
+    auto input_gradient = output_gradient.mm(cast_weight);  // (rows, d): this rank's partial sums
+    auto whole_sizes = ctx->saved_data["input_sizes"].toIntVector();
+    if (sequence_parallel) whole_sizes[0] *= group.degree;
+    input_gradient = input_gradient.view(whole_sizes);
+    c10::intrusive_ptr<c10d::Work> work;
+    if (group.degree > 1) {
+      if (sequence_parallel) {
+        auto shard_sizes = whole_sizes;
+        shard_sizes[0] /= group.degree;
+        auto shard = torch::empty(shard_sizes, input_gradient.options());
+        tally(group, static_cast<double>(input_gradient.nbytes()), 1.0);
+        work = group.backend->_reduce_scatter_base(shard, input_gradient);
+        input_gradient = shard;
+      } else {
+        tally(group, static_cast<double>(input_gradient.nbytes()), 2.0);
+        std::vector<at::Tensor> tensors{input_gradient};
+        work = group.backend->allreduce(tensors);
+      }
+    }
+    const auto weight_gradient =
+        output_gradient.t().mm(rows).to(static_cast<c10::ScalarType>(ctx->saved_data["weight_dtype"].toInt()));
+    torch::Tensor bias_gradient;
+    if (ctx->saved_data["has_bias"].toBool()) {
+      bias_gradient = output_gradient.sum(0).to(static_cast<c10::ScalarType>(ctx->saved_data["bias_dtype"].toInt()));
+    }
+    // The clock times the compute stream's wait: the communication the weight gradient did not hide.
+    if (work) timed(group, input_gradient, [&] { work->wait(); });
+    return {input_gradient, weight_gradient, bias_gradient, torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -146,13 +228,15 @@ torch::Tensor rows_linear(const torch::Tensor& x, const torch::Tensor& weight, c
   return rows.view(sizes);
 }
 
-// Into the column-parallel layers: the whole sequence on every rank. Under autocast the input is
+// A column-parallel layer on x: the whole sequence on every rank. Under autocast the input is
 // cast first, as the layer would cast it, so that the gather and the gradient's all-reduce or
 // reduce-scatter move bf16, as Megatron's do, not LayerNorm's fp32.
-torch::Tensor enter_parallel_region(torch::Tensor x, const TensorParallelGroup& group, bool sequence_parallel) {
+torch::Tensor column_parallel(torch::Tensor x, const torch::Tensor& weight, const torch::Tensor& bias,
+                              const TensorParallelGroup& group, bool sequence_parallel) {
   const auto device_type = x.device().type();
   if (at::autocast::is_autocast_enabled(device_type)) x = x.to(at::autocast::get_autocast_dtype(device_type));
-  return sequence_parallel ? gather_from_sequence_parallel_region(x, group) : copy_to_tensor_parallel_region(x, group);
+  return ColumnParallelLinear::apply(x, weight, bias.defined() ? bias : torch::empty({0}, weight.options()), &group,
+                                     sequence_parallel);
 }
 
 // Out of a row-parallel layer: its partial sums combined (sequence parallel: this rank's shard of them).
@@ -334,9 +418,9 @@ ParallelAttentionImpl::ParallelAttentionImpl(const GptConfig& config, TensorPara
 }
 
 torch::Tensor ParallelAttentionImpl::forward(const torch::Tensor& x) {
-  const auto whole = enter_parallel_region(x, group, sequence_parallel);  // (T, N, d)
-  const auto tokens = whole.size(0), batch = whole.size(1);
-  const auto qkv = rows_linear(whole, c_attn->weight, c_attn->bias).split(local_heads * head_width, /*dim=*/2);
+  const auto projected = column_parallel(x, c_attn->weight, c_attn->bias, group, sequence_parallel);  // (T, N, 3 h w)
+  const auto tokens = projected.size(0), batch = projected.size(1);
+  const auto qkv = projected.split(local_heads * head_width, /*dim=*/2);
   // (T, N, heads, head width) to (N, heads, T, head width), as attention takes them.
   const auto as_heads = [&](const torch::Tensor& t) {
     return t.view({tokens, batch, local_heads, head_width}).permute({1, 2, 0, 3});
@@ -357,8 +441,7 @@ ParallelMlpImpl::ParallelMlpImpl(const GptConfig& config, TensorParallelGroup gr
 }
 
 torch::Tensor ParallelMlpImpl::forward(const torch::Tensor& x) {
-  const auto whole = enter_parallel_region(x, group, sequence_parallel);
-  const auto hidden = torch::gelu(rows_linear(whole, c_fc->weight, c_fc->bias), "tanh");
+  const auto hidden = torch::gelu(column_parallel(x, c_fc->weight, c_fc->bias, group, sequence_parallel), "tanh");
   return with_bias(leave_parallel_region(rows_linear(hidden, c_proj->weight), group, sequence_parallel), c_proj->bias);
 }
 
@@ -451,8 +534,7 @@ std::vector<Stage> TensorParallelGptImpl::build_stages() {
                       /*block=*/true});
   }
   stages.push_back({"head", {ln_f.ptr(), lm_head.ptr()}, [this](const torch::Tensor& x) {
-                      const auto whole = enter_parallel_region(ln_f(x), group_, sequence_parallel_);
-                      return rows_linear(whole, lm_head->weight);
+                      return column_parallel(ln_f(x), lm_head->weight, {}, group_, sequence_parallel_);
                     }});
   return stages;
 }

@@ -88,11 +88,11 @@ torch::Tensor all_gather_first_dim(const torch::Tensor& x, const TensorParallelG
 
 // Mean next-token cross-entropy over logits split by vocabulary: `local_logits` (tokens, V/w),
 // this rank's columns [rank V/w, (rank+1) V/w) of the whole (tokens, V) logits, any float type
-// (computed in fp32); `targets` (tokens) indices into the whole vocabulary. Megatron's: the
-// row maxima, sums of exponentials and target logits are combined across ranks (maxima by an
-// all-gather of each rank's, as the store backend has no MAX), so no rank holds more than its
-// columns; the gradient is softmax minus one-hot on each rank's own columns, no communication.
-// Every rank returns the same loss.
+// (computed in fp32, chunk by chunk); `targets` (tokens) indices into the whole vocabulary.
+// Megatron's: each token's log-sum-exp (an all-gather of every rank's over its own columns,
+// combined) and target logit (an all-reduce) are combined across ranks, so no rank holds more
+// than its columns; the gradient is softmax minus one-hot on each rank's own columns, no
+// communication. Every rank returns the same loss.
 torch::Tensor vocab_parallel_cross_entropy(const torch::Tensor& local_logits, const torch::Tensor& targets,
                                            const TensorParallelGroup& group);
 
