@@ -817,9 +817,10 @@ step_ref4_pytorch_gpt() { NPROC=4 GPT_SPLITS=2 ONLY=pipelining_gpt pytorch_basel
 #     the others): single, ddp, zero stages 1-3, tensor_parallel (sequence parallel off and on) and
 #     the pipeline (1f1b, interleaved-1f1b; 4 micro-batches), eager and graphed, in one process: the
 #     time-memory table, each case with its memory breakdown and --advise's prediction
+#     (MEM2_ADVISE=--advise=off leaves the predictions out)
 #   mem2_single: single's SGD against AdamW, and checkpointing off against blocks, eager and graphed
 #   mem2_big: gpt-6.7b (bf16, AdamW) under ZeRO-3 on 2 GPUs beside single and ddp, which must run
-#     out of memory without ending the run; per rank 8 sequences on GPUs above 100 GB, 2 below
+#     out of memory without ending the run; per rank 16 sequences on GPUs above 100 GB, 4 below
 #   mem2_zero: ddp and zero stages 1-3 alone, eager and graphed, each with --advise's prediction
 #   mem2_tp_trace: single and tensor_parallel (sequence parallel off and on), one traced step each,
 #     and where each one's GPU time goes (ci/kernel_time.py)
@@ -834,7 +835,7 @@ step_mem2_gpt() {
   PARBENCH_BENCH_TIMEOUT=${MEM2_TIMEOUT:-300} bench mem2_gpt $MEM2_ARGS \
     --strategies=single,ddp,zero,tensor_parallel,pipeline --zero-stages=1,2,3 --sequence-parallel=off,on \
     --schedules=1f1b,interleaved-1f1b --chunks=2 --split-sizes=4 --cuda-graph=off,on --allreduce=off \
-    --advise=all --repetitions=3 --benchmark_min_time=0.2
+    ${MEM2_ADVISE:---advise=all} --repetitions=3 --benchmark_min_time=0.2
 }
 step_mem2_single() {
   # shellcheck disable=SC2086
@@ -844,7 +845,10 @@ step_mem2_single() {
 step_mem2_big() {
   local memory batch
   memory=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits -i 0)
-  batch=$((memory > 100000 ? 8 : 2))
+  # gpt-6.7b's model states under AdamW: 16 bytes a parameter, 102 GiB whole, 51 GiB a rank under
+  # ZeRO-3 over 2; about 3.5 GiB of activations a sequence: 16 sequences fit a ZeRO-3 rank of an
+  # H200 but not single's GPU, 4 those of an H100.
+  batch=$((memory > 100000 ? 16 : 4))
   echo "mem2_big: GPU 0 has ${memory} MiB: ${batch} sequences per rank"
   PARBENCH_BENCH_TIMEOUT=${MEM2_BIG_TIMEOUT:-240} bench mem2_big --models=gpt-6.7b --seq=1024 --batch="$batch" \
     --precision=bf16 --optimizer=adamw --busy-profile=off --strategies=single,ddp,zero --zero-stages=3 \
