@@ -316,8 +316,9 @@ Google Benchmark's own flags all work: --benchmark_filter=REGEX, --benchmark_rep
                          0.9,0.999, eps 1e-8, weight decay 0.01; fp32 state); default sgd (the
                          tutorial preset keeps sgd). Named in a case (/optimizer:adamw) unless sgd
   --checkpoint=LIST      off | blocks (activation checkpointing: each residual or transformer block
-                         keeps only its input, and its forward runs again in the backward); default
-                         off. Named in a case (/checkpoint:blocks) unless off
+                         keeps only its input, and its forward runs again in the backward; a
+                         language model's loss keeps only the logits, its softmax recomputed chunk
+                         by chunk); default off. Named in a case (/checkpoint:blocks) unless off
   --loss=NAME            image models: mse (on one-hot labels, the tutorial's) | ce (cross-entropy);
                          default mse. Language models always train on next-token cross-entropy
   --gpus=N|LIST          GPUs for multi-device strategies and ddp ranks; default all visible.

@@ -20,7 +20,10 @@ namespace parbench {
 class World;
 
 enum class Precision { kFloat32, kBFloat16 };  // bf16: autocast to bf16, channels-last, fp32 weights
-enum class LossKind { kMse, kCrossEntropy };   // MSE on one-hot labels is the tutorial's
+// MSE on one-hot labels is the tutorial's. kTokenCrossEntropyChunked: a language model's
+// cross-entropy under --checkpoint=blocks, which keeps only the logits and recomputes its softmax
+// chunk by chunk in the backward (strategies/token_cross_entropy.h).
+enum class LossKind { kMse, kCrossEntropy, kTokenCrossEntropyChunked };
 enum class OptimizerKind { kSgd, kAdamW };      // plain SGD is the tutorial's (strategies/optimizer.h)
 // Activations kept for the backward, or each block's recomputed there (models/activation_checkpoint.h).
 enum class Checkpointing { kOff, kBlocks };

@@ -126,6 +126,27 @@ namespace {
 // chunk and in chunks of 3 rows (the last one short), fp32 and bf16 logits (the gradient then
 // bf16, within its rounding). A wrong chunk offset, a missing one-hot or a sum for the mean is
 // off by far more.
+// A language model's loss is PyTorch's cross-entropy, and the chunked one under checkpointing.
+TEST(TokenCrossEntropy, IsTheLanguageModelsLossUnderCheckpointingOnly) {
+  RunConfig config;
+  config.model = "tinygpt";
+  fit_config_to_model(config);
+  EXPECT_EQ(config.loss, LossKind::kCrossEntropy);
+  config.checkpoint = Checkpointing::kBlocks;
+  fit_config_to_model(config);
+  EXPECT_EQ(config.loss, LossKind::kTokenCrossEntropyChunked);
+  config.model = "resnet18";
+  config.loss = LossKind::kMse;
+  fit_config_to_model(config);
+  EXPECT_EQ(config.loss, LossKind::kMse);
+  // Both losses agree.
+  torch::manual_seed(5);
+  const auto logits = torch::randn({2, 4, 9});
+  const auto targets = torch::randint(9, {2, 4}, torch::kLong);
+  EXPECT_NEAR(compute_loss(logits, targets, LossKind::kTokenCrossEntropyChunked).item<double>(),
+              compute_loss(logits, targets, LossKind::kCrossEntropy).item<double>(), 1e-6);
+}
+
 TEST(TokenCrossEntropy, MatchesCrossEntropyOnFp32LogitsInAnyChunksAndDtypes) {
   torch::manual_seed(3);
   const int64_t tokens = 11, vocabulary = 37;
