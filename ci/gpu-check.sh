@@ -820,7 +820,7 @@ step_ref4_pytorch_gpt() { NPROC=4 GPT_SPLITS=2 ONLY=pipelining_gpt pytorch_basel
 #     (MEM2_ADVISE= , empty, leaves the predictions out: --advise takes N or all)
 #   mem2_single: single's SGD against AdamW, and checkpointing off against blocks, eager and graphed
 #   mem2_big: gpt-6.7b (bf16, AdamW) under ZeRO-3 on 2 GPUs beside single and ddp, which must run
-#     out of memory without ending the run; per rank 16 sequences on GPUs above 100 GB, 4 below
+#     out of memory without ending the run; per rank 12 sequences on GPUs above 100 GB, 4 below
 #   mem2_zero: ddp and zero stages 1-3 alone, eager and graphed, each with --advise's prediction
 #   mem2_tp_trace: single and tensor_parallel (sequence parallel off and on), one traced step each,
 #     and where each one's GPU time goes (ci/kernel_time.py)
@@ -846,9 +846,10 @@ step_mem2_big() {
   local memory batch status=0 left
   memory=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits -i 0)
   # gpt-6.7b's model states under AdamW: 16 bytes a parameter, 102 GiB whole, 51 GiB a rank under
-  # ZeRO-3 over 2; about 3.5 GiB of activations a sequence: 16 sequences fit a ZeRO-3 rank of an
-  # H200 but not single's GPU, 4 those of an H100.
-  batch=$((memory > 100000 ? 16 : 4))
+  # ZeRO-3 over 2; about 3.5 GiB of activations a sequence. Measured on H200s (2026-11-26): single
+  # fitted 8 sequences (130.0 GiB); ZeRO-3 did not fit 16 a rank (it keeps the bf16 casts autograd
+  # saves, 13 GB). 12 a rank: single and ddp need about 143 GiB, a ZeRO-3 rank about 107. H100s: 4.
+  batch=$((memory > 100000 ? 12 : 4))
   echo "mem2_big: GPU 0 has ${memory} MiB: ${batch} sequences per rank"
   local common=(--models=gpt-6.7b --seq=1024 --batch="$batch" --precision=bf16 --optimizer=adamw --busy-profile=off
     --allreduce=off --warmup=2 --repetitions=3 --iterations=2)
