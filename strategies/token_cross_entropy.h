@@ -9,8 +9,6 @@
 
 #include <torch/torch.h>
 
-#include <algorithm>
-
 namespace parbench {
 
 // Rows of at most this many fp32 elements are cast at a time (64 Mi elements: 256 MiB).
@@ -22,11 +20,14 @@ inline constexpr int64_t kCrossEntropyChunkElements = int64_t{1} << 26;
 torch::Tensor token_cross_entropy(const torch::Tensor& logits, const torch::Tensor& targets,
                                   int64_t chunk_elements = kCrossEntropyChunkElements);
 
-// Rows [begin, end) of `rows` in chunks of at most `chunk_elements` elements (at least one row).
-template <class Body>
-void for_each_row_chunk(int64_t rows, int64_t columns, int64_t chunk_elements, const Body& body) {
-  const int64_t step = std::max<int64_t>(1, chunk_elements / std::max<int64_t>(1, columns));
-  for (int64_t begin = 0; begin < rows; begin += step) body(begin, std::min(rows, begin + step));
-}
+// The pieces, shared with tensor_parallel's vocabulary-parallel cross-entropy:
+// each row's log-sum-exp of `logits` (tokens, columns), in fp32, chunk by chunk;
+torch::Tensor row_log_sum_exp(const torch::Tensor& logits, int64_t chunk_elements = kCrossEntropyChunkElements);
+// (exp(logits - log_sum_exp) - one-hot at `targets`, weighted per row by `target_weights` (fp32;
+// undefined: 1)) * `scale`, in the logits' dtype, chunk by chunk: the gradient of a mean
+// cross-entropy whose softmax denominators are exp(log_sum_exp).
+torch::Tensor softmax_minus_one_hot(const torch::Tensor& logits, const torch::Tensor& log_sum_exp,
+                                    const torch::Tensor& targets, const torch::Tensor& target_weights,
+                                    const torch::Tensor& scale, int64_t chunk_elements = kCrossEntropyChunkElements);
 
 }  // namespace parbench

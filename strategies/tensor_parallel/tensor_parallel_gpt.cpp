@@ -111,11 +111,7 @@ struct VocabParallelCrossEntropy : torch::autograd::Function<VocabParallelCrossE
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& local_logits, const torch::Tensor& targets,
                                const TensorParallelGroup* group) {
     const int64_t tokens = local_logits.size(0), local_vocabulary = local_logits.size(1);
-    auto local_log_sum_exp = torch::empty({tokens}, local_logits.options().dtype(torch::kFloat32));
-    for_each_row_chunk(tokens, local_vocabulary, kCrossEntropyChunkElements, [&](int64_t begin, int64_t end) {
-      local_log_sum_exp.slice(0, begin, end)
-          .copy_(at::logsumexp(local_logits.slice(0, begin, end).to(torch::kFloat32), {1}));
-    });
+    const auto local_log_sum_exp = row_log_sum_exp(local_logits);
     const auto log_sum_exp = at::logsumexp(all_gather_first_dim(local_log_sum_exp.unsqueeze(0), *group), {0});
     const auto local_targets = targets - group->rank * local_vocabulary;
     const auto owned = local_targets.ge(0).logical_and(local_targets.lt(local_vocabulary));
@@ -132,23 +128,10 @@ struct VocabParallelCrossEntropy : torch::autograd::Function<VocabParallelCrossE
   static variable_list backward(AutogradContext* ctx, variable_list gradients) {
     const auto saved = ctx->get_saved_variables();
     const auto& local_logits = saved[0];
-    const auto& safe_targets = saved[1];
-    const auto& owned = saved[2];
-    const auto& log_sum_exp = saved[3];
-    const int64_t tokens = local_logits.size(0);
-    const auto scale = gradients[0].to(torch::kFloat32) / static_cast<double>(tokens);
     // softmax over the whole vocabulary on this rank's columns, minus one where it owns the target
-    auto gradient = torch::empty_like(local_logits, torch::MemoryFormat::Contiguous);
-    for_each_row_chunk(tokens, local_logits.size(1), kCrossEntropyChunkElements, [&](int64_t begin, int64_t end) {
-      auto softmax = local_logits.slice(0, begin, end)
-                         .to(torch::kFloat32, /*non_blocking=*/false, /*copy=*/true)
-                         .sub_(log_sum_exp.slice(0, begin, end).unsqueeze(1))
-                         .exp_();
-      softmax.scatter_add_(1, safe_targets.slice(0, begin, end).unsqueeze(1),
-                           owned.slice(0, begin, end).to(torch::kFloat32).neg().unsqueeze(1));
-      gradient.slice(0, begin, end).copy_(softmax.mul_(scale));
-    });
-    return {gradient, torch::Tensor(), torch::Tensor()};
+    const auto scale = gradients[0].to(torch::kFloat32) / static_cast<double>(local_logits.size(0));
+    return {softmax_minus_one_hot(local_logits, saved[3], saved[1], saved[2].to(torch::kFloat32), scale),
+            torch::Tensor(), torch::Tensor()};
   }
 };
 
