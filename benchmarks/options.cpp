@@ -367,12 +367,12 @@ Google Benchmark's own flags all work: --benchmark_filter=REGEX, --benchmark_rep
                          tutorial's cut on 2 devices, balanced otherwise
   --dist-timeout=SECONDS ddp: how long any rank waits for the others before failing; default 60
   --allreduce=on|off     run the comm/allreduce sweep with ddp; default on
-  --advise=N|all         profile each set-up briefly, predict the step time of every single,
+  --advise=N|all|off     profile each set-up briefly, predict the step time of every single,
                          model_parallel, pipeline (schedule simulator), data_parallel and ddp
                          (on GPUs) case, print them ranked per global batch,
                          then run single and the N best predicted (all: every case) with their
                          predictions as counters (predicted_step_ms, predicted_rank); with
-                         --gpus=LIST each count is profiled, ranked and validated apart
+                         --gpus=LIST each count is profiled, ranked and validated apart; default off
   --fit=batch|off        "will it fit": for each case, find the largest batch (images, sequences;
                          a multiple of its devices) that trains without running out of memory,
                          each probe a child process (set-up, a warm-up step and a step at one
@@ -524,7 +524,14 @@ Options parse_options(int argc, char** argv, bool has_gpu, std::vector<char*>* b
          options.summary = v;
        }},
       {"advise", [&](auto& f, auto& v) {
-         options.advise_validate = v == "all" ? kValidateAll : static_cast<int>(parse_int(f, v, 1));
+         // off: no profile and no predictions, the default (as --fit=off and --busy-profile=off)
+         if (v == "all" || v == "off") {
+           options.advise_validate = v == "all" ? kValidateAll : 0;
+         } else if (!parse_whole_number(v)) {
+           throw UsageError("--" + f + "=" + v + ": expected N (the best N predicted cases run, at least 1), all or off");
+         } else {
+           options.advise_validate = static_cast<int>(parse_int(f, v, 1));
+         }
        }},
       {"fit", [&](auto& f, auto& v) { options.fit_batch = pick(f, v, kFitModes); }},
       {"fit-max-batch", [&](auto& f, auto& v) { options.fit_max_batch = parse_int(f, v, 1); }},

@@ -817,7 +817,7 @@ step_ref4_pytorch_gpt() { NPROC=4 GPT_SPLITS=2 ONLY=pipelining_gpt pytorch_basel
 #     the others): single, ddp, zero stages 1-3, tensor_parallel (sequence parallel off and on) and
 #     the pipeline (1f1b, interleaved-1f1b; 4 micro-batches), eager and graphed, in one process: the
 #     time-memory table, each case with its memory breakdown and --advise's prediction
-#     (MEM2_ADVISE= , empty, leaves the predictions out: --advise takes N or all)
+#     (MEM2_ADVISE=--advise=off, or empty, leaves the predictions out)
 #   mem2_single: single's SGD against AdamW, and checkpointing off against blocks, eager and graphed
 #   mem2_big: gpt-6.7b (bf16, AdamW) under ZeRO-3 on 2 GPUs beside single and ddp, which must run
 #     out of memory without ending the run; per rank 12 sequences on GPUs above 100 GB, 4 below

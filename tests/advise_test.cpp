@@ -37,6 +37,14 @@ const CaseSpec& case_of(const std::vector<CaseSpec>& cases, const std::string& s
 }
 
 // zb-h1's B and W as the executor runs them.
+// --advise=N|all|off: how many of the best predicted cases run; off (the default) none.
+TEST(Advise, TakesACountAllOrOff) {
+  EXPECT_EQ(parsed_options({}, /*has_gpu=*/false).advise_validate, 0);
+  EXPECT_EQ(parsed_options({"--advise=off"}, false).advise_validate, 0);
+  EXPECT_EQ(parsed_options({"--advise=3"}, false).advise_validate, 3);
+  EXPECT_EQ(parsed_options({"--advise=all"}, false).advise_validate, kValidateAll);
+}
+
 TEST(AdviseProfile, SplitsBackwardsAsTheExecutor) {
   auto spec = case_of(every_schedule(), "zb-h1");
   spec.config.image_size = 64;  // big enough that a backward stands out of a loaded CPU's noise

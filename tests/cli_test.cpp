@@ -538,6 +538,7 @@ INSTANTIATE_TEST_SUITE_P(
                       BadInput{"--schedules=zigzag", "tutorial, gpipe, 1f1b"},
                       BadInput{"--cuda-graph=yes", "on, off"},
                       BadInput{"--advise=0", "at least 1"},
+                      BadInput{"--advise=maybe", "expected N (the best N predicted cases run, at least 1), all or off"},
                       BadInput{"'--cut=stem,layer9|head'", "unknown stage 'layer9'"},
                       // ResNet-50's stages are its blocks; a layer's name stands for its blocks.
                       BadInput{"'--cut=stem,layer1.3|layer2,layer3,layer4,head'",
