@@ -453,9 +453,18 @@ def time_memory_points(groups: dict[pr.Setup, list[pr.Case]]) -> dict[pr.Setup, 
     return points
 
 
-def _strategy_markers(strategies):
-    others = iter(OTHER_MARKERS * (1 + len(strategies) // len(OTHER_MARKERS)))
-    return {strategy: STRATEGY_MARKERS.get(strategy) or next(others) for strategy in strategies}
+# Strategies without a colour of their own (plug-ins) take these in turn.
+OTHER_COLORS = (OTHER_COLOR, "#da8bc3", "#8c8c8c", "#ccb974", "#64b5cd")
+
+
+def _strategy_styles(strategies):
+    """strategy -> (marker, colour) for one figure: given once for all its panels, so that a
+    strategy keeps its marker and colour where another is missing from a panel; strategies
+    without their own take the next unused in turn, so two plug-ins never share both."""
+    other_markers = iter(OTHER_MARKERS * (1 + len(strategies) // len(OTHER_MARKERS)))
+    other_colors = iter(OTHER_COLORS * (1 + len(strategies) // len(OTHER_COLORS)))
+    return {strategy: (STRATEGY_MARKERS.get(strategy) or next(other_markers),
+                       STRATEGY_COLORS.get(strategy) or next(other_colors)) for strategy in strategies}
 
 
 def _draw_time_memory(results, groups, notes):
@@ -470,15 +479,15 @@ def _draw_time_memory(results, groups, notes):
     figure, axes, titles = _figure(results, "Throughput against peak memory: the time-memory choice", points,
                                    [TIME_MEMORY_PANEL_IN + 0.2 * sum(p.frontier for p in shown)
                                     for shown in points.values()])
+    styles = _strategy_styles(list(dict.fromkeys(p.case.strategy for shown in points.values() for p in shown)))
     for ax, (setup, shown) in zip(axes, points.items()):
         strategies = list(dict.fromkeys(point.case.strategy for point in shown))
-        markers = _strategy_markers(strategies)
         handles = []
         for strategy in strategies:
             mine = [point for point in shown if point.case.strategy == strategy]
+            marker, color = styles[strategy]
             handles.append(ax.scatter([p.peak_gib for p in mine], [p.throughput for p in mine], s=36,
-                                      marker=markers[strategy], color=STRATEGY_COLORS.get(strategy, OTHER_COLOR),
-                                      zorder=3, label=strategy))
+                                      marker=marker, color=color, zorder=3, label=strategy))
         frontier = sorted((p for p in shown if p.frontier), key=lambda p: p.peak_gib)
         handles += ax.plot([p.peak_gib for p in frontier], [p.throughput for p in frontier], color="0.4",
                            linestyle="--", linewidth=1, zorder=2, label="frontier")

@@ -478,6 +478,26 @@ def test_time_memory_figure_draws_every_point_and_labels_the_frontier():
         assert named[-len(frontier):] == [p.case.title() for p in frontier]
 
 
+def test_time_memory_keeps_each_strategys_marker_and_colour_across_panels():
+    # A real run where zero's graphed cases failed: its eager panel has zero and tensor_parallel,
+    # its graphed panel tensor_parallel alone. Neither may take the other's marker or colour.
+    run = [REPORTS / "2026-11-26-2xh200-memory" / "call1" / "mem2_gpt.json"]
+    figure = drawn_figures(run)["time_memory"]
+    styles = {}
+    for ax in figure.axes:
+        for collection in ax.collections:
+            label = collection.get_label()
+            if label.startswith("_") or label in ("frontier",):
+                continue
+            style = (tuple(map(tuple, collection.get_paths()[0].vertices.round(6))),
+                     tuple(collection.get_facecolor()[0].round(6)))
+            styles.setdefault(label, set()).add(style)
+    assert {"zero", "tensor_parallel", "ddp", "single", "pipeline"} <= set(styles)
+    assert all(len(seen) == 1 for seen in styles.values()), styles.keys()
+    (zero,), (tensor_parallel,) = styles["zero"], styles["tensor_parallel"]
+    assert zero[0] != tensor_parallel[0] and zero[1] != tensor_parallel[1]
+
+
 def drawn_texts(figure):
     """Every text the figure shows, with where: tick labels of ticks in view, axis labels,
     titles, texts on the panels, legend entries, the figure's title and footer."""
