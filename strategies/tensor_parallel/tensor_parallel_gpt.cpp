@@ -40,17 +40,42 @@ torch::Tensor all_reduce_sum(const torch::Tensor& x, const TensorParallelGroup& 
   return reduced;
 }
 
-torch::Tensor reduce_scatter_first_dim(const torch::Tensor& x, const TensorParallelGroup& group) {
+// A collective issued and not yet waited for: its result, and its work (none on one rank).
+struct Started {
+  torch::Tensor result;
+  c10::intrusive_ptr<c10d::Work> work;
+};
+
+// Issues a reduce-scatter (sum) of `x` along dimension 0 and tallies it.
+Started start_reduce_scatter_first_dim(const torch::Tensor& x, const TensorParallelGroup& group) {
   TORCH_CHECK(x.size(0) % group.degree == 0, "a reduce-scatter over ", group.degree, " ranks needs a first dimension ",
               "that divides by them, got ", x.size(0));
-  if (group.degree == 1) return x.clone();
+  if (group.degree == 1) return {x.clone(), {}};
   auto input = x.contiguous();
   auto sizes = input.sizes().vec();
   sizes[0] /= group.degree;
   auto output = torch::empty(sizes, input.options());
   tally(group, static_cast<double>(input.nbytes()), 1.0);
-  timed(group, input, [&] { group.backend->_reduce_scatter_base(output, input)->wait(); });
-  return output;
+  return {output, group.backend->_reduce_scatter_base(output, input)};
+}
+
+// Issues an all-reduce (sum) of `contiguous` in place and tallies it.
+Started start_all_reduce_sum_in_place(torch::Tensor& contiguous, const TensorParallelGroup& group) {
+  if (group.degree == 1) return {contiguous, {}};
+  TORCH_CHECK(contiguous.is_contiguous(), "an all-reduce in place needs a contiguous tensor");
+  tally(group, static_cast<double>(contiguous.nbytes()), 2.0);
+  std::vector<at::Tensor> tensors{contiguous};
+  return {contiguous, group.backend->allreduce(tensors)};
+}
+
+torch::Tensor reduce_scatter_first_dim(const torch::Tensor& x, const TensorParallelGroup& group) {
+  if (group.degree == 1) return start_reduce_scatter_first_dim(x, group).result;
+  Started started;
+  timed(group, x, [&] {
+    started = start_reduce_scatter_first_dim(x, group);
+    started.work->wait();
+  });
+  return started.result;
 }
 
 // The process group travels through autograd's context as an address: these functions live
@@ -62,33 +87,12 @@ const TensorParallelGroup& saved_group(AutogradContext* ctx) {
   return *reinterpret_cast<const TensorParallelGroup*>(static_cast<intptr_t>(ctx->saved_data["group"].toInt()));
 }
 
-struct CopyToTensorParallelRegion : torch::autograd::Function<CopyToTensorParallelRegion> {
-  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const TensorParallelGroup* group) {
-    save_group(ctx, group);
-    return x;
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list gradients) {
-    return {all_reduce_sum(gradients[0], saved_group(ctx)), torch::Tensor()};
-  }
-};
-
 struct ReduceFromTensorParallelRegion : torch::autograd::Function<ReduceFromTensorParallelRegion> {
   static torch::Tensor forward(AutogradContext*, const torch::Tensor& x, const TensorParallelGroup* group) {
     return all_reduce_sum(x, *group);
   }
   static variable_list backward(AutogradContext*, variable_list gradients) {
     return {gradients[0], torch::Tensor()};
-  }
-};
-
-struct GatherFromSequenceParallelRegion : torch::autograd::Function<GatherFromSequenceParallelRegion> {
-  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const TensorParallelGroup* group) {
-    save_group(ctx, group);
-    return all_gather_first_dim(x, *group);
-  }
-  // The gathered tensor feeds column-parallel layers, whose input gradients are partial sums.
-  static variable_list backward(AutogradContext* ctx, variable_list gradients) {
-    return {reduce_scatter_first_dim(gradients[0], saved_group(ctx)), torch::Tensor()};
   }
 };
 
@@ -176,21 +180,8 @@ struct ColumnParallelLinear : torch::autograd::Function<ColumnParallelLinear> {
     auto whole_sizes = ctx->saved_data["input_sizes"].toIntVector();
     if (sequence_parallel) whole_sizes[0] *= group.degree;
     input_gradient = input_gradient.view(whole_sizes);
-    c10::intrusive_ptr<c10d::Work> work;
-    if (group.degree > 1) {
-      if (sequence_parallel) {
-        auto shard_sizes = whole_sizes;
-        shard_sizes[0] /= group.degree;
-        auto shard = torch::empty(shard_sizes, input_gradient.options());
-        tally(group, static_cast<double>(input_gradient.nbytes()), 1.0);
-        work = group.backend->_reduce_scatter_base(shard, input_gradient);
-        input_gradient = shard;
-      } else {
-        tally(group, static_cast<double>(input_gradient.nbytes()), 2.0);
-        std::vector<at::Tensor> tensors{input_gradient};
-        work = group.backend->allreduce(tensors);
-      }
-    }
+    const auto started = sequence_parallel ? start_reduce_scatter_first_dim(input_gradient, group)
+                                           : start_all_reduce_sum_in_place(input_gradient, group);
     const auto weight_gradient =
         output_gradient.t().mm(rows).to(static_cast<c10::ScalarType>(ctx->saved_data["weight_dtype"].toInt()));
     torch::Tensor bias_gradient;
@@ -198,8 +189,8 @@ struct ColumnParallelLinear : torch::autograd::Function<ColumnParallelLinear> {
       bias_gradient = output_gradient.sum(0).to(static_cast<c10::ScalarType>(ctx->saved_data["bias_dtype"].toInt()));
     }
     // The clock times the compute stream's wait: the communication the weight gradient did not hide.
-    if (work) timed(group, input_gradient, [&] { work->wait(); });
-    return {input_gradient, weight_gradient, bias_gradient, torch::Tensor(), torch::Tensor()};
+    if (started.work) timed(group, started.result, [&] { started.work->wait(); });
+    return {started.result, weight_gradient, bias_gradient, torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -301,14 +292,8 @@ void CollectiveClock::after(const torch::Tensor&) {}
 std::optional<double> CollectiveClock::last_step_ms() const { return std::nullopt; }
 #endif
 
-torch::Tensor copy_to_tensor_parallel_region(const torch::Tensor& x, const TensorParallelGroup& group) {
-  return CopyToTensorParallelRegion::apply(x, &group);
-}
 torch::Tensor reduce_from_tensor_parallel_region(const torch::Tensor& x, const TensorParallelGroup& group) {
   return ReduceFromTensorParallelRegion::apply(x, &group);
-}
-torch::Tensor gather_from_sequence_parallel_region(const torch::Tensor& x, const TensorParallelGroup& group) {
-  return GatherFromSequenceParallelRegion::apply(x, &group);
 }
 torch::Tensor reduce_scatter_to_sequence_parallel_region(const torch::Tensor& x, const TensorParallelGroup& group) {
   return ReduceScatterToSequenceParallelRegion::apply(x, &group);
@@ -316,10 +301,7 @@ torch::Tensor reduce_scatter_to_sequence_parallel_region(const torch::Tensor& x,
 
 void all_reduce_sum_in_place(torch::Tensor& contiguous, const TensorParallelGroup& group) {
   if (group.degree == 1) return;
-  TORCH_CHECK(contiguous.is_contiguous(), "an all-reduce in place needs a contiguous tensor");
-  tally(group, static_cast<double>(contiguous.nbytes()), 2.0);
-  std::vector<at::Tensor> tensors{contiguous};
-  timed(group, contiguous, [&] { group.backend->allreduce(tensors)->wait(); });
+  timed(group, contiguous, [&] { start_all_reduce_sum_in_place(contiguous, group).work->wait(); });
 }
 
 torch::Tensor all_gather_first_dim(const torch::Tensor& x, const TensorParallelGroup& group) {

@@ -72,13 +72,11 @@ struct TensorParallelGroup {
   CollectiveClock* clock = nullptr;  // optional
 };
 
-// The collectives, as autograd functions (dimension 0 is the one split or gathered).
-// f: identity forward, all-reduce of the gradient backward (entering a column-parallel layer).
-torch::Tensor copy_to_tensor_parallel_region(const torch::Tensor& x, const TensorParallelGroup& group);
-// g: all-reduce (sum) forward, identity backward (leaving a row-parallel layer).
+// The collectives leaving a row-parallel layer, as autograd functions (dimension 0 is the one
+// split or gathered). Entering a column-parallel layer (f, or the sequence-parallel all-gather)
+// is part of that layer's own autograd function, which overlaps its backward collective.
+// g: all-reduce (sum) forward, identity backward.
 torch::Tensor reduce_from_tensor_parallel_region(const torch::Tensor& x, const TensorParallelGroup& group);
-// Sequence parallel: all-gather along dimension 0 forward, reduce-scatter of the gradient backward.
-torch::Tensor gather_from_sequence_parallel_region(const torch::Tensor& x, const TensorParallelGroup& group);
 // Sequence parallel: reduce-scatter (sum) along dimension 0 forward, all-gather backward.
 torch::Tensor reduce_scatter_to_sequence_parallel_region(const torch::Tensor& x, const TensorParallelGroup& group);
 
