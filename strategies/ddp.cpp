@@ -78,19 +78,12 @@ class DistributedDataParallel final : public Strategy {
 // backward does not hide, from each gradient bucket's ready time and all-reduce across the ranks'
 // GPUs (docs/METRICS.md, "Predicted step time").
 StrategyPredictor ddp_predictor() {
-  StrategyPredictor predictor;
-  predictor.needs_gpu_per_device = true;
-  predictor.request = [](const CaseConditions& conditions, ProfileRequest& request) {
-    request.add_rank(conditions.config.bucket_mib, conditions.config.batch_size);
-  };
-  predictor.predict = [](const AdviseProfile& profile, const CaseConditions& conditions) {
-    const auto& config = conditions.config;
-    const auto& rank = profile.ranks.at({config.bucket_mib, config.batch_size});
-    return Prediction{rank.rank_step_ms + exposed_allreduce_ms(rank.bucket_ready_ms, rank.bucket_allreduce_ms,
-                                                               rank.backward_ms, config.overlap),
-                      profile.parts.cut};
-  };
-  return predictor;
+  return rank_predictor(
+      at_bucket_and_batch, [](const AdviseProfile& profile, const CaseConditions& conditions, const RankProfile& rank) {
+        return Prediction{rank.rank_step_ms + exposed_allreduce_ms(rank.bucket_ready_ms, rank.bucket_allreduce_ms,
+                                                                   rank.backward_ms, conditions.config.overlap),
+                          profile.parts.cut};
+      });
 }
 
 StrategyInfo ddp_info() {

@@ -121,4 +121,19 @@ StrategyPredictor staged_predictor(std::function<bool(const CaseConditions&)> co
   return predictor;
 }
 
+StrategyPredictor rank_predictor(
+    std::function<std::pair<double, int64_t>(const CaseConditions&)> profiled_at,
+    std::function<Prediction(const AdviseProfile&, const CaseConditions&, const RankProfile&)> predict) {
+  StrategyPredictor predictor;
+  predictor.needs_gpu_per_device = true;
+  predictor.request = [profiled_at](const CaseConditions& conditions, ProfileRequest& request) {
+    const auto [bucket_mib, batch] = profiled_at(conditions);
+    request.add_rank(bucket_mib, batch);
+  };
+  predictor.predict = [profiled_at, predict](const AdviseProfile& profile, const CaseConditions& conditions) {
+    return predict(profile, conditions, profile.ranks.at(profiled_at(conditions)));
+  };
+  return predictor;
+}
+
 }  // namespace parbench

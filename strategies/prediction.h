@@ -96,4 +96,15 @@ SimulatedStep simulate_cut(const CutProfile& parts, const std::vector<int64_t>& 
 // the strategy's cases it predicts (unset: every case).
 StrategyPredictor staged_predictor(std::function<bool(const CaseConditions&)> covers = nullptr);
 
+// One process per device (ddp, zero, tensor_parallel): each case asks for a rank's profile at the
+// (bucket MiB, per-rank batch) `profiled_at` gives it, and `predict` prices the case from it.
+StrategyPredictor rank_predictor(
+    std::function<std::pair<double, int64_t>(const CaseConditions&)> profiled_at,
+    std::function<Prediction(const AdviseProfile&, const CaseConditions&, const RankProfile&)> predict);
+
+// ddp's and zero's rank profile: at the case's gradient bucket size and per-rank batch.
+inline std::pair<double, int64_t> at_bucket_and_batch(const CaseConditions& conditions) {
+  return {conditions.config.bucket_mib, conditions.config.batch_size};
+}
+
 }  // namespace parbench

@@ -519,15 +519,9 @@ torch::autograd::variable_list BeforeUnitBackward::backward(torch::autograd::Aut
 // relation: an all-gather or reduce-scatter of the same bytes takes half an all-reduce's time
 // (docs/METRICS.md, "Predicted step time").
 StrategyPredictor zero_predictor() {
-  StrategyPredictor predictor;
-  predictor.needs_gpu_per_device = true;
-  predictor.request = [](const CaseConditions& conditions, ProfileRequest& request) {
-    request.add_rank(conditions.config.bucket_mib, conditions.config.batch_size);
-  };
-  predictor.predict = [](const AdviseProfile& profile, const CaseConditions& conditions) {
-    const auto& config = conditions.config;
-    const auto& rank = profile.ranks.at({config.bucket_mib, config.batch_size});
-    const int stage = std::stoi(config.options.at("stage"));
+  return rank_predictor(at_bucket_and_batch, [](const AdviseProfile& profile, const CaseConditions& conditions,
+                                        const RankProfile& rank) {
+    const int stage = std::stoi(conditions.config.options.at("stage"));
     std::vector<double> half_ms;
     double allreduce_total_ms = 0;
     for (double ms : rank.bucket_allreduce_ms) {
@@ -547,8 +541,7 @@ StrategyPredictor zero_predictor() {
       step_ms += std::max(0.0, gather_ms - forward_ms) + std::max(0.0, 2 * gather_ms - rank.backward_ms);
     }
     return Prediction{step_ms, profile.parts.cut};
-  };
-  return predictor;
+  });
 }
 
 StrategyInfo zero_info() {

@@ -198,21 +198,17 @@ constexpr double kWholeModelBucketMib = 1 << 20;
 // input gradient), priced at the profiled all-reduce rate. Sequence parallelism moves the same bytes,
 // so it is predicted alike; the batch's and the loss's small collectives are left out.
 StrategyPredictor tensor_parallel_predictor() {
-  StrategyPredictor predictor;
-  predictor.needs_gpu_per_device = true;
-  predictor.request = [](const CaseConditions& conditions, ProfileRequest& request) {
-    request.add_rank(kWholeModelBucketMib, conditions.named_batch);
-  };
-  predictor.predict = [](const AdviseProfile& profile, const CaseConditions& conditions) {
-    const auto& config = conditions.config;
-    const auto* gpt = find_gpt_config(config.model);
-    if (gpt == nullptr) throw std::invalid_argument(config.model + " is not a GPT model");
-    const auto& rank = profile.ranks.at({kWholeModelBucketMib, conditions.named_batch});
-    if (rank.bucket_allreduce_ms.size() != 1) throw std::invalid_argument("the gradients did not fit one bucket");
-    return Prediction{tensor_parallel_step_ms(*gpt, conditions, profile.single_step_ms, rank.bucket_allreduce_ms.front()),
-                      ""};
-  };
-  return predictor;
+  return rank_predictor(
+      [](const CaseConditions& conditions) {
+        return std::pair<double, int64_t>{kWholeModelBucketMib, conditions.named_batch};
+      },
+      [](const AdviseProfile& profile, const CaseConditions& conditions, const RankProfile& rank) {
+        const auto* gpt = find_gpt_config(conditions.config.model);
+        if (gpt == nullptr) throw std::invalid_argument(conditions.config.model + " is not a GPT model");
+        if (rank.bucket_allreduce_ms.size() != 1) throw std::invalid_argument("the gradients did not fit one bucket");
+        return Prediction{
+            tensor_parallel_step_ms(*gpt, conditions, profile.single_step_ms, rank.bucket_allreduce_ms.front()), ""};
+      });
 }
 
 StrategyInfo tensor_parallel_info() {
