@@ -732,7 +732,8 @@ step_ref_pytorch_tutorial() { pytorch_baselines tutorial-method "$results/ref_tu
 step_ref_pytorch_gpt() { pytorch_baselines gpt "$results/ref_gpt.json"; }
 # torch.compile of gpt2-medium, capped by what is left of a 10-minute call (REFERENCE_CALL_S, default 570 s).
 step_ref_pytorch_gpt_compile() {
-  local left=$(( ${REFERENCE_CALL_S:-570} - ($(date +%s) - CALL_STARTED) ))
+  local left
+  left=$(call_seconds_left "${REFERENCE_CALL_S:-570}")
   if (( left < 60 )); then echo "ref_pytorch_gpt_compile: ${left}s left of the call, not started"; return 1; fi
   COMPILE_TIMEOUT=$left pytorch_baselines gpt-compile "$results/ref_gpt.json"
 }
@@ -826,6 +827,8 @@ step_ref4_pytorch_gpt() { NPROC=4 GPT_SPLITS=2 ONLY=pipelining_gpt pytorch_basel
 #     and where each one's GPU time goes (ci/kernel_time.py)
 #   mem2_fit: the largest batch per rank under ddp and the zero stages of MEM2_FIT_STAGES (default
 #     1,2,3), gpt2-large, bf16, AdamW; bounded by what is left of the call (MEM2_CALL_S, 575 s)
+# Seconds left of a call of $1 seconds, less $2 for a step's own wind-down.
+call_seconds_left() { echo $(( $1 - ($(date +%s) - CALL_STARTED) - ${2:-0} )); }
 readonly MEM2_ARGS="--models=gpt2-medium --seq=1024 --batch=16 --precision=bf16 --optimizer=adamw --busy-profile=off"
 step_mem2_tests() {
   PARBENCH_TEST_TIMEOUT=150 PARBENCH_GTEST_FILTER='*TwoGpusOnNccl*' step_test
@@ -857,7 +860,7 @@ step_mem2_big() {
   # what is left of the call (MEM2_CALL_S).
   PARBENCH_BENCH_TIMEOUT=${MEM2_BIG_TIMEOUT:-200} bench mem2_big_zero "${common[@]}" --strategies=zero --zero-stages=3 ||
     status=1
-  left=$(( ${MEM2_CALL_S:-575} - ($(date +%s) - CALL_STARTED) - 10 ))
+  left=$(call_seconds_left "${MEM2_CALL_S:-575}" 10)
   if (( left < 60 )); then
     echo "mem2_big: ${left}s left of the call: single and ddp not started"
   else
@@ -894,7 +897,8 @@ step_mem2_tp_trace() {
   return $status
 }
 step_mem2_fit() {
-  local left=$(( ${MEM2_CALL_S:-575} - ($(date +%s) - CALL_STARTED) - 10 ))
+  local left
+  left=$(call_seconds_left "${MEM2_CALL_S:-575}" 10)
   if (( left < 60 )); then echo "mem2_fit: ${left}s left of the call, not started"; return 1; fi
   PARBENCH_BENCH_TIMEOUT=$left bench mem2_fit --models=gpt2-large --seq=1024 --batch=48 \
     --precision=bf16 --optimizer=adamw --busy-profile=off --strategies=ddp,zero --zero-stages="${MEM2_FIT_STAGES:-1,2,3}" \
