@@ -6,6 +6,7 @@
 #include "models/model_zoo.h"
 #include "strategies/distributed/gradient_buckets.h"
 #include "strategies/distributed/store_sync.h"
+#include "strategies/optimizer.h"
 #include "strategies/partition.h"
 #include "strategies/prediction.h"
 #include "strategies/schedule_simulator.h"
@@ -21,6 +22,7 @@
 #include <chrono>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <set>
 
 namespace parbench {
@@ -58,10 +60,12 @@ double work_ms(torch::Device device, bool graphed, const std::function<torch::Te
   return median_ms({device}, [&] { replayed.run(nothing); });
 }
 
-// 1, 2, 4, ... below the batch, the batch, and the batch's shard over `devices` devices.
-std::vector<int64_t> profile_sizes(int64_t batch, size_t devices) {
-  std::set<int64_t> sizes = {batch, shard_sizes(batch, devices).front()};
-  for (int64_t size = 1; size < batch; size *= 2) sizes.insert(size);
+// The batch, its shards over `devices` devices, and the micro-batch sizes the cases run: each
+// case's pieces are profiled at their own sizes, not interpolated.
+std::vector<int64_t> profile_sizes(int64_t batch, size_t devices, const std::set<int64_t>& case_sizes) {
+  std::set<int64_t> sizes = case_sizes;
+  sizes.insert(batch);
+  for (auto shard : shard_sizes(batch, devices)) sizes.insert(shard);
   return {sizes.begin(), sizes.end()};
 }
 
@@ -85,18 +89,19 @@ double reference_step_ms(const CaseSpec& spec, torch::Device device, bool graphe
 }
 
 // Per part and size: its forward, its backward (the loss included on the last part), where
-// `copies` the copy of its output to the next part's device, and where `halves` the backward's
+// `copy_to` is given the copy of its output to that device, and where `halves` the backward's
 // B and W halves (CutProfile).
 struct PartTimes {
   std::vector<std::vector<double>> forward_ms, backward_ms, copy_ms, input_gradient_ms, weight_gradient_ms;
 };
 
 PartTimes time_parts(const StagedModel& model, const std::vector<Partition>& parts, const RunConfig& config,
-                     const std::vector<int64_t>& sizes, bool graphed, bool copies, bool halves = false) {
+                     const std::vector<int64_t>& sizes, bool graphed, std::optional<torch::Device> copy_to,
+                     bool halves = false) {
   PartTimes times;
   times.forward_ms.assign(parts.size(), {});
   times.backward_ms.assign(parts.size(), {});
-  times.copy_ms.assign(copies ? parts.size() - 1 : 0, {});
+  times.copy_ms.assign(copy_to ? parts.size() - 1 : 0, {});
   times.input_gradient_ms.assign(halves ? parts.size() : 0, {});
   times.weight_gradient_ms.assign(halves ? parts.size() : 0, {});
   for (auto size : sizes) {
@@ -151,49 +156,44 @@ PartTimes time_parts(const StagedModel& model, const std::vector<Partition>& par
       }
       activation = next_input;
       if (!last) {
-        const auto next = parts[p + 1].device;
-        if (copies) times.copy_ms[p].push_back(median_ms({part.device, next}, [&] { activation.to(next); }));
-        activation = activation.to(next);  // the next part's input, on its device
+        if (copy_to) times.copy_ms[p].push_back(median_ms({part.device, *copy_to}, [&] { activation.to(*copy_to); }));
+        activation = activation.to(parts[p + 1].device);  // the next part's input, on its device
       }
     }
   }
   return times;
 }
 
-// The cut of `spec`'s model over `part_devices` (a part each, in order) as the staged strategies
-// make it, profiled at `sizes`.
-CutProfile profile_cut(const CaseSpec& spec, const std::vector<torch::Device>& part_devices,
-                       const std::vector<int64_t>& sizes, bool graphed, bool halves) {
-  const auto& config = spec.config;
-  auto model = make_model(config.model, config.num_classes);
-  Cut cut;
-  const auto parts = partition_model(*model, part_devices, config, config.batch_size, &cut);
-  CutProfile profile;
-  profile.cut = format_cut(cut, model->stage_groups());
-  auto times = time_parts(*model, parts, config, sizes, graphed, /*copies=*/true, halves);
+// Every stage of `model` on its own on the first of `devices`, at `sizes`, with the copy of its
+// output to the second (where a cut puts the next part), and its optimizer's step: the pieces
+// every cut of the model is assembled from (assemble_cut). Leaves the model on the first device.
+StageProfile profile_stages(StagedModel& model, const RunConfig& config, const std::vector<torch::Device>& devices,
+                            const std::vector<int64_t>& sizes, bool graphed, bool halves) {
+  Cut stage_per_part;
+  for (const auto& stage : model.stages()) stage_per_part.push_back({stage.name});
+  auto alone = config;
+  alone.cut = format_cut(stage_per_part);
+  const std::vector<torch::Device> first(stage_per_part.size(), devices.front());
+  const auto stages = partition_model(model, first, alone, config.batch_size, nullptr);
+  auto times = time_parts(model, stages, config, sizes, graphed, devices.size() > 1 ? devices[1] : devices[0], halves);
+  StageProfile profile;
+  for (const auto& part : stage_per_part) profile.names.push_back(part.front());
+  profile.groups = model.stage_groups();
   profile.forward_ms = std::move(times.forward_ms);
   profile.backward_ms = std::move(times.backward_ms);
   profile.copy_ms = std::move(times.copy_ms);
   profile.input_gradient_ms = std::move(times.input_gradient_ms);
   profile.weight_gradient_ms = std::move(times.weight_gradient_ms);
-  for (const auto& part : parts) {
-    const auto parameters = part.parameters();
-    profile.update_ms.push_back(work_ms(part.device, graphed, [&] {
-      sgd_update(parameters, config.learning_rate);
+  for (const auto& stage : stages) {
+    // The case's optimizer (AdamW's step costs far more than SGD's), over the gradients the
+    // timing left.
+    Optimizer optimizer(stage.parameters(), config.optimizer, config.learning_rate);
+    profile.update_ms.push_back(work_ms(stage.device, graphed, [&] {
+      optimizer.step();
       return torch::Tensor();
     }));
   }
   return profile;
-}
-
-// A chunked schedule's parts over `devices` with `chunks` per device: part c on device c mod D, as
-// StagedStrategy::set_up_stages places them.
-std::vector<torch::Device> round_robin(const std::vector<torch::Device>& devices, int chunks) {
-  std::vector<torch::Device> part_devices;
-  for (size_t part = 0; part < devices.size() * static_cast<size_t>(chunks); ++part) {
-    part_devices.push_back(devices[part % devices.size()]);
-  }
-  return part_devices;
 }
 
 // The time of one all-reduce (sum) of `bytes` of `dtype` across `devices`, one buffer on each,
@@ -234,7 +234,7 @@ void profile_ranks(const CaseSpec& spec, const std::vector<torch::Device>& devic
     config.cut = format_cut(stage_per_part);
     const std::vector<torch::Device> one_gpu(stage_per_part.size(), devices.front());
     const auto stages = partition_model(*model, one_gpu, config, rank_batch, nullptr);
-    const auto times = time_parts(*model, stages, config, {rank_batch}, graphed, /*copies=*/false);
+    const auto times = time_parts(*model, stages, config, {rank_batch}, graphed, /*copy_to=*/std::nullopt);
     CaseSpec at_rank_batch = spec;
     at_rank_batch.config.batch_size = rank_batch;
     const double rank_step_ms = reference_step_ms(at_rank_batch, devices.front(), graphed);
@@ -334,14 +334,31 @@ AdviseProfile profile_setup(const CaseSpec& spec, const std::vector<torch::Devic
   profile.graphed = graphed;
   profile.single_step_ms = reference_step_ms(spec, devices.front(), graphed);
   if (devices.size() < 2) return profile;
-  profile.sizes = profile_sizes(spec.config.batch_size, devices.size());
-  if (request.parts) profile.parts = profile_cut(spec, devices, profile.sizes, graphed, request.backward_halves);
-  for (auto chunks : request.chunks) {
-    try {
-      profile.chunked[chunks] = profile_cut(spec, round_robin(devices, chunks), profile.sizes, graphed, false);
-    } catch (const std::invalid_argument&) {
-      // A cut the model cannot make (more parts than stages, a --cut of other parts): its cases
-      // fail on their own at set-up, and the set-up's others are still predicted.
+  profile.sizes = profile_sizes(spec.config.batch_size, devices.size(), request.sizes);
+  if (request.parts || !request.chunks.empty() || !request.cuts.empty()) {
+    const auto& config = spec.config;
+    auto model = make_model(config.model, config.num_classes);
+    profile.stages = profile_stages(*model, config, devices, profile.sizes, graphed, request.backward_halves);
+    // Each cut as the cases choose it (choose_cut, "balanced" timed as theirs on the first device).
+    // A cut the model cannot make (more parts than stages, a --cut of other parts) is left out:
+    // its cases fail on their own at set-up, and the set-up's others are still predicted.
+    const auto cut_of = [&](size_t parts, int64_t measure_batch) -> std::optional<CutProfile> {
+      try {
+        return assemble_cut(profile.stages, choose_cut(*model, parts, config, measure_batch, devices.front()));
+      } catch (const std::invalid_argument&) {
+        return std::nullopt;
+      }
+    };
+    if (request.parts) {
+      if (auto parts = cut_of(devices.size(), config.batch_size)) profile.parts = std::move(*parts);
+    }
+    for (auto chunks : request.chunks) {
+      if (auto parts = cut_of(devices.size() * static_cast<size_t>(chunks), config.batch_size)) {
+        profile.chunked[chunks] = std::move(*parts);
+      }
+    }
+    for (const auto& key : request.cuts) {
+      if (auto parts = cut_of(key.parts, key.measure_batch)) profile.cuts[key] = std::move(*parts);
     }
   }
   if (!request.ranks.empty()) profile_ranks(spec, devices, graphed, request.ranks, profile);
@@ -477,8 +494,17 @@ std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& 
     specs.erase(unpredicted, specs.end());
     std::stable_sort(specs.begin(), specs.end(),
                      [](const auto& a, const auto& b) { return *a.predicted_step_ms < *b.predicted_step_ms; });
-    std::string cuts = profile.parts.cut.empty() ? "-" : profile.parts.cut;
-    for (const auto& [chunks, parts] : profile.chunked) cuts += "; " + std::to_string(chunks) + " chunks: " + parts.cut;
+    // Every cut profiled, each once: the fewest parts first.
+    std::vector<std::string> cut_texts;
+    const auto add_cut = [&](const CutProfile& parts) {
+      if (!parts.cut.empty() && std::find(cut_texts.begin(), cut_texts.end(), parts.cut) == cut_texts.end()) {
+        cut_texts.push_back(parts.cut);
+      }
+    };
+    add_cut(profile.parts);
+    for (const auto& entry : profile.cuts) add_cut(entry.second);
+    for (const auto& entry : profile.chunked) add_cut(entry.second);
+    const std::string cuts = cut_texts.empty() ? "-" : joined(cut_texts, "; ");
     std::printf("parbench advise: %s (cut %s; profiled%s in %.1f s)\n", key.c_str(), cuts.c_str(),
                 profile.graphed ? " under CUDA graphs" : "", seconds);
     if (!device.is_cuda() && multi != specs.end()) {

@@ -180,21 +180,24 @@ Cut balanced_cut(const std::vector<std::string>& stage_names, const std::vector<
   return cut;
 }
 
-std::vector<Partition> partition_model(StagedModel& model, const std::vector<torch::Device>& devices,
-                                       const RunConfig& config, int64_t measure_batch, Cut* cut_used) {
+Cut choose_cut(StagedModel& model, size_t num_parts, const RunConfig& config, int64_t measure_batch,
+               torch::Device device) {
   const auto stage_names = names_of(model.stages());
   const auto groups = model.stage_groups();
-  if (devices.size() > stage_names.size()) {
+  if (num_parts > stage_names.size()) {
     throw std::invalid_argument(model.name() + " has " + std::to_string(stage_names.size()) +
-                                " stages, fewer than the " + std::to_string(devices.size()) + " stages asked for");
+                                " stages, fewer than the " + std::to_string(num_parts) + " stages asked for");
   }
   std::string spec = config.cut;
-  if (spec.empty()) spec = devices.size() == 2 && tutorial_cut_fits(stage_names, groups) ? kTutorialCut : "balanced";
-  Cut cut = spec == "balanced"
-                ? balanced_cut(stage_names, measure_stage_seconds(model, config, measure_batch, devices.front()),
-                               devices.size())
-                : parse_cut(spec, stage_names, devices.size(), groups);
+  if (spec.empty()) spec = num_parts == 2 && tutorial_cut_fits(stage_names, groups) ? kTutorialCut : "balanced";
+  return spec == "balanced"
+             ? balanced_cut(stage_names, stage_seconds_once(model, config, measure_batch, device), num_parts)
+             : parse_cut(spec, stage_names, num_parts, groups);
+}
 
+std::vector<Partition> partition_model(StagedModel& model, const std::vector<torch::Device>& devices,
+                                       const RunConfig& config, int64_t measure_batch, Cut* cut_used) {
+  const Cut cut = choose_cut(model, devices.size(), config, measure_batch, devices.front());
   auto stages = model.stages();
   std::vector<Partition> partitions;
   size_t next = 0;

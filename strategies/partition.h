@@ -30,10 +30,18 @@ Cut parse_cut(const std::string& spec, const std::vector<std::string>& stage_nam
 Cut balanced_cut(const std::vector<std::string>& stage_names, const std::vector<double>& stage_seconds,
                  size_t num_parts);
 
-// Chooses the cut (`config.cut`, or the default: the tutorial's split of ResNet over two
-// devices, stem,layer1,layer2|layer3,layer4,head, where it applies, else "balanced") and moves
-// each part's modules to its device (one part per entry of `devices`).
-// `measure_batch` is the batch size that per-stage timing uses for "balanced".
+// The cut into `num_parts` parts: `config.cut`, or the default (the tutorial's split of ResNet
+// over two devices, stem,layer1,layer2|layer3,layer4,head, where it applies, else "balanced").
+// "balanced" balances the stages' times at `measure_batch` on `device`, timed once per process
+// for each set-up (stage_seconds_once), so every case that asks the same gets the same cut, and
+// --advise predicts a case from the cut it runs. Throws std::invalid_argument for a cut the
+// model cannot make.
+Cut choose_cut(StagedModel& model, size_t num_parts, const RunConfig& config, int64_t measure_batch,
+               torch::Device device);
+
+// Chooses the cut (choose_cut, timed on the first device) and moves each part's modules to its
+// device (one part per entry of `devices`). `measure_batch` is the batch size that per-stage
+// timing uses for "balanced".
 std::vector<Partition> partition_model(StagedModel& model, const std::vector<torch::Device>& devices,
                                        const RunConfig& config, int64_t measure_batch, Cut* cut_used);
 

@@ -27,6 +27,45 @@ double interpolate(const std::vector<int64_t>& sizes, const std::vector<double>&
   return values[i - 1] + weight * (values[i] - values[i - 1]);
 }
 
+CutProfile assemble_cut(const StageProfile& stages, const Cut& cut) {
+  CutProfile parts;
+  parts.cut = format_cut(cut, stages.groups);
+  const size_t sizes = stages.forward_ms.empty() ? 0 : stages.forward_ms.front().size();
+  const bool halves = !stages.input_gradient_ms.empty();
+  const auto summed = [&](const std::vector<std::vector<double>>& per_stage, size_t first, size_t end) {
+    std::vector<double> sum(sizes, 0.0);
+    for (size_t stage = first; stage < end; ++stage) {
+      for (size_t i = 0; i < sizes; ++i) sum[i] += per_stage[stage][i];
+    }
+    return sum;
+  };
+  size_t first = 0;
+  for (size_t p = 0; p < cut.size(); ++p) {
+    const size_t end = first + cut[p].size();
+    if (end > stages.names.size() || stages.names[first] != cut[p].front()) {
+      throw std::invalid_argument("the cut " + parts.cut + " is not of the profiled stages");
+    }
+    parts.forward_ms.push_back(summed(stages.forward_ms, first, end));
+    parts.backward_ms.push_back(summed(stages.backward_ms, first, end));
+    if (halves) {
+      if (p == 0) {
+        parts.input_gradient_ms.push_back(std::vector<double>(sizes, 0.0));
+        parts.weight_gradient_ms.push_back(parts.backward_ms.back());
+      } else {
+        parts.input_gradient_ms.push_back(summed(stages.input_gradient_ms, first, end));
+        parts.weight_gradient_ms.push_back(summed(stages.weight_gradient_ms, first, end));
+      }
+    }
+    double update = 0;
+    for (size_t stage = first; stage < end; ++stage) update += stages.update_ms[stage];
+    parts.update_ms.push_back(update);
+    if (p + 1 < cut.size()) parts.copy_ms.push_back(stages.copy_ms[end - 1]);
+    first = end;
+  }
+  if (first != stages.names.size()) throw std::invalid_argument("the cut " + parts.cut + " leaves stages out");
+  return parts;
+}
+
 SimulatedStep simulate_cut(const CutProfile& parts, const std::vector<int64_t>& sizes, int64_t batch, int64_t split,
                            const std::string& schedule, int chunks) {
   const auto micro_batches = piece_sizes(batch, split);
@@ -75,8 +114,21 @@ bool splits_backwards(const std::string& schedule) {
   return false;
 }
 
-// The profiled cut a staged case runs; throws where it was not profiled (a cut the model cannot make).
-const CutProfile& cut_of(const AdviseProfile& profile, const RunConfig& config) {
+// The batch a staged case's "balanced" cut times the stages at: its micro-batch, or without one
+// the whole batch (set_up_stages's measure_batch in pipeline.cpp and model_parallel.cpp).
+int64_t measure_batch_of(const RunConfig& config) {
+  return pipelined(config) ? std::min(config.split_size, config.batch_size) : config.batch_size;
+}
+
+CutKey cut_key_of(const RunConfig& config, int devices) {
+  return CutKey{static_cast<size_t>(devices) * static_cast<size_t>(chunks_of(config)), measure_batch_of(config)};
+}
+
+// The profiled cut a staged case runs: its own (ProfileRequest::cuts), else the set-up's one-chunk
+// or chunked cut; throws where none was profiled (a cut the model cannot make).
+const CutProfile& cut_of(const AdviseProfile& profile, const RunConfig& config, int devices) {
+  const auto own = profile.cuts.find(cut_key_of(config, devices));
+  if (own != profile.cuts.end()) return own->second;
   const int chunks = chunks_of(config);
   if (chunks == 1) return profile.parts;
   const auto found = profile.chunked.find(chunks);
@@ -89,7 +141,7 @@ const CutProfile& cut_of(const AdviseProfile& profile, const RunConfig& config) 
 
 SimulatedStep simulate_staged(const AdviseProfile& profile, const CaseConditions& conditions) {
   const auto& config = conditions.config;
-  const auto& parts = cut_of(profile, config);
+  const auto& parts = cut_of(profile, config, conditions.devices);
   const auto batch = config.batch_size;
   if (!pipelined(config)) return simulate_cut(parts, profile.sizes, batch, batch, "gpipe", 1);
   return simulate_cut(parts, profile.sizes, batch, config.split_size, config.schedule, chunks_of(config));
@@ -111,11 +163,14 @@ StrategyPredictor staged_predictor(std::function<bool(const CaseConditions&)> co
                     static_cast<size_t>(chunks));
       request.backward_halves |= splits_backwards(config.schedule);
     }
-    request.parts |= chunks == 1;
-    if (chunks > 1) request.chunks.insert(chunks);
+    request.cuts.insert(cut_key_of(config, conditions.devices));
+    const auto micro_batches = pipelined(config) ? piece_sizes(config.batch_size, config.split_size)
+                                                 : std::vector<int64_t>{config.batch_size};
+    request.sizes.insert(micro_batches.begin(), micro_batches.end());
   };
   predictor.predict = [](const AdviseProfile& profile, const CaseConditions& conditions) {
-    return Prediction{simulate_staged(profile, conditions).step_ms, cut_of(profile, conditions.config).cut};
+    return Prediction{simulate_staged(profile, conditions).step_ms,
+                      cut_of(profile, conditions.config, conditions.devices).cut};
   };
   predictor.simulate = simulate_staged;
   return predictor;

@@ -4,6 +4,7 @@
 // docs/METRICS.md ("Predicted step time") has the models.
 #pragma once
 
+#include "strategies/partition.h"
 #include "strategies/schedule_simulator.h"
 #include "strategies/strategy.h"
 
@@ -11,6 +12,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -38,12 +40,41 @@ struct CutProfile {
   std::vector<double> update_ms;
 };
 
+// Every stage of the model on its own, on the profile's first device, per profiled size (the
+// profile's `sizes`), in milliseconds: the pieces that any cut sums into its parts (assemble_cut).
+struct StageProfile {
+  std::vector<std::string> names;
+  std::vector<StageGroup> groups;  // the model's, to write a cut by its groups' names
+  std::vector<std::vector<double>> forward_ms, backward_ms;  // the last stage's backward includes the loss
+  std::vector<std::vector<double>> input_gradient_ms, weight_gradient_ms;  // B and W; empty unless asked for
+  std::vector<std::vector<double>> copy_ms;  // per stage but the last: its output to the next device
+  std::vector<double> update_ms;             // per stage: the optimizer's step over its parameters
+};
+
+// The cut a staged case runs, as it chooses it (choose_cut): how many parts (devices x chunks),
+// and the batch a "balanced" cut times the stages at (the micro-batch; the batch without one).
+struct CutKey {
+  size_t parts = 0;
+  int64_t measure_batch = 0;
+  bool operator<(const CutKey& other) const {
+    return std::tie(parts, measure_batch) < std::tie(other.parts, other.measure_batch);
+  }
+};
+
+// The parts of `cut` from the stages' pieces: each part's forward, backward and update are the
+// sums of its stages'; a part's output copy is its last stage's. With the halves: a part's B and
+// W are the sums of its stages', except the first part's, which has no input gradient to send:
+// its B computes nothing and its W is its whole backward (as the executor runs it).
+CutProfile assemble_cut(const StageProfile& stages, const Cut& cut);
+
 // What one set-up's profile measured, in milliseconds.
 struct AdviseProfile {
   double single_step_ms = 0;  // the reference: the whole model's step on one device
-  std::vector<int64_t> sizes;  // the micro-batch sizes every cut was profiled at
-  CutProfile parts;            // one part per device
+  std::vector<int64_t> sizes;  // the micro-batch sizes every piece was profiled at
+  StageProfile stages;         // where a cut was asked for: every stage alone
+  CutProfile parts;            // one part per device, cut at the whole batch
   std::map<int, CutProfile> chunked;  // by chunks per device (above 1): chunks x devices parts, round-robin
+  std::map<CutKey, CutProfile> cuts;  // each staged case's own cut (ProfileRequest::cuts)
   // The counters() of a strategy set up once on the profile's devices (ProfileRequest::set_up).
   std::map<std::string, double> set_up_counters;
   std::map<std::pair<double, int64_t>, RankProfile> ranks;  // by (bucket MiB, per-rank batch)
@@ -53,9 +84,11 @@ struct AdviseProfile {
 // What a set-up's cases need profiled beyond the reference step; each case's predictor adds its
 // own needs (StrategyPredictor::request).
 struct ProfileRequest {
-  bool parts = false;            // the one-chunk cut's parts
+  bool parts = false;            // the one-chunk cut's parts, at the whole batch
   bool backward_halves = false;  // and their backwards' halves
   std::set<int> chunks;          // chunks per device (above 1), a round-robin cut for each
+  std::set<CutKey> cuts;         // the cuts the staged cases run
+  std::set<int64_t> sizes;       // micro-batch sizes the cases run, profiled beside the set-up's own
   // A strategy to set up once on the profile's devices with this config (the set-up's whole
   // batch), its counters() kept in AdviseProfile::set_up_counters: what it measures at set-up.
   const StrategyInfo* set_up = nullptr;

@@ -5,6 +5,7 @@
 #include "benchmarks/advise.h"
 #include "benchmarks/options.h"
 #include "core/device_timer.h"
+#include "models/model_zoo.h"
 #include "tests/option_parsing.h"
 
 #include <gtest/gtest.h>
@@ -54,10 +55,16 @@ TEST(AdviseProfile, SplitsBackwardsAsTheExecutor) {
   request.parts = true;
   request.backward_halves = true;
   request.chunks = {2};  // a cut of four parts, which the two-part --cut does not make
+  request.sizes = {2, 3};
   const auto profile = profile_setup(spec, case_devices(spec), /*graphed=*/false, request);
-  EXPECT_EQ(profile.sizes, (std::vector<int64_t>{1, 2, 4, 8}));
+  // The cases' sizes, the batch and its shards over the two devices.
+  EXPECT_EQ(profile.sizes, (std::vector<int64_t>{2, 3, 4, 8}));
   EXPECT_EQ(profile.parts.cut, spec.config.cut);
   EXPECT_TRUE(profile.chunked.empty());
+  // Every stage alone, B and W apart; the first stage has no input gradient.
+  ASSERT_EQ(profile.stages.names, (std::vector<std::string>{"stem", "block1", "block2", "head"}));
+  ASSERT_EQ(profile.stages.input_gradient_ms.size(), 4u);
+  EXPECT_EQ(profile.stages.input_gradient_ms[0], std::vector<double>(profile.sizes.size(), 0.0));
   ASSERT_EQ(profile.parts.input_gradient_ms.size(), 2u);
   ASSERT_EQ(profile.parts.weight_gradient_ms.size(), 2u);
   for (size_t part = 0; part < 2; ++part) {
@@ -69,6 +76,30 @@ TEST(AdviseProfile, SplitsBackwardsAsTheExecutor) {
   }
   // The first part has no input gradient to send: its B computes nothing and W is its backward.
   EXPECT_EQ(profile.parts.input_gradient_ms[0], std::vector<double>(profile.sizes.size(), 0.0));
+  EXPECT_EQ(profile.parts.weight_gradient_ms[0], profile.parts.backward_ms[0]);
+}
+
+// A cut's parts are its stages' pieces summed: forward, backward, B and W (the first part's
+// backward all W), the update, and the copy of each part's last stage's output.
+TEST(AdviseProfile, AssemblesAnyCutFromItsStages) {
+  StageProfile stages;
+  stages.names = {"a", "b", "c", "d"};
+  stages.forward_ms = {{1, 10}, {2, 20}, {3, 30}, {4, 40}};
+  stages.backward_ms = {{2, 20}, {4, 40}, {6, 60}, {8, 80}};
+  stages.input_gradient_ms = {{0, 0}, {1, 10}, {2, 20}, {3, 30}};
+  stages.weight_gradient_ms = {{2, 20}, {3, 30}, {4, 40}, {5, 50}};
+  stages.copy_ms = {{0.1, 1}, {0.2, 2}, {0.3, 3}};
+  stages.update_ms = {0.5, 1, 1.5, 2};
+  const auto parts = assemble_cut(stages, Cut{{"a", "b"}, {"c"}, {"d"}});
+  EXPECT_EQ(parts.cut, "a,b|c|d");
+  EXPECT_EQ(parts.forward_ms, (std::vector<std::vector<double>>{{3, 30}, {3, 30}, {4, 40}}));
+  EXPECT_EQ(parts.backward_ms, (std::vector<std::vector<double>>{{6, 60}, {6, 60}, {8, 80}}));
+  EXPECT_EQ(parts.input_gradient_ms, (std::vector<std::vector<double>>{{0, 0}, {2, 20}, {3, 30}}));
+  EXPECT_EQ(parts.weight_gradient_ms, (std::vector<std::vector<double>>{{6, 60}, {4, 40}, {5, 50}}));
+  EXPECT_EQ(parts.copy_ms, (std::vector<std::vector<double>>{{0.2, 2}, {0.3, 3}}));
+  EXPECT_EQ(parts.update_ms, (std::vector<double>{1.5, 1.5, 2}));
+  EXPECT_THROW(assemble_cut(stages, Cut{{"a"}, {"c", "d"}}), std::invalid_argument);
+  EXPECT_THROW(assemble_cut(stages, Cut{{"a", "b"}, {"c"}}), std::invalid_argument);
 }
 
 // interleaved-1f1b's parts, cut as the executor cuts them and placed round-robin, per chunk
@@ -88,6 +119,32 @@ TEST(AdviseProfile, ProfilesChunkedCuts) {
   ASSERT_EQ(chunked.update_ms.size(), 4u);
   EXPECT_TRUE(chunked.input_gradient_ms.empty());  // interleaved-1f1b runs whole backwards
   for (const auto& part : chunked.forward_ms) EXPECT_EQ(part.size(), profile.sizes.size());
+}
+
+// Each staged case is predicted from the cut it runs: its key (parts, the batch its balanced cut
+// is timed at) asked for, profiled with the cut the case's own set-up chooses, and its micro-batch
+// sizes profiled exactly.
+TEST(AdviseProfile, PredictsEachStagedCaseFromTheCutItRuns) {
+  const auto cases = every_schedule();
+  auto spec = case_of(cases, "interleaved-1f1b");
+  spec.config.cut = "balanced";
+  ProfileRequest request;
+  const auto& predictor = spec.strategy->predictor();
+  predictor.request(CaseConditions{spec.config, spec.global_batch, spec.gpus}, request);
+  ASSERT_EQ(request.cuts.size(), 1u);
+  EXPECT_EQ(request.cuts.begin()->parts, 4u);  // 2 devices x 2 chunks
+  EXPECT_EQ(request.cuts.begin()->measure_batch, 2);  // the micro-batch
+  EXPECT_EQ(request.sizes, (std::set<int64_t>{2}));
+  const auto devices = case_devices(spec);
+  const auto profile = profile_setup(spec, devices, /*graphed=*/false, request);
+  ASSERT_EQ(profile.cuts.count(*request.cuts.begin()), 1u);
+  // The strategy, set up for the case, runs the cut the prediction was made from.
+  auto strategy = spec.strategy->create();
+  const auto config = spec.config;
+  strategy->setup([&config] { return make_model(config.model, config.num_classes); }, devices, config);
+  const auto prediction = predictor.predict(profile, CaseConditions{spec.config, spec.global_batch, spec.gpus});
+  EXPECT_EQ(prediction.profile, strategy->describe().at("cut"));
+  EXPECT_EQ(prediction.profile, profile.cuts.at(*request.cuts.begin()).cut);
 }
 
 // Every schedule's case on one lane is predicted, with every action of its programs placed:
@@ -132,7 +189,8 @@ TEST(Advise, RanksEveryScheduleBesideSingle) {
     ASSERT_TRUE(spec.predicted_step_ms.has_value()) << spec.name;
     EXPECT_GT(*spec.predicted_step_ms, 0.0) << spec.name;
   }
-  EXPECT_NE(table.find("2 chunks: stem|block1|block2|head"), std::string::npos) << table;
+  // The heading lists every cut profiled: interleaved-1f1b's four parts beside the others' two.
+  EXPECT_NE(table.find("; stem|block1|block2|head;"), std::string::npos) << table;
 }
 
 // A case whose schedule cannot be built where advise models it (make_schedule refuses it; here a

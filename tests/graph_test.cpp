@@ -246,6 +246,7 @@ TEST(AdviseProfile, TimesEveryPartAtEverySizeEagerAndGraphed) {
     request.parts = true;
     request.backward_halves = true;
     request.chunks = {2};
+    request.sizes = {1, 2};
     const auto profile = profile_setup(spec, gpus, graphed, request);
     EXPECT_EQ(profile.graphed, graphed);
     EXPECT_EQ(profile.parts.cut, "stem,layer1,layer2|layer3,layer4,head");
