@@ -12,6 +12,7 @@
 #                             timer_gpu (the event timer on every GPU, and a mutant of it: PARBENCH_MUTANT_TESTS),
 #                             cuts (4 GPUs: block-level cuts, interleaved-1f1b on 4 x 2 chunks),
 #                             ref4_* (issue 42's 4-GPU reference run: see REFERENCE4_ARGS),
+#                             again4_*, again2_* (issues 42 and 35 again on a 4-GPU machine: see step_again4_resnet),
 #                             mem2_* (issues 37-39 on 2 GPUs: memory, zero, tensor_parallel; see MEM2_ARGS);
 #                             prebuilt instead of build: see step_prebuilt
 # PARBENCH_BENCH_TIMEOUT=SECONDS: each parbench run of a step is killed after that long, so that
@@ -109,7 +110,9 @@ bench() {
   "${limit[@]}" "$parbench" --benchmark_out="$results/$name.json" --benchmark_out_format=json "$@" \
     >"$results/$name.txt" 2>"$results/$name.stderr"
   local status=$?
-  cp "$results/$name.json" "$out/" 2>/dev/null  # kept even if a later step runs out of time
+  # Kept even if a later step runs out of time; PARBENCH_JSON_TO_OUT=0 where a call runs more
+  # benches than the 8 files a device call brings back leave room for results.tgz.
+  [[ ${PARBENCH_JSON_TO_OUT:-1} == 0 ]] || cp "$results/$name.json" "$out/" 2>/dev/null
   grep -E "_median|ERROR" "$results/$name.txt" | sed -E 's/ +/ /g' | cut -c1-230 | head -n 60
   return $status
 }
@@ -810,6 +813,43 @@ step_ref4_gpt() {
     --schedules=$REFERENCE_SCHEDULES --chunks=2 --split-sizes=2 --allreduce=off --advise=all $REFERENCE4_ARGS
 }
 step_ref4_pytorch_gpt() { NPROC=4 GPT_SPLITS=2 ONLY=pipelining_gpt pytorch_baselines gpt "$results/ref4_gpt.json" pytorch4_gpt; }
+
+# Issues 35 and 42 again, once --advise predicts each staged case from the cut it runs, in one
+# call on a 4-GPU machine (PARBENCH_JSON_TO_OUT=0: everything comes back in results.tgz):
+#   again4_resnet: ResNet-50 fp32 on 4 GPUs, 128x128 graphed and eager and 224x224 graphed: every
+#     strategy, each schedule's split sweep, --advise=all (ref4_resnet_128's and _224's set-ups)
+#   again2_resnet: the same machine's GPUs 0 and 1, 128x128, fp32 graphed and eager and bf16
+#     graphed: every strategy, splits 20, 30, 40 and 60, --advise=all (issue 35's set-up, split 40 added)
+#   again2_balanced: GPUs 0 and 1, 128x128 fp32 graphed: single and every schedule with
+#     --cut=balanced in place of the tutorial's cut
+step_again4_resnet() {
+  local status=0
+  reference4_sweep again4_resnet_128_fp32 128 120 10,15,30 fp32 on || status=1
+  reference4_sweep again4_resnet_128_fp32_eager 128 120 10,15,30 fp32 off || status=1
+  reference4_sweep again4_resnet_224_fp32 224 128 8,16,32 fp32 on || status=1
+  return $status
+}
+again2() {  # NAME PRECISION GRAPH [ARGS...]: issue 35's 128x128 set-up on GPUs 0 and 1
+  local name=$1 precision=$2 graph=$3
+  shift 3
+  # shellcheck disable=SC2086
+  CUDA_VISIBLE_DEVICES=0,1 PARBENCH_BENCH_TIMEOUT=${REFERENCE_SETUP_TIMEOUT:-200} bench "$name" --gpus=2 \
+    --strategies=$REFERENCE_STRATEGIES --scaling=weak,strong --allreduce=off --image=128 --batch=120 \
+    --precision="$precision" --cuda-graph="$graph" --schedules=$REFERENCE_SCHEDULES --chunks=2 \
+    --split-sizes=20,30,40,60 $REFERENCE4_ARGS "$@"
+}
+step_again2_resnet() {
+  local status=0
+  again2 again2_resnet_128_fp32 fp32 on --advise=all || status=1
+  again2 again2_resnet_128_fp32_eager fp32 off --advise=all || status=1
+  again2 again2_resnet_128_bf16 bf16 on --advise=all || status=1
+  return $status
+}
+step_again2_balanced() {
+  CUDA_VISIBLE_DEVICES=0,1 PARBENCH_BENCH_TIMEOUT=${REFERENCE_SETUP_TIMEOUT:-200} bench again2_balanced_128_fp32 \
+    --gpus=2 --strategies=single,pipeline --cut=balanced --image=128 --batch=120 --precision=fp32 --cuda-graph=on \
+    --schedules=$REFERENCE_SCHEDULES --chunks=2 --split-sizes=20,30,40,60 $REFERENCE4_ARGS
+}
 
 # Issues 37, 38 and 39 on 2 GPUs: memory, sharded data parallel and tensor parallel.
 #   mem2_tests: the GPU tests of zero and tensor_parallel (NCCL, eager and graphed, against ddp and
