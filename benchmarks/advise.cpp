@@ -15,6 +15,10 @@
 #include <nlohmann/json.hpp>
 
 #ifdef PARBENCH_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/CUDAEvent.h>
+#include <ATen/cuda/Sleep.h>
+#include <c10/cuda/CUDAGuard.h>
 #include <torch/csrc/cuda/nccl.h>
 #endif
 
@@ -60,6 +64,67 @@ double work_ms(torch::Device device, bool graphed, const std::function<torch::Te
   return median_ms({device}, [&] { replayed.run(nothing); });
 }
 
+// One piece of a part's work, in ms: the device's time, and where the host's differs (eager on a
+// GPU) the host's time to issue it.
+struct PieceMs {
+  double device = 0, host = 0;
+  // The part of this piece beyond `earlier` (a backward: forward-and-backward less the forward).
+  PieceMs beyond(const PieceMs& earlier) const {
+    return {std::max(0.0, device - earlier.device), std::max(0.0, host - earlier.host)};
+  }
+  // Its time where host and device are not told apart (each piece waited for on its own).
+  double either() const { return std::max(device, host); }
+};
+
+// What timing one piece costs beyond its work: a replayed graph of one tiny kernel, launched and
+// waited for. A stage's piece is timed alone, while a cut's part runs its stages' pieces in one
+// go (in one graph, graphed): summing the stages' raw times would count this once per stage.
+double graph_launch_ms(torch::Device device) {
+  static std::map<std::string, double> measured;
+  const auto key = device.str();
+  if (measured.count(key) == 0) {
+    measured[key] = work_ms(device, /*graphed=*/true, [device] { return torch::zeros({1}, device); });
+  }
+  return measured[key];
+}
+
+// `work`'s time on `device` as a piece of a part. Graphed: the replay's, less the launch's cost.
+// Eager on a GPU: the host's time to issue the work and the device's to run it, told apart by
+// holding the device behind a sleep longer than the issue takes, so that its kernels then run back
+// to back between two events (a host-paced stage's device time is far below its host's, and a
+// part's eager time is the larger of its stages' summed host and summed device times, not the sum
+// of each stage's larger one). Eager on a CPU: the wall time, both.
+PieceMs piece_ms(torch::Device device, bool graphed, const std::function<torch::Tensor()>& work) {
+  if (graphed) return {std::max(0.0, work_ms(device, true, work) - graph_launch_ms(device)), 0.0};
+  const double wall_ms = median_ms({device}, [&] { work(); });
+  if (!device.is_cuda()) return {wall_ms, wall_ms};
+#ifdef PARBENCH_WITH_CUDA
+  int clock_khz = 0;
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, device.index()));
+  const auto sleep_cycles = static_cast<int64_t>((2.0 * wall_ms + 1.0) * clock_khz);  // ms x kHz = cycles
+  std::vector<double> host_ms, device_ms;
+  for (int run = 0; run < kProfileRepeats; ++run) {
+    synchronize_devices({device});
+    c10::cuda::CUDAGuard on_device(device);
+    const auto stream = at::cuda::getCurrentCUDAStream(device.index());
+    at::cuda::CUDAEvent began(cudaEventDefault), ended(cudaEventDefault);
+    at::cuda::sleep(sleep_cycles);
+    began.record(stream);
+    const auto issued_from = std::chrono::steady_clock::now();
+    work();
+    host_ms.push_back(1e3 * std::chrono::duration<double>(std::chrono::steady_clock::now() - issued_from).count());
+    ended.record(stream);
+    ended.synchronize();
+    device_ms.push_back(began.elapsed_time(ended));
+  }
+  std::sort(host_ms.begin(), host_ms.end());
+  std::sort(device_ms.begin(), device_ms.end());
+  return {device_ms[device_ms.size() / 2], host_ms[host_ms.size() / 2]};
+#else
+  return {wall_ms, wall_ms};
+#endif
+}
+
 // The batch, its shards over `devices` devices, and the micro-batch sizes the cases run: each
 // case's pieces are profiled at their own sizes, not interpolated.
 std::vector<int64_t> profile_sizes(int64_t batch, size_t devices, const std::set<int64_t>& case_sizes) {
@@ -92,7 +157,8 @@ double reference_step_ms(const CaseSpec& spec, torch::Device device, bool graphe
 // `copy_to` is given the copy of its output to that device, and where `halves` the backward's
 // B and W halves (CutProfile).
 struct PartTimes {
-  std::vector<std::vector<double>> forward_ms, backward_ms, copy_ms, input_gradient_ms, weight_gradient_ms;
+  std::vector<std::vector<PieceMs>> forward_ms, backward_ms, input_gradient_ms, weight_gradient_ms;
+  std::vector<std::vector<double>> copy_ms;
 };
 
 PartTimes time_parts(const StagedModel& model, const std::vector<Partition>& parts, const RunConfig& config,
@@ -127,10 +193,10 @@ PartTimes time_parts(const StagedModel& model, const std::vector<Partition>& par
         return output.detach();
       };
       for (int warm = 0; warm < 2; ++warm) forward_and_backward();
-      const double forward_ms = work_ms(part.device, graphed, [&] { return forward().detach(); });
-      const double both_ms = work_ms(part.device, graphed, forward_and_backward);
+      const auto forward_ms = piece_ms(part.device, graphed, [&] { return forward().detach(); });
+      const auto both_ms = piece_ms(part.device, graphed, forward_and_backward);
       times.forward_ms[p].push_back(forward_ms);
-      times.backward_ms[p].push_back(std::max(0.0, both_ms - forward_ms));
+      times.backward_ms[p].push_back(both_ms.beyond(forward_ms));
       if (halves) {
         // As stage_executor.cpp's backward_input and backward_weight: B roots the backward at the
         // loss (last part) or the output, and takes the input's gradient alone, keeping the
@@ -148,11 +214,11 @@ PartTimes time_parts(const StagedModel& model, const std::vector<Partition>& par
           torch::autograd::backward({root}, root_gradient, /*retain_graph=*/false, /*create_graph=*/false, parameters);
           return root.detach();
         };
-        const double through_input_ms =
-            p == 0 ? forward_ms : work_ms(part.device, graphed, [&] { return forward_and_input_gradient().detach(); });
-        const double through_weights_ms = work_ms(part.device, graphed, forward_and_both_halves);
-        times.input_gradient_ms[p].push_back(std::max(0.0, through_input_ms - forward_ms));
-        times.weight_gradient_ms[p].push_back(std::max(0.0, through_weights_ms - through_input_ms));
+        const auto through_input_ms =
+            p == 0 ? forward_ms : piece_ms(part.device, graphed, [&] { return forward_and_input_gradient().detach(); });
+        const auto through_weights_ms = piece_ms(part.device, graphed, forward_and_both_halves);
+        times.input_gradient_ms[p].push_back(through_input_ms.beyond(forward_ms));
+        times.weight_gradient_ms[p].push_back(through_weights_ms.beyond(through_input_ms));
       }
       activation = next_input;
       if (!last) {
@@ -162,6 +228,16 @@ PartTimes time_parts(const StagedModel& model, const std::vector<Partition>& par
     }
   }
   return times;
+}
+
+// The device's times of `pieces` (per part, per size), or the host's.
+std::vector<std::vector<double>> of(const std::vector<std::vector<PieceMs>>& pieces, double PieceMs::*which) {
+  std::vector<std::vector<double>> values;
+  for (const auto& part : pieces) {
+    values.emplace_back();
+    for (const auto& piece : part) values.back().push_back(piece.*which);
+  }
+  return values;
 }
 
 // Every stage of `model` on its own on the first of `devices`, at `sizes`, with the copy of its
@@ -175,23 +251,33 @@ StageProfile profile_stages(StagedModel& model, const RunConfig& config, const s
   alone.cut = format_cut(stage_per_part);
   const std::vector<torch::Device> first(stage_per_part.size(), devices.front());
   const auto stages = partition_model(model, first, alone, config.batch_size, nullptr);
-  auto times = time_parts(model, stages, config, sizes, graphed, devices.size() > 1 ? devices[1] : devices[0], halves);
+  const auto times = time_parts(model, stages, config, sizes, graphed, devices.size() > 1 ? devices[1] : devices[0], halves);
   StageProfile profile;
   for (const auto& part : stage_per_part) profile.names.push_back(part.front());
   profile.groups = model.stage_groups();
-  profile.forward_ms = std::move(times.forward_ms);
-  profile.backward_ms = std::move(times.backward_ms);
-  profile.copy_ms = std::move(times.copy_ms);
-  profile.input_gradient_ms = std::move(times.input_gradient_ms);
-  profile.weight_gradient_ms = std::move(times.weight_gradient_ms);
+  profile.forward_ms = of(times.forward_ms, &PieceMs::device);
+  profile.backward_ms = of(times.backward_ms, &PieceMs::device);
+  profile.copy_ms = times.copy_ms;
+  profile.input_gradient_ms = of(times.input_gradient_ms, &PieceMs::device);
+  profile.weight_gradient_ms = of(times.weight_gradient_ms, &PieceMs::device);
+  // The host's times where they differ from the device's: eager on a GPU.
+  const bool host_apart = !graphed && devices.front().is_cuda();
+  if (host_apart) {
+    profile.forward_host_ms = of(times.forward_ms, &PieceMs::host);
+    profile.backward_host_ms = of(times.backward_ms, &PieceMs::host);
+    profile.input_gradient_host_ms = of(times.input_gradient_ms, &PieceMs::host);
+    profile.weight_gradient_host_ms = of(times.weight_gradient_ms, &PieceMs::host);
+  }
   for (const auto& stage : stages) {
     // The case's optimizer (AdamW's step costs far more than SGD's), over the gradients the
     // timing left.
     Optimizer optimizer(stage.parameters(), config.optimizer, config.learning_rate);
-    profile.update_ms.push_back(work_ms(stage.device, graphed, [&] {
+    const auto update = piece_ms(stage.device, graphed, [&] {
       optimizer.step();
-      return torch::Tensor();
-    }));
+      return torch::zeros({1}, stage.device);  // a graph needs a kernel, whatever the optimizer skips
+    });
+    profile.update_ms.push_back(update.device);
+    if (host_apart) profile.update_host_ms.push_back(update.host);
   }
   return profile;
 }
@@ -244,7 +330,7 @@ void profile_ranks(const CaseSpec& spec, const std::vector<torch::Device>& devic
     for (auto s = stages.size(); s-- > 0;) {
       const auto parameters = stages[s].parameters();
       const double begin = backward_ms;
-      backward_ms += times.backward_ms[s].front();
+      backward_ms += times.backward_ms[s].front().either();
       for (size_t i = 0; i < parameters.size(); ++i) {
         const double produced = static_cast<double>(parameters.size() - i) / static_cast<double>(parameters.size());
         ready_ms[parameters[i].unsafeGetTensorImpl()] = begin + produced * (backward_ms - begin);

@@ -49,6 +49,10 @@ struct StageProfile {
   std::vector<std::vector<double>> input_gradient_ms, weight_gradient_ms;  // B and W; empty unless asked for
   std::vector<std::vector<double>> copy_ms;  // per stage but the last: its output to the next device
   std::vector<double> update_ms;             // per stage: the optimizer's step over its parameters
+  // Eager on a GPU, the host's times to issue the same pieces (the times above being the
+  // device's); empty where the two are one (graphed, or on a CPU).
+  std::vector<std::vector<double>> forward_host_ms, backward_host_ms, input_gradient_host_ms, weight_gradient_host_ms;
+  std::vector<double> update_host_ms;
 };
 
 // The cut a staged case runs, as it chooses it (choose_cut): how many parts (devices x chunks),
@@ -62,9 +66,11 @@ struct CutKey {
 };
 
 // The parts of `cut` from the stages' pieces: each part's forward, backward and update are the
-// sums of its stages'; a part's output copy is its last stage's. With the halves: a part's B and
-// W are the sums of its stages', except the first part's, which has no input gradient to send:
-// its B computes nothing and its W is its whole backward (as the executor runs it).
+// sums of its stages' (where the host's times were profiled apart, the larger of the summed host
+// and the summed device times: a host that issues a part's stages runs ahead of the device while
+// it can); a part's output copy is its last stage's. With the halves: a part's B and W are the
+// sums of its stages', except the first part's, which has no input gradient to send: its B
+// computes nothing and its W is its whole backward (as the executor runs it).
 CutProfile assemble_cut(const StageProfile& stages, const Cut& cut);
 
 // What one set-up's profile measured, in milliseconds.

@@ -102,6 +102,25 @@ TEST(AdviseProfile, AssemblesAnyCutFromItsStages) {
   EXPECT_THROW(assemble_cut(stages, Cut{{"a", "b"}, {"c"}}), std::invalid_argument);
 }
 
+// Eager on a GPU, a part's piece is the larger of its stages' summed host times and summed device
+// times: a host-paced stage and a device-bound one overlap, where each stage timed alone cannot.
+TEST(AdviseProfile, AssemblesAnEagerPartFromItsHostAndDeviceTimesApart) {
+  StageProfile stages;
+  stages.names = {"a", "b", "c"};
+  stages.forward_ms = {{4}, {1}, {2}};        // the device's
+  stages.forward_host_ms = {{1}, {3}, {1}};   // the host's
+  stages.backward_ms = {{8}, {2}, {2}};
+  stages.backward_host_ms = {{2}, {6}, {1}};
+  stages.copy_ms = {{0.5}, {0.5}};
+  stages.update_ms = {1, 1, 1};
+  stages.update_host_ms = {0.5, 0.5, 3};
+  const auto parts = assemble_cut(stages, Cut{{"a", "b"}, {"c"}});
+  // a+b: device 5 against host 4; c: device 2 against host 1. Each stage's larger (4 + 3) would say 7.
+  EXPECT_EQ(parts.forward_ms, (std::vector<std::vector<double>>{{5}, {2}}));
+  EXPECT_EQ(parts.backward_ms, (std::vector<std::vector<double>>{{10}, {2}}));
+  EXPECT_EQ(parts.update_ms, (std::vector<double>{2, 3}));  // c's host issues its update slower than it runs
+}
+
 // interleaved-1f1b's parts, cut as the executor cuts them and placed round-robin, per chunk
 // count the model can be cut into.
 TEST(AdviseProfile, ProfilesChunkedCuts) {
