@@ -851,6 +851,22 @@ step_again2_balanced() {
     --schedules=$REFERENCE_SCHEDULES --chunks=2 --split-sizes=20,30,40,60 $REFERENCE4_ARGS
 }
 
+# GPUs 0 and 1, 128x128 fp32 graphed: zb-h1 and 1f1b at split 60 (the best 2-GPU pipeline) beside
+# single, under cuts one block either side of the tutorial's, one process per cut (--cut is global).
+step_again2_cuts() {
+  local status=0 cut index=0
+  for cut in "stem,layer1,layer2.0,layer2.1,layer2.2|layer2.3,layer3,layer4,head" \
+             "stem,layer1,layer2,layer3.0|layer3.1,layer3.2,layer3.3,layer3.4,layer3.5,layer4,head" \
+             "stem,layer1,layer2,layer3.0,layer3.1|layer3.2,layer3.3,layer3.4,layer3.5,layer4,head" \
+             "stem,layer1,layer2.0,layer2.1|layer2.2,layer2.3,layer3,layer4,head"; do
+    index=$((index + 1))
+    CUDA_VISIBLE_DEVICES=0,1 PARBENCH_BENCH_TIMEOUT=${REFERENCE_SETUP_TIMEOUT:-200} bench "again2_cut${index}_128_fp32" \
+      --gpus=2 --strategies=single,pipeline --cut="$cut" --image=128 --batch=120 --precision=fp32 --cuda-graph=on \
+      --schedules=zb-h1,1f1b --split-sizes=60 $REFERENCE4_ARGS || status=1
+  done
+  return $status
+}
+
 # Issues 37, 38 and 39 on 2 GPUs: memory, sharded data parallel and tensor parallel.
 #   mem2_tests: the GPU tests of zero and tensor_parallel (NCCL, eager and graphed, against ddp and
 #     single)
