@@ -143,7 +143,13 @@ const CutProfile& cut_of(const AdviseProfile& profile, const RunConfig& config, 
   const auto own = profile.cuts.find(cut_key_of(config, devices));
   if (own != profile.cuts.end()) return own->second;
   const int chunks = chunks_of(config);
-  if (chunks == 1) return profile.parts;
+  if (chunks == 1) {
+    if (profile.parts.forward_ms.empty()) {
+      throw std::invalid_argument("its cut into " + std::to_string(devices) +
+                                  " parts was not profiled (the model cannot make it)");
+    }
+    return profile.parts;
+  }
   const auto found = profile.chunked.find(chunks);
   if (found == profile.chunked.end()) {
     throw std::invalid_argument("its cut of " + std::to_string(chunks) +
