@@ -15,10 +15,6 @@
 #include <nlohmann/json.hpp>
 
 #ifdef PARBENCH_WITH_CUDA
-#include <ATen/cuda/CUDAContext.h>
-#include <ATen/cuda/CUDAEvent.h>
-#include <ATen/cuda/Sleep.h>
-#include <c10/cuda/CUDAGuard.h>
 #include <torch/csrc/cuda/nccl.h>
 #endif
 
@@ -64,21 +60,9 @@ double work_ms(torch::Device device, bool graphed, const std::function<torch::Te
   return median_ms({device}, [&] { replayed.run(nothing); });
 }
 
-// One piece of a part's work, in ms: the device's time, and where the host's differs (eager on a
-// GPU) the host's time to issue it.
-struct PieceMs {
-  double device = 0, host = 0;
-  // The part of this piece beyond `earlier` (a backward: forward-and-backward less the forward).
-  PieceMs beyond(const PieceMs& earlier) const {
-    return {std::max(0.0, device - earlier.device), std::max(0.0, host - earlier.host)};
-  }
-  // Its time where host and device are not told apart (each piece waited for on its own).
-  double either() const { return std::max(device, host); }
-};
-
 // What timing one piece costs beyond its work: a replayed graph of one tiny kernel, launched and
-// waited for. A stage's piece is timed alone, while a cut's part runs its stages' pieces in one
-// go (in one graph, graphed): summing the stages' raw times would count this once per stage.
+// waited for. A graphed step replays one graph for all its parts' pieces, so a piece's replay
+// less this is what the piece adds to that step.
 double graph_launch_ms(torch::Device device) {
   static std::map<std::string, double> measured;
   const auto key = device.str();
@@ -88,41 +72,11 @@ double graph_launch_ms(torch::Device device) {
   return measured[key];
 }
 
-// `work`'s time on `device` as a piece of a part. Graphed: the replay's, less the launch's cost.
-// Eager on a GPU: the host's time to issue the work and the device's to run it, told apart by
-// holding the device behind a sleep longer than the issue takes, so that its kernels then run back
-// to back between two events (a host-paced stage's device time is far below its host's, and a
-// part's eager time is the larger of its stages' summed host and summed device times, not the sum
-// of each stage's larger one). Eager on a CPU: the wall time, both.
-PieceMs piece_ms(torch::Device device, bool graphed, const std::function<torch::Tensor()>& work) {
-  if (graphed) return {std::max(0.0, work_ms(device, true, work) - graph_launch_ms(device)), 0.0};
-  const double wall_ms = median_ms({device}, [&] { work(); });
-  if (!device.is_cuda()) return {wall_ms, wall_ms};
-#ifdef PARBENCH_WITH_CUDA
-  int clock_khz = 0;
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, device.index()));
-  const auto sleep_cycles = static_cast<int64_t>((2.0 * wall_ms + 1.0) * clock_khz);  // ms x kHz = cycles
-  std::vector<double> host_ms, device_ms;
-  for (int run = 0; run < kProfileRepeats; ++run) {
-    synchronize_devices({device});
-    c10::cuda::CUDAGuard on_device(device);
-    const auto stream = at::cuda::getCurrentCUDAStream(device.index());
-    at::cuda::CUDAEvent began(cudaEventDefault), ended(cudaEventDefault);
-    at::cuda::sleep(sleep_cycles);
-    began.record(stream);
-    const auto issued_from = std::chrono::steady_clock::now();
-    work();
-    host_ms.push_back(1e3 * std::chrono::duration<double>(std::chrono::steady_clock::now() - issued_from).count());
-    ended.record(stream);
-    ended.synchronize();
-    device_ms.push_back(began.elapsed_time(ended));
-  }
-  std::sort(host_ms.begin(), host_ms.end());
-  std::sort(device_ms.begin(), device_ms.end());
-  return {device_ms[device_ms.size() / 2], host_ms[host_ms.size() / 2]};
-#else
-  return {wall_ms, wall_ms};
-#endif
+// `work`'s time on `device` as a piece of a step: eager, its synchronised wall time; graphed,
+// its replay's less the launch's cost.
+double piece_ms(torch::Device device, bool graphed, const std::function<torch::Tensor()>& work) {
+  if (!graphed) return work_ms(device, false, work);
+  return std::max(0.0, work_ms(device, true, work) - graph_launch_ms(device));
 }
 
 // The batch, its shards over `devices` devices, and the micro-batch sizes the cases run: each
@@ -154,20 +108,18 @@ double reference_step_ms(const CaseSpec& spec, torch::Device device, bool graphe
 }
 
 // Per part and size: its forward, its backward (the loss included on the last part), where
-// `copy_to` is given the copy of its output to that device, and where `halves` the backward's
+// `copies` the copy of its output to the next part's device, and where `halves` the backward's
 // B and W halves (CutProfile).
 struct PartTimes {
-  std::vector<std::vector<PieceMs>> forward_ms, backward_ms, input_gradient_ms, weight_gradient_ms;
-  std::vector<std::vector<double>> copy_ms;
+  std::vector<std::vector<double>> forward_ms, backward_ms, copy_ms, input_gradient_ms, weight_gradient_ms;
 };
 
 PartTimes time_parts(const StagedModel& model, const std::vector<Partition>& parts, const RunConfig& config,
-                     const std::vector<int64_t>& sizes, bool graphed, std::optional<torch::Device> copy_to,
-                     bool halves = false) {
+                     const std::vector<int64_t>& sizes, bool graphed, bool copies, bool halves = false) {
   PartTimes times;
   times.forward_ms.assign(parts.size(), {});
   times.backward_ms.assign(parts.size(), {});
-  times.copy_ms.assign(copy_to ? parts.size() - 1 : 0, {});
+  times.copy_ms.assign(copies ? parts.size() - 1 : 0, {});
   times.input_gradient_ms.assign(halves ? parts.size() : 0, {});
   times.weight_gradient_ms.assign(halves ? parts.size() : 0, {});
   for (auto size : sizes) {
@@ -193,10 +145,10 @@ PartTimes time_parts(const StagedModel& model, const std::vector<Partition>& par
         return output.detach();
       };
       for (int warm = 0; warm < 2; ++warm) forward_and_backward();
-      const auto forward_ms = piece_ms(part.device, graphed, [&] { return forward().detach(); });
-      const auto both_ms = piece_ms(part.device, graphed, forward_and_backward);
+      const double forward_ms = piece_ms(part.device, graphed, [&] { return forward().detach(); });
+      const double both_ms = piece_ms(part.device, graphed, forward_and_backward);
       times.forward_ms[p].push_back(forward_ms);
-      times.backward_ms[p].push_back(both_ms.beyond(forward_ms));
+      times.backward_ms[p].push_back(std::max(0.0, both_ms - forward_ms));
       if (halves) {
         // As stage_executor.cpp's backward_input and backward_weight: B roots the backward at the
         // loss (last part) or the output, and takes the input's gradient alone, keeping the
@@ -214,72 +166,59 @@ PartTimes time_parts(const StagedModel& model, const std::vector<Partition>& par
           torch::autograd::backward({root}, root_gradient, /*retain_graph=*/false, /*create_graph=*/false, parameters);
           return root.detach();
         };
-        const auto through_input_ms =
+        const double through_input_ms =
             p == 0 ? forward_ms : piece_ms(part.device, graphed, [&] { return forward_and_input_gradient().detach(); });
-        const auto through_weights_ms = piece_ms(part.device, graphed, forward_and_both_halves);
-        times.input_gradient_ms[p].push_back(through_input_ms.beyond(forward_ms));
-        times.weight_gradient_ms[p].push_back(through_weights_ms.beyond(through_input_ms));
+        const double through_weights_ms = piece_ms(part.device, graphed, forward_and_both_halves);
+        times.input_gradient_ms[p].push_back(std::max(0.0, through_input_ms - forward_ms));
+        times.weight_gradient_ms[p].push_back(std::max(0.0, through_weights_ms - through_input_ms));
       }
       activation = next_input;
       if (!last) {
-        if (copy_to) times.copy_ms[p].push_back(median_ms({part.device, *copy_to}, [&] { activation.to(*copy_to); }));
-        activation = activation.to(parts[p + 1].device);  // the next part's input, on its device
+        const auto next = parts[p + 1].device;
+        if (copies) times.copy_ms[p].push_back(median_ms({part.device, next}, [&] { activation.to(next); }));
+        activation = activation.to(next);  // the next part's input, on its device
       }
     }
   }
   return times;
 }
 
-// The device's times of `pieces` (per part, per size), or the host's.
-std::vector<std::vector<double>> of(const std::vector<std::vector<PieceMs>>& pieces, double PieceMs::*which) {
-  std::vector<std::vector<double>> values;
-  for (const auto& part : pieces) {
-    values.emplace_back();
-    for (const auto& piece : part) values.back().push_back(piece.*which);
-  }
-  return values;
-}
-
-// Every stage of `model` on its own on the first of `devices`, at `sizes`, with the copy of its
-// output to the second (where a cut puts the next part), and its optimizer's step: the pieces
-// every cut of the model is assembled from (assemble_cut). Leaves the model on the first device.
-StageProfile profile_stages(StagedModel& model, const RunConfig& config, const std::vector<torch::Device>& devices,
-                            const std::vector<int64_t>& sizes, bool graphed, bool halves) {
-  Cut stage_per_part;
-  for (const auto& stage : model.stages()) stage_per_part.push_back({stage.name});
-  auto alone = config;
-  alone.cut = format_cut(stage_per_part);
-  const std::vector<torch::Device> first(stage_per_part.size(), devices.front());
-  const auto stages = partition_model(model, first, alone, config.batch_size, nullptr);
-  const auto times = time_parts(model, stages, config, sizes, graphed, devices.size() > 1 ? devices[1] : devices[0], halves);
-  StageProfile profile;
-  for (const auto& part : stage_per_part) profile.names.push_back(part.front());
-  profile.groups = model.stage_groups();
-  profile.forward_ms = of(times.forward_ms, &PieceMs::device);
-  profile.backward_ms = of(times.backward_ms, &PieceMs::device);
-  profile.copy_ms = times.copy_ms;
-  profile.input_gradient_ms = of(times.input_gradient_ms, &PieceMs::device);
-  profile.weight_gradient_ms = of(times.weight_gradient_ms, &PieceMs::device);
-  // The host's times where they differ from the device's: eager on a GPU.
-  const bool host_apart = !graphed && devices.front().is_cuda();
-  if (host_apart) {
-    profile.forward_host_ms = of(times.forward_ms, &PieceMs::host);
-    profile.backward_host_ms = of(times.backward_ms, &PieceMs::host);
-    profile.input_gradient_host_ms = of(times.input_gradient_ms, &PieceMs::host);
-    profile.weight_gradient_host_ms = of(times.weight_gradient_ms, &PieceMs::host);
-  }
-  for (const auto& stage : stages) {
+// `cut` of `model` over `part_devices` (a part each, in order), each part's pieces timed at
+// `sizes` as the staged strategies run them, and each part's update by the case's optimizer.
+CutProfile profile_cut(StagedModel& model, const Cut& cut, const std::vector<torch::Device>& part_devices,
+                       const RunConfig& config, const std::vector<int64_t>& sizes, bool graphed, bool halves) {
+  auto placed = config;
+  placed.cut = format_cut(cut);
+  const auto parts = partition_model(model, part_devices, placed, config.batch_size, nullptr);
+  CutProfile profile;
+  profile.cut = format_cut(cut, model.stage_groups());
+  profile.sizes = sizes;
+  auto times = time_parts(model, parts, config, sizes, graphed, /*copies=*/true, halves);
+  profile.forward_ms = std::move(times.forward_ms);
+  profile.backward_ms = std::move(times.backward_ms);
+  profile.copy_ms = std::move(times.copy_ms);
+  profile.input_gradient_ms = std::move(times.input_gradient_ms);
+  profile.weight_gradient_ms = std::move(times.weight_gradient_ms);
+  for (const auto& part : parts) {
     // The case's optimizer (AdamW's step costs far more than SGD's), over the gradients the
     // timing left.
-    Optimizer optimizer(stage.parameters(), config.optimizer, config.learning_rate);
-    const auto update = piece_ms(stage.device, graphed, [&] {
+    Optimizer optimizer(part.parameters(), config.optimizer, config.learning_rate);
+    profile.update_ms.push_back(piece_ms(part.device, graphed, [&] {
       optimizer.step();
-      return torch::zeros({1}, stage.device);  // a graph needs a kernel, whatever the optimizer skips
-    });
-    profile.update_ms.push_back(update.device);
-    if (host_apart) profile.update_host_ms.push_back(update.host);
+      return torch::zeros({1}, part.device);  // a graph needs a kernel, whatever the optimizer skips
+    }));
   }
   return profile;
+}
+
+// A cut's `parts` over `devices` (several per device for a chunked schedule): part c on device c mod D, as
+// StagedStrategy::set_up_stages places them.
+std::vector<torch::Device> round_robin(const std::vector<torch::Device>& devices, size_t parts) {
+  std::vector<torch::Device> part_devices;
+  for (size_t part = 0; part < parts; ++part) {
+    part_devices.push_back(devices[part % devices.size()]);
+  }
+  return part_devices;
 }
 
 // The time of one all-reduce (sum) of `bytes` of `dtype` across `devices`, one buffer on each,
@@ -320,7 +259,7 @@ void profile_ranks(const CaseSpec& spec, const std::vector<torch::Device>& devic
     config.cut = format_cut(stage_per_part);
     const std::vector<torch::Device> one_gpu(stage_per_part.size(), devices.front());
     const auto stages = partition_model(*model, one_gpu, config, rank_batch, nullptr);
-    const auto times = time_parts(*model, stages, config, {rank_batch}, graphed, /*copy_to=*/std::nullopt);
+    const auto times = time_parts(*model, stages, config, {rank_batch}, graphed, /*copies=*/false);
     CaseSpec at_rank_batch = spec;
     at_rank_batch.config.batch_size = rank_batch;
     const double rank_step_ms = reference_step_ms(at_rank_batch, devices.front(), graphed);
@@ -330,7 +269,7 @@ void profile_ranks(const CaseSpec& spec, const std::vector<torch::Device>& devic
     for (auto s = stages.size(); s-- > 0;) {
       const auto parameters = stages[s].parameters();
       const double begin = backward_ms;
-      backward_ms += times.backward_ms[s].front().either();
+      backward_ms += times.backward_ms[s].front();
       for (size_t i = 0; i < parameters.size(); ++i) {
         const double produced = static_cast<double>(parameters.size() - i) / static_cast<double>(parameters.size());
         ready_ms[parameters[i].unsafeGetTensorImpl()] = begin + produced * (backward_ms - begin);
@@ -424,27 +363,39 @@ AdviseProfile profile_setup(const CaseSpec& spec, const std::vector<torch::Devic
   if (request.parts || !request.chunks.empty() || !request.cuts.empty()) {
     const auto& config = spec.config;
     auto model = make_model(config.model, config.num_classes);
-    profile.stages = profile_stages(*model, config, devices, profile.sizes, graphed, request.backward_halves);
-    // Each cut as the cases choose it (choose_cut, "balanced" timed as theirs on the first device).
-    // A cut the model cannot make (more parts than stages, a --cut of other parts) is left out:
-    // its cases fail on their own at set-up, and the set-up's others are still predicted.
-    const auto cut_of = [&](size_t parts, int64_t measure_batch) -> std::optional<CutProfile> {
+    // Each cut as the cases choose it (choose_cut: a balanced one timed as theirs, on the first
+    // device), profiled once at the sizes of every case that runs it. A cut the model cannot make
+    // (more parts than stages, a --cut of other parts) is left out: its cases fail on their own at
+    // set-up, and the set-up's others are still predicted.
+    const auto chosen = [&](size_t parts, int64_t measure_batch) -> std::optional<Cut> {
       try {
-        return assemble_cut(profile.stages, choose_cut(*model, parts, config, measure_batch, devices.front()));
+        return choose_cut(*model, parts, config, measure_batch, devices.front());
       } catch (const std::invalid_argument&) {
         return std::nullopt;
       }
     };
+    const auto profiled = [&](const Cut& cut, const std::vector<int64_t>& sizes) {
+      return profile_cut(*model, cut, round_robin(devices, cut.size()), config, sizes, graphed, request.backward_halves);
+    };
     if (request.parts) {
-      if (auto parts = cut_of(devices.size(), config.batch_size)) profile.parts = std::move(*parts);
+      if (const auto cut = chosen(devices.size(), config.batch_size)) profile.parts = profiled(*cut, profile.sizes);
     }
     for (auto chunks : request.chunks) {
-      if (auto parts = cut_of(devices.size() * static_cast<size_t>(chunks), config.batch_size)) {
-        profile.chunked[chunks] = std::move(*parts);
+      if (const auto cut = chosen(devices.size() * static_cast<size_t>(chunks), config.batch_size)) {
+        profile.chunked[chunks] = profiled(*cut, profile.sizes);
       }
     }
-    for (const auto& key : request.cuts) {
-      if (auto parts = cut_of(key.parts, key.measure_batch)) profile.cuts[key] = std::move(*parts);
+    std::map<Cut, std::pair<std::set<int64_t>, std::vector<CutKey>>> by_cut;  // one profile per distinct cut
+    for (const auto& [key, sizes] : request.cuts) {
+      if (const auto cut = chosen(key.parts, key.measure_batch)) {
+        auto& entry = by_cut[*cut];
+        entry.first.insert(sizes.begin(), sizes.end());
+        entry.second.push_back(key);
+      }
+    }
+    for (const auto& [cut, entry] : by_cut) {
+      const auto parts = profiled(cut, {entry.first.begin(), entry.first.end()});
+      for (const auto& key : entry.second) profile.cuts[key] = parts;
     }
   }
   if (!request.ranks.empty()) profile_ranks(spec, devices, graphed, request.ranks, profile);

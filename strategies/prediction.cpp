@@ -27,58 +27,6 @@ double interpolate(const std::vector<int64_t>& sizes, const std::vector<double>&
   return values[i - 1] + weight * (values[i] - values[i - 1]);
 }
 
-CutProfile assemble_cut(const StageProfile& stages, const Cut& cut) {
-  CutProfile parts;
-  parts.cut = format_cut(cut, stages.groups);
-  const size_t sizes = stages.forward_ms.empty() ? 0 : stages.forward_ms.front().size();
-  const bool halves = !stages.input_gradient_ms.empty();
-  const bool host_apart = !stages.forward_host_ms.empty();
-  const auto summed = [&](const std::vector<std::vector<double>>& per_stage, size_t first, size_t end) {
-    std::vector<double> sum(sizes, 0.0);
-    for (size_t stage = first; stage < end; ++stage) {
-      for (size_t i = 0; i < sizes; ++i) sum[i] += per_stage[stage][i];
-    }
-    return sum;
-  };
-  // The device's sum, or the host's where that is larger.
-  const auto part_of = [&](const std::vector<std::vector<double>>& device, const std::vector<std::vector<double>>& host,
-                           size_t first, size_t end) {
-    auto sum = summed(device, first, end);
-    if (!host_apart) return sum;
-    const auto host_sum = summed(host, first, end);
-    for (size_t i = 0; i < sizes; ++i) sum[i] = std::max(sum[i], host_sum[i]);
-    return sum;
-  };
-  size_t first = 0;
-  for (size_t p = 0; p < cut.size(); ++p) {
-    const size_t end = first + cut[p].size();
-    if (end > stages.names.size() || stages.names[first] != cut[p].front()) {
-      throw std::invalid_argument("the cut " + parts.cut + " is not of the profiled stages");
-    }
-    parts.forward_ms.push_back(part_of(stages.forward_ms, stages.forward_host_ms, first, end));
-    parts.backward_ms.push_back(part_of(stages.backward_ms, stages.backward_host_ms, first, end));
-    if (halves) {
-      if (p == 0) {
-        parts.input_gradient_ms.push_back(std::vector<double>(sizes, 0.0));
-        parts.weight_gradient_ms.push_back(parts.backward_ms.back());
-      } else {
-        parts.input_gradient_ms.push_back(part_of(stages.input_gradient_ms, stages.input_gradient_host_ms, first, end));
-        parts.weight_gradient_ms.push_back(part_of(stages.weight_gradient_ms, stages.weight_gradient_host_ms, first, end));
-      }
-    }
-    double update = 0, update_host = 0;
-    for (size_t stage = first; stage < end; ++stage) {
-      update += stages.update_ms[stage];
-      if (host_apart) update_host += stages.update_host_ms[stage];
-    }
-    parts.update_ms.push_back(std::max(update, update_host));
-    if (p + 1 < cut.size()) parts.copy_ms.push_back(stages.copy_ms[end - 1]);
-    first = end;
-  }
-  if (first != stages.names.size()) throw std::invalid_argument("the cut " + parts.cut + " leaves stages out");
-  return parts;
-}
-
 SimulatedStep simulate_cut(const CutProfile& parts, const std::vector<int64_t>& sizes, int64_t batch, int64_t split,
                            const std::string& schedule, int chunks) {
   const auto micro_batches = piece_sizes(batch, split);
@@ -162,8 +110,9 @@ SimulatedStep simulate_staged(const AdviseProfile& profile, const CaseConditions
   const auto& config = conditions.config;
   const auto& parts = cut_of(profile, config, conditions.devices);
   const auto batch = config.batch_size;
-  if (!pipelined(config)) return simulate_cut(parts, profile.sizes, batch, batch, "gpipe", 1);
-  return simulate_cut(parts, profile.sizes, batch, config.split_size, config.schedule, chunks_of(config));
+  const auto& sizes = parts.sizes.empty() ? profile.sizes : parts.sizes;
+  if (!pipelined(config)) return simulate_cut(parts, sizes, batch, batch, "gpipe", 1);
+  return simulate_cut(parts, sizes, batch, config.split_size, config.schedule, chunks_of(config));
 }
 
 }  // namespace
@@ -182,9 +131,9 @@ StrategyPredictor staged_predictor(std::function<bool(const CaseConditions&)> co
                     static_cast<size_t>(chunks));
       request.backward_halves |= splits_backwards(config.schedule);
     }
-    request.cuts.insert(cut_key_of(config, conditions.devices));
     const auto micro_batches = pipelined(config) ? piece_sizes(config.batch_size, config.split_size)
                                                  : std::vector<int64_t>{config.batch_size};
+    request.cuts[cut_key_of(config, conditions.devices)].insert(micro_batches.begin(), micro_batches.end());
     request.sizes.insert(micro_batches.begin(), micro_batches.end());
   };
   predictor.predict = [](const AdviseProfile& profile, const CaseConditions& conditions) {

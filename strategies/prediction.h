@@ -32,27 +32,13 @@ struct RankProfile {
 // output to the next part's device; per part, its SGD update.
 struct CutProfile {
   std::string cut;  // format_cut's; empty where the cut was not profiled
+  std::vector<int64_t> sizes;  // the sizes its pieces were timed at (empty: the profile's `sizes`)
   std::vector<std::vector<double>> forward_ms, backward_ms, copy_ms;
   // The halves of each backward, as the executor runs a schedule that splits them (zb-h1): B,
   // the input gradient (with the loss on the last part; nothing on the first, which has no input
   // gradient), and W, the weight gradients through the graph B kept. Empty unless asked for.
   std::vector<std::vector<double>> input_gradient_ms, weight_gradient_ms;
   std::vector<double> update_ms;
-};
-
-// Every stage of the model on its own, on the profile's first device, per profiled size (the
-// profile's `sizes`), in milliseconds: the pieces that any cut sums into its parts (assemble_cut).
-struct StageProfile {
-  std::vector<std::string> names;
-  std::vector<StageGroup> groups;  // the model's, to write a cut by its groups' names
-  std::vector<std::vector<double>> forward_ms, backward_ms;  // the last stage's backward includes the loss
-  std::vector<std::vector<double>> input_gradient_ms, weight_gradient_ms;  // B and W; empty unless asked for
-  std::vector<std::vector<double>> copy_ms;  // per stage but the last: its output to the next device
-  std::vector<double> update_ms;             // per stage: the optimizer's step over its parameters
-  // Eager on a GPU, the host's times to issue the same pieces (the times above being the
-  // device's); empty where the two are one (graphed, or on a CPU).
-  std::vector<std::vector<double>> forward_host_ms, backward_host_ms, input_gradient_host_ms, weight_gradient_host_ms;
-  std::vector<double> update_host_ms;
 };
 
 // The cut a staged case runs, as it chooses it (choose_cut): how many parts (devices x chunks),
@@ -65,19 +51,10 @@ struct CutKey {
   }
 };
 
-// The parts of `cut` from the stages' pieces: each part's forward, backward and update are the
-// sums of its stages' (where the host's times were profiled apart, the larger of the summed host
-// and the summed device times: a host that issues a part's stages runs ahead of the device while
-// it can); a part's output copy is its last stage's. With the halves: a part's B and W are the
-// sums of its stages', except the first part's, which has no input gradient to send: its B
-// computes nothing and its W is its whole backward (as the executor runs it).
-CutProfile assemble_cut(const StageProfile& stages, const Cut& cut);
-
 // What one set-up's profile measured, in milliseconds.
 struct AdviseProfile {
   double single_step_ms = 0;  // the reference: the whole model's step on one device
-  std::vector<int64_t> sizes;  // the micro-batch sizes every piece was profiled at
-  StageProfile stages;         // where a cut was asked for: every stage alone
+  std::vector<int64_t> sizes;  // the micro-batch sizes the set-up's cuts were profiled at
   CutProfile parts;            // one part per device, cut at the whole batch
   std::map<int, CutProfile> chunked;  // by chunks per device (above 1): chunks x devices parts, round-robin
   std::map<CutKey, CutProfile> cuts;  // each staged case's own cut (ProfileRequest::cuts)
@@ -93,7 +70,7 @@ struct ProfileRequest {
   bool parts = false;            // the one-chunk cut's parts, at the whole batch
   bool backward_halves = false;  // and their backwards' halves
   std::set<int> chunks;          // chunks per device (above 1), a round-robin cut for each
-  std::set<CutKey> cuts;         // the cuts the staged cases run
+  std::map<CutKey, std::set<int64_t>> cuts;  // the cuts the staged cases run, with their micro-batch sizes
   std::set<int64_t> sizes;       // micro-batch sizes the cases run, profiled beside the set-up's own
   // A strategy to set up once on the profile's devices with this config (the set-up's whole
   // batch), its counters() kept in AdviseProfile::set_up_counters: what it measures at set-up.

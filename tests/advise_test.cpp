@@ -61,10 +61,6 @@ TEST(AdviseProfile, SplitsBackwardsAsTheExecutor) {
   EXPECT_EQ(profile.sizes, (std::vector<int64_t>{2, 3, 4, 8}));
   EXPECT_EQ(profile.parts.cut, spec.config.cut);
   EXPECT_TRUE(profile.chunked.empty());
-  // Every stage alone, B and W apart; the first stage has no input gradient.
-  ASSERT_EQ(profile.stages.names, (std::vector<std::string>{"stem", "block1", "block2", "head"}));
-  ASSERT_EQ(profile.stages.input_gradient_ms.size(), 4u);
-  EXPECT_EQ(profile.stages.input_gradient_ms[0], std::vector<double>(profile.sizes.size(), 0.0));
   ASSERT_EQ(profile.parts.input_gradient_ms.size(), 2u);
   ASSERT_EQ(profile.parts.weight_gradient_ms.size(), 2u);
   for (size_t part = 0; part < 2; ++part) {
@@ -76,49 +72,6 @@ TEST(AdviseProfile, SplitsBackwardsAsTheExecutor) {
   }
   // The first part has no input gradient to send: its B computes nothing and W is its backward.
   EXPECT_EQ(profile.parts.input_gradient_ms[0], std::vector<double>(profile.sizes.size(), 0.0));
-  EXPECT_EQ(profile.parts.weight_gradient_ms[0], profile.parts.backward_ms[0]);
-}
-
-// A cut's parts are its stages' pieces summed: forward, backward, B and W (the first part's
-// backward all W), the update, and the copy of each part's last stage's output.
-TEST(AdviseProfile, AssemblesAnyCutFromItsStages) {
-  StageProfile stages;
-  stages.names = {"a", "b", "c", "d"};
-  stages.forward_ms = {{1, 10}, {2, 20}, {3, 30}, {4, 40}};
-  stages.backward_ms = {{2, 20}, {4, 40}, {6, 60}, {8, 80}};
-  stages.input_gradient_ms = {{0, 0}, {1, 10}, {2, 20}, {3, 30}};
-  stages.weight_gradient_ms = {{2, 20}, {3, 30}, {4, 40}, {5, 50}};
-  stages.copy_ms = {{0.1, 1}, {0.2, 2}, {0.3, 3}};
-  stages.update_ms = {0.5, 1, 1.5, 2};
-  const auto parts = assemble_cut(stages, Cut{{"a", "b"}, {"c"}, {"d"}});
-  EXPECT_EQ(parts.cut, "a,b|c|d");
-  EXPECT_EQ(parts.forward_ms, (std::vector<std::vector<double>>{{3, 30}, {3, 30}, {4, 40}}));
-  EXPECT_EQ(parts.backward_ms, (std::vector<std::vector<double>>{{6, 60}, {6, 60}, {8, 80}}));
-  EXPECT_EQ(parts.input_gradient_ms, (std::vector<std::vector<double>>{{0, 0}, {2, 20}, {3, 30}}));
-  EXPECT_EQ(parts.weight_gradient_ms, (std::vector<std::vector<double>>{{6, 60}, {4, 40}, {5, 50}}));
-  EXPECT_EQ(parts.copy_ms, (std::vector<std::vector<double>>{{0.2, 2}, {0.3, 3}}));
-  EXPECT_EQ(parts.update_ms, (std::vector<double>{1.5, 1.5, 2}));
-  EXPECT_THROW(assemble_cut(stages, Cut{{"a"}, {"c", "d"}}), std::invalid_argument);
-  EXPECT_THROW(assemble_cut(stages, Cut{{"a", "b"}, {"c"}}), std::invalid_argument);
-}
-
-// Eager on a GPU, a part's piece is the larger of its stages' summed host times and summed device
-// times: a host-paced stage and a device-bound one overlap, where each stage timed alone cannot.
-TEST(AdviseProfile, AssemblesAnEagerPartFromItsHostAndDeviceTimesApart) {
-  StageProfile stages;
-  stages.names = {"a", "b", "c"};
-  stages.forward_ms = {{4}, {1}, {2}};        // the device's
-  stages.forward_host_ms = {{1}, {3}, {1}};   // the host's
-  stages.backward_ms = {{8}, {2}, {2}};
-  stages.backward_host_ms = {{2}, {6}, {1}};
-  stages.copy_ms = {{0.5}, {0.5}};
-  stages.update_ms = {1, 1, 1};
-  stages.update_host_ms = {0.5, 0.5, 3};
-  const auto parts = assemble_cut(stages, Cut{{"a", "b"}, {"c"}});
-  // a+b: device 5 against host 4; c: device 2 against host 1. Each stage's larger (4 + 3) would say 7.
-  EXPECT_EQ(parts.forward_ms, (std::vector<std::vector<double>>{{5}, {2}}));
-  EXPECT_EQ(parts.backward_ms, (std::vector<std::vector<double>>{{10}, {2}}));
-  EXPECT_EQ(parts.update_ms, (std::vector<double>{2, 3}));  // c's host issues its update slower than it runs
 }
 
 // interleaved-1f1b's parts, cut as the executor cuts them and placed round-robin, per chunk
@@ -141,8 +94,8 @@ TEST(AdviseProfile, ProfilesChunkedCuts) {
 }
 
 // Each staged case is predicted from the cut it runs: its key (parts, the batch its balanced cut
-// is timed at) asked for, profiled with the cut the case's own set-up chooses, and its micro-batch
-// sizes profiled exactly.
+// is timed at) asked for with its micro-batch sizes, that cut chosen as the case's own set-up
+// chooses it, and profiled at exactly those sizes.
 TEST(AdviseProfile, PredictsEachStagedCaseFromTheCutItRuns) {
   const auto cases = every_schedule();
   auto spec = case_of(cases, "interleaved-1f1b");
@@ -151,19 +104,22 @@ TEST(AdviseProfile, PredictsEachStagedCaseFromTheCutItRuns) {
   const auto& predictor = spec.strategy->predictor();
   predictor.request(CaseConditions{spec.config, spec.global_batch, spec.gpus}, request);
   ASSERT_EQ(request.cuts.size(), 1u);
-  EXPECT_EQ(request.cuts.begin()->parts, 4u);  // 2 devices x 2 chunks
-  EXPECT_EQ(request.cuts.begin()->measure_batch, 2);  // the micro-batch
-  EXPECT_EQ(request.sizes, (std::set<int64_t>{2}));
+  const auto key = request.cuts.begin()->first;
+  EXPECT_EQ(key.parts, 4u);  // 2 devices x 2 chunks
+  EXPECT_EQ(key.measure_batch, 2);  // the micro-batch
+  EXPECT_EQ(request.cuts.begin()->second, (std::set<int64_t>{2}));
   const auto devices = case_devices(spec);
   const auto profile = profile_setup(spec, devices, /*graphed=*/false, request);
-  ASSERT_EQ(profile.cuts.count(*request.cuts.begin()), 1u);
+  ASSERT_EQ(profile.cuts.count(key), 1u);
+  EXPECT_EQ(profile.cuts.at(key).sizes, (std::vector<int64_t>{2}));
+  ASSERT_EQ(profile.cuts.at(key).forward_ms.size(), 4u);
   // The strategy, set up for the case, runs the cut the prediction was made from.
   auto strategy = spec.strategy->create();
   const auto config = spec.config;
   strategy->setup([&config] { return make_model(config.model, config.num_classes); }, devices, config);
   const auto prediction = predictor.predict(profile, CaseConditions{spec.config, spec.global_batch, spec.gpus});
   EXPECT_EQ(prediction.profile, strategy->describe().at("cut"));
-  EXPECT_EQ(prediction.profile, profile.cuts.at(*request.cuts.begin()).cut);
+  EXPECT_EQ(prediction.profile, profile.cuts.at(key).cut);
 }
 
 // Every schedule's case on one lane is predicted, with every action of its programs placed:

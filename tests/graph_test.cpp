@@ -255,7 +255,7 @@ TEST(AdviseProfile, TimesEveryPartAtEverySizeEagerAndGraphed) {
     ASSERT_EQ(profile.chunked.count(2), 1u);
     for (const auto* cut : {&profile.parts, &profile.chunked.at(2)}) {
       const size_t parts = cut == &profile.parts ? 2 : 4;
-      const bool halves = true;  // asked for: every cut assembled from the stages has them
+      const bool halves = true;  // asked for: every cut profiled has them
       ASSERT_EQ(cut->forward_ms.size(), parts) << cut->cut;
       ASSERT_EQ(cut->copy_ms.size(), parts - 1) << cut->cut;
       ASSERT_EQ(cut->update_ms.size(), parts) << cut->cut;
