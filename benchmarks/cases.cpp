@@ -587,6 +587,9 @@ TrainingCounters training_counters(const CaseSpec& spec, double seconds, int64_t
     counters["predicted_step_ms"] = *spec.predicted_step_ms;
     counters["predicted_rank"] = spec.predicted_rank;
   }
+  for (size_t i = 0; i < spec.predicted_peak_bytes.size(); ++i) {
+    counters["predicted_peak_gib_dev" + std::to_string(i)] = spec.predicted_peak_bytes[i] / (1024.0 * 1024.0 * 1024.0);
+  }
   if (spec.fit) {
     counters["fit_batch"] = static_cast<double>(spec.fit->largest_batch);
     if (spec.fit->oom_batch) counters["fit_oom_batch"] = static_cast<double>(*spec.fit->oom_batch);
