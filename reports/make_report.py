@@ -591,6 +591,24 @@ def _prediction_error(case: pr.Case) -> float:
     return (case.stats("predicted_step_ms").median - measured) / measured
 
 
+def _fullest_peaks(case: pr.Case) -> tuple[float, float] | None:
+    """The fullest device's predicted peak (median over repetitions of predicted_peak_gib_dev<i>)
+    and measured peak (the highest peak_mem_gib_dev<i>), in GiB; None where either is missing
+    (memory not predicted, or a CPU run, which measures no peak)."""
+    predicted = case.per_device("predicted_peak_gib")
+    measured = case.peak_memory_gib()
+    if not predicted or not measured:
+        return None
+    return max(pr.Stats.of(values).median for values in predicted.values()), max(measured.values())
+
+
+def _memory_error(case: pr.Case) -> float | None:
+    peaks = _fullest_peaks(case)
+    if peaks is None or peaks[1] <= 0:
+        return None
+    return (peaks[0] - peaks[1]) / peaks[1]
+
+
 def prediction_groups(groups: dict[pr.Setup, list[pr.Case]]) -> dict[tuple, list[pr.Case]]:
     """The predicted cases that ran, as --advise ranked them: by set-up and global batch and, where
     a scaling run (--gpus=LIST) has its multi-device cases at several counts, by count, single in
@@ -614,12 +632,24 @@ def prediction_groups(groups: dict[pr.Setup, list[pr.Case]]) -> dict[tuple, list
 
 
 def prediction_table(cases: list[pr.Case]) -> list[str]:
+    """One row per case; where any case has its peak memory predicted and measured (GPU runs),
+    the fullest device's predicted and measured peak and their error too ("-" where a case lacks them)."""
+    memory = any(_fullest_peaks(case) for case in cases)
     rows = []
     for case in sorted(cases, key=lambda c: c.stats("predicted_rank").median):
-        rows.append([str(int(case.stats("predicted_rank").median)), _name(case),
-                     f"{case.stats('predicted_step_ms').median:.2f}", f"{case.stats('step_ms').median:.2f}",
-                     f"{_prediction_error(case):+.1%}"])
-    return _table(["predicted rank", "case", "predicted (ms)", "measured (ms)", "error"], rows)
+        row = [str(int(case.stats("predicted_rank").median)), _name(case),
+               f"{case.stats('predicted_step_ms').median:.2f}", f"{case.stats('step_ms').median:.2f}",
+               f"{_prediction_error(case):+.1%}"]
+        if memory:
+            peaks = _fullest_peaks(case)
+            error = _memory_error(case)
+            row += ([f"{peaks[0]:.2f}", f"{peaks[1]:.2f}"] if peaks else ["-", "-"])
+            row.append(f"{error:+.1%}" if error is not None else "-")
+        rows.append(row)
+    headers = ["predicted rank", "case", "predicted (ms)", "measured (ms)", "error"]
+    if memory:
+        headers += ["predicted peak (GiB)", "measured peak (GiB)", "memory error"]
+    return _table(headers, rows)
 
 
 def prediction_summary(cases: list[pr.Case]) -> str:
@@ -633,6 +663,10 @@ def prediction_summary(cases: list[pr.Case]) -> str:
     if pipeline:
         text += (f" Over {len(pipeline)} pipeline case(s) the mean absolute error is "
                  f"{sum(pipeline) / len(pipeline):.1%}, the largest {max(pipeline):.1%}.")
+    memory = [abs(error) for error in map(_memory_error, cases) if error is not None]
+    if memory:
+        text += (f" Peak memory (the fullest device): over {len(memory)} case(s) the mean absolute error is "
+                 f"{sum(memory) / len(memory):.1%}, the largest {max(memory):.1%}.")
     return text
 
 
