@@ -158,18 +158,19 @@ std::vector<double> part_parameter_bytes(const MemoryProfile& memory, const std:
 }
 
 // The activation bytes of `parts` (each a run of stage indices) run by `programs`, each micro-batch
-// m of `sizes[m]` samples (-1: the whole `batch`). A part also holds the copy of its input from
-// the part before it; within a part, its backward runs the stages last first, each freeing what
-// its forward kept. `gradients`, where given: per part, the gradients its first backward makes.
+// m of `sizes[m]` samples (-1: the whole `batch`). Where `parts_on_other_devices`, a part also
+// holds the copy of its input from the part before it; within a part, its backward runs the
+// stages last first, each freeing what its forward kept. `gradients`, where given: per part, the
+// gradients its first backward makes.
 std::vector<double> parts_activation_bytes(const std::vector<StageMemory>& stages,
                                            const std::vector<std::vector<size_t>>& parts,
                                            const std::vector<StageProgram>& programs,
                                            const std::vector<int64_t>& sizes, int64_t batch,
-                                           const std::vector<double>& gradients = {}) {
+                                           bool parts_on_other_devices, const std::vector<double>& gradients = {}) {
   const auto samples = [&](int64_t micro_batch) { return micro_batch < 0 ? batch : sizes.at(static_cast<size_t>(micro_batch)); };
   const auto kept = [&](size_t part, int64_t micro_batch) {
     const auto size = samples(micro_batch);
-    double bytes = part > 0 ? stages.at(parts[part].front() - 1).output.at(size) : 0.0;
+    double bytes = part > 0 && parts_on_other_devices ? stages.at(parts[part].front() - 1).output.at(size) : 0.0;
     for (auto s : parts.at(part)) bytes += stages.at(s).kept.at(size);
     return bytes;
   };
@@ -201,7 +202,7 @@ DeviceMemory whole_model_memory(const MemoryProfile& memory, const RunConfig& co
   }
   for (size_t s = stages.size(); s-- > 0;) program.push_back({StageOp::kBackward, 0, s});
   device.fresh_gradients = fresh_gradients;
-  device.activations = parts_activation_bytes(stages, each_stage, {program}, {batch}, batch,
+  device.activations = parts_activation_bytes(stages, each_stage, {program}, {batch}, batch, /*parts_on_other_devices=*/false,
                                               fresh_gradients ? part_parameter_bytes(memory, each_stage)
                                                               : std::vector<double>{})
                            .front();
@@ -298,7 +299,8 @@ MemoryPrediction staged_memory(const AdviseProfile& profile, const CaseCondition
   const auto programs = pipelined(config) ? make_schedule(config.schedule, devices, sizes.size(), static_cast<size_t>(chunks))
                                           : make_schedule("gpipe", devices, 1);
   // The stage executor sets every gradient to none before a step.
-  const auto activations = parts_activation_bytes(stages, parts, programs, sizes, batch, part_parameter_bytes(memory, parts));
+  const auto activations = parts_activation_bytes(stages, parts, programs, sizes, batch, /*parts_on_other_devices=*/true,
+                                                  part_parameter_bytes(memory, parts));
   MemoryPrediction prediction;
   for (size_t d = 0; d < devices; ++d) {
     std::vector<torch::Tensor> held;

@@ -181,11 +181,11 @@ TEST(AdviseMemory, ModelStatesByFormulaMatchEachOneProcessStrategy) {
 }
 
 // The whole prediction against the counting allocator: single's peak over a step on the CPU, from
-// before its set-up, within 20%. On the CPU a stage's backward measured alone allocates more
-// than within the whole backward (tinycnn's convolution backwards: its prediction is 18% high,
-// tinygpt's within 10%); the GPU's target, 5%, is for the lead's GPU runs to check.
+// before its set-up. tinygpt's is within 2% (it was within 0.1% when written); tinycnn's within
+// 15%: its second convolution's backward measured alone allocates more than within the whole
+// backward on the CPU's kernels (its prediction is 9% high). The GPU's target, 5%, is for GPU runs.
 TEST(AdviseMemory, SinglesPredictedPeakIsWhatTheCpuAllocatorSees) {
-  for (const std::string model : {"tinycnn", "tinygpt"}) {
+  for (const auto& [model, tolerance] : std::vector<std::pair<std::string, double>>{{"tinycnn", 0.15}, {"tinygpt", 0.02}}) {
     const auto specs = cases_of({"--preset=cpu", "--models=" + model, "--batch=8", "--image=32", "--seq=32",
                                  "--strategies=single", "--optimizer=adamw"});
     ASSERT_EQ(specs.size(), 1u);
@@ -207,7 +207,7 @@ TEST(AdviseMemory, SinglesPredictedPeakIsWhatTheCpuAllocatorSees) {
       measured = counter.peak() - before;
     }
     const auto& device = predicted.devices.front();
-    EXPECT_NEAR(predicted.fullest() / measured, 1.0, 0.20)
+    EXPECT_NEAR(predicted.fullest() / measured, 1.0, tolerance)
         << model << ": predicted " << predicted.fullest() << " B (parameters " << device.parameters << ", gradients "
         << device.gradients << ", optimizer state " << device.optimizer_state << ", batch " << device.batch
         << ", activations " << device.activations << "), measured " << measured << " B";
