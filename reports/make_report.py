@@ -583,6 +583,9 @@ def prediction_preamble(results: pr.Results) -> list[str]:
             "error = (predicted − measured) / measured, measured being the median step time.")
     if profiles:
         text += f" The profile took {' s, '.join(profiles)} s."
+    text += (" Where a GPU run measured it, each case's peak memory on its fullest device stands beside its "
+             "prediction (docs/METRICS.md, \"Predicted peak memory\"); a case whose memory alone was predicted "
+             "(checkpointed) has \"-\" for its time.")
     return [text]
 
 
@@ -617,7 +620,7 @@ def prediction_groups(groups: dict[pr.Setup, list[pr.Case]]) -> dict[tuple, list
     ranked: dict[tuple, list[pr.Case]] = {}
     for setup, cases in groups.items():
         for case in cases:
-            if case.ran and case.stats("predicted_step_ms"):
+            if case.ran and (case.stats("predicted_step_ms") or case.per_device("predicted_peak_gib")):
                 ranked.setdefault((setup, case.global_batch()), []).append(case)
     predicted: dict[tuple, list[pr.Case]] = {}
     for (setup, global_batch), cases in ranked.items():
@@ -637,9 +640,11 @@ def prediction_table(cases: list[pr.Case]) -> list[str]:
     memory = any(_fullest_peaks(case) for case in cases)
     rows = []
     for case in sorted(cases, key=lambda c: c.stats("predicted_rank").median):
+        # A case with its memory predicted alone (checkpointed) has no predicted time.
+        timed = case.stats("predicted_step_ms") is not None
         row = [str(int(case.stats("predicted_rank").median)), _name(case),
-               f"{case.stats('predicted_step_ms').median:.2f}", f"{case.stats('step_ms').median:.2f}",
-               f"{_prediction_error(case):+.1%}"]
+               f"{case.stats('predicted_step_ms').median:.2f}" if timed else "-", f"{case.stats('step_ms').median:.2f}",
+               f"{_prediction_error(case):+.1%}" if timed else "-"]
         if memory:
             peaks = _fullest_peaks(case)
             error = _memory_error(case)
@@ -653,13 +658,17 @@ def prediction_table(cases: list[pr.Case]) -> list[str]:
 
 
 def prediction_summary(cases: list[pr.Case]) -> str:
-    """The recommendation against the best measured case, and the error over the pipeline cases."""
-    recommended = min(cases, key=lambda c: c.stats("predicted_rank").median)
-    best = min(cases, key=lambda c: c.stats("step_ms").median)
-    text = (f"Recommended: {_name(recommended)}, measured {recommended.stats('step_ms').median:.2f} ms; "
-            f"the best measured here is {_name(best)} at {best.stats('step_ms').median:.2f} ms "
-            f"({recommended.stats('step_ms').median / best.stats('step_ms').median - 1:.1%} slower).")
-    pipeline = [abs(_prediction_error(case)) for case in cases if case.pipelined]
+    """The recommendation against the best measured case, the error over the pipeline cases, and
+    the peak memory's error over the cases that have both peaks."""
+    text = ""
+    timed = [case for case in cases if case.stats("predicted_step_ms") is not None]
+    if timed:
+        recommended = min(timed, key=lambda c: c.stats("predicted_rank").median)
+        best = min(timed, key=lambda c: c.stats("step_ms").median)
+        text = (f"Recommended: {_name(recommended)}, measured {recommended.stats('step_ms').median:.2f} ms; "
+                f"the best measured here is {_name(best)} at {best.stats('step_ms').median:.2f} ms "
+                f"({recommended.stats('step_ms').median / best.stats('step_ms').median - 1:.1%} slower).")
+    pipeline = [abs(_prediction_error(case)) for case in timed if case.pipelined]
     if pipeline:
         text += (f" Over {len(pipeline)} pipeline case(s) the mean absolute error is "
                  f"{sum(pipeline) / len(pipeline):.1%}, the largest {max(pipeline):.1%}.")
@@ -667,7 +676,7 @@ def prediction_summary(cases: list[pr.Case]) -> str:
     if memory:
         text += (f" Peak memory (the fullest device): over {len(memory)} case(s) the mean absolute error is "
                  f"{sum(memory) / len(memory):.1%}, the largest {max(memory):.1%}.")
-    return text
+    return text.strip()
 
 
 def allreduce_table(cases: list[pr.Case]) -> list[str]:

@@ -802,6 +802,10 @@ def with_peak_memory(tmp_path):
             if entry["run_name"] == name:
                 entry.update({"peak_mem_gib_dev0": measured / 2, "peak_mem_gib_dev1": measured,
                               "predicted_peak_gib_dev0": predicted / 2, "predicted_peak_gib_dev1": predicted})
+    # The last case as a checkpointed one: its memory predicted, its time not.
+    for entry in document["benchmarks"]:
+        if entry["run_name"] == max(expected):
+            del entry["predicted_step_ms"]
     path = tmp_path / "advise_memory.json"
     path.write_text(json.dumps(document))
     return path, expected
@@ -826,6 +830,9 @@ def test_advise_report_sets_predicted_peak_memory_beside_the_measured(tmp_path):
         assert number(cells["memory error"]) == pytest.approx(abs(error) * 100, abs=0.05)
         assert cells["memory error"].startswith("+" if error >= 0 else "-")
         errors.append(abs(error))
+        timed = "predicted_step_ms" in entries[0]
+        assert (cells["predicted (ms)"] == "-") == (not timed), cells
+        assert (cells["error"] == "-") == (not timed), cells
     summary = section(report, "Predicted vs measured").split(heading, 1)[1]
     assert f"over {len(errors)} case(s) the mean absolute error is {sum(errors) / len(errors):.1%}" in summary, summary
     assert f"the largest {max(errors):.1%}" in summary, summary
