@@ -5,7 +5,6 @@
 #include "strategies/training.h"
 
 #include <algorithm>
-#include <numeric>
 #include <set>
 #include <stdexcept>
 
@@ -261,17 +260,18 @@ std::vector<std::vector<size_t>> staged_parts(const AdviseProfile& profile, cons
   try {
     spec = cut_of(profile, config).cut;
   } catch (const std::invalid_argument&) {
+    // Its chunked cut was not profiled: the case's own cut, below.
   }
   if (spec.empty() && config.cut != "balanced") spec = config.cut;
   Cut cut;
   if (!spec.empty()) {
     cut = parse_cut(spec, memory.stage_names, parts, memory.stage_groups);
   } else {
-    std::vector<double> stage_bytes(memory.stage_names.size(), 0.0);
+    std::vector<double> stage_parameters(memory.stage_names.size(), 0.0);
     for (size_t i = 0; i < memory.parameters.size(); ++i) {
-      stage_bytes[memory.parameter_stage[i]] += static_cast<double>(memory.parameters[i].numel());
+      stage_parameters[memory.parameter_stage[i]] += static_cast<double>(memory.parameters[i].numel());
     }
-    cut = balanced_cut(memory.stage_names, stage_bytes, parts);
+    cut = balanced_cut(memory.stage_names, stage_parameters, parts);
   }
   std::vector<std::vector<size_t>> indices;
   for (const auto& part : cut) {
