@@ -2,6 +2,7 @@
 
 #include "benchmarks/advise_memory.h"
 #include "benchmarks/graphed_step.h"
+#include "benchmarks/test_hooks.h"
 #include "core/device_timer.h"
 #include "core/text.h"
 #include "models/model_zoo.h"
@@ -382,6 +383,9 @@ AdviseProfile profile_setup(const CaseSpec& spec, const std::vector<torch::Devic
                             const ProfileRequest& request) {
   AdviseProfile profile;
   profile.graphed = graphed;
+  // As a case's set-up does: a test can make the set-up's batch run out of memory here, as a model
+  // too large for one device does in the reference step.
+  test_hooks::at_case_batch(spec.config.batch_size);
   profile.single_step_ms = reference_step_ms(spec, devices.front(), graphed);
   if (devices.size() < 2) return profile;
   profile.sizes = profile_sizes(spec.config.batch_size, devices.size(), request.sizes);

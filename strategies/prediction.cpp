@@ -242,24 +242,24 @@ CutKey cut_key_of(const RunConfig& config, int devices) {
 }
 
 // The profiled cut a staged case runs: its own (ProfileRequest::cuts), else the set-up's one-chunk
-// or chunked cut; throws where none was profiled (a cut the model cannot make).
-const CutProfile& cut_of(const AdviseProfile& profile, const RunConfig& config, int devices) {
+// or chunked cut; null where none was profiled (a cut the model cannot make).
+const CutProfile* profiled_cut(const AdviseProfile& profile, const RunConfig& config, int devices) {
   const auto own = profile.cuts.find(cut_key_of(config, devices));
-  if (own != profile.cuts.end()) return own->second;
+  if (own != profile.cuts.end()) return &own->second;
   const int chunks = chunks_of(config);
-  if (chunks == 1) {
-    if (profile.parts.forward_ms.empty()) {
-      throw std::invalid_argument("its cut into " + std::to_string(devices) +
-                                  " parts was not profiled (the model cannot make it)");
-    }
-    return profile.parts;
-  }
+  if (chunks == 1) return profile.parts.cut.empty() ? nullptr : &profile.parts;
   const auto found = profile.chunked.find(chunks);
-  if (found == profile.chunked.end()) {
-    throw std::invalid_argument("its cut of " + std::to_string(chunks) +
-                                " chunks per device was not profiled (the model cannot make it)");
+  return found == profile.chunked.end() || found->second.cut.empty() ? nullptr : &found->second;
+}
+
+// The profiled cut with its timings; throws where none was profiled.
+const CutProfile& cut_of(const AdviseProfile& profile, const RunConfig& config, int devices) {
+  const auto* parts = profiled_cut(profile, config, devices);
+  if (parts == nullptr || parts->forward_ms.empty()) {
+    throw std::invalid_argument("its cut into " + std::to_string(devices * chunks_of(config)) +
+                                " parts was not profiled (the model cannot make it)");
   }
-  return found->second;
+  return *parts;
 }
 
 SimulatedStep simulate_staged(const AdviseProfile& profile, const CaseConditions& conditions) {
@@ -277,10 +277,9 @@ SimulatedStep simulate_staged(const AdviseProfile& profile, const CaseConditions
 std::vector<std::vector<size_t>> staged_parts(const AdviseProfile& profile, const RunConfig& config, size_t parts) {
   const auto& memory = profile.memory;
   std::string spec;
-  try {
-    spec = cut_of(profile, config, static_cast<int>(parts) / chunks_of(config)).cut;
-  } catch (const std::invalid_argument&) {
-    // Its chunked cut was not profiled: the case's own cut, below.
+  // Its cut, where one was profiled; else the case's own cut, below.
+  if (const auto* profiled = profiled_cut(profile, config, static_cast<int>(parts) / chunks_of(config))) {
+    spec = profiled->cut;
   }
   if (spec.empty() && config.cut != "balanced") spec = config.cut;
   Cut cut;
