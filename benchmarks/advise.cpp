@@ -190,6 +190,9 @@ PartTimes time_parts(const StagedModel& model, const std::vector<Partition>& par
 // `sizes` as the staged strategies run them, and each part's update by the case's optimizer.
 CutProfile profile_cut(StagedModel& model, const Cut& cut, const std::vector<torch::Device>& part_devices,
                        const RunConfig& config, const std::vector<int64_t>& sizes, bool graphed, bool halves) {
+  // The model serves every cut of the set-up in turn: a gradient left on the device of an earlier
+  // cut would meet its parameter on another (a module's to() leaves the gradients where they are).
+  for (auto& parameter : model.module().parameters()) parameter.mutable_grad().reset();
   auto placed = config;
   placed.cut = format_cut(cut);
   const auto parts = partition_model(model, part_devices, placed, config.batch_size, nullptr);
