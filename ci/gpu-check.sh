@@ -948,7 +948,7 @@ PY
 step_mem2_zero() {
   # shellcheck disable=SC2086
   PARBENCH_BENCH_TIMEOUT=${MEM2_TIMEOUT:-200} bench mem2_zero $MEM2_ARGS --strategies=ddp,zero --zero-stages=1,2,3 \
-    --cuda-graph=off,on --allreduce=off --advise=all --repetitions=3 --benchmark_min_time=0.2
+    --cuda-graph=${MEM2_ZERO_GRAPH:-off,on} --allreduce=off --advise=all --repetitions=3 --benchmark_min_time=0.2
 }
 step_mem2_tp_trace() {
   local status=0 trace
