@@ -12,6 +12,7 @@
 #include "strategies/prediction.h"
 #include "strategies/training.h"
 #include "tests/launched_case.h"
+#include "tests/advise_output.h"
 #include "tests/option_parsing.h"
 
 #include <cstdlib>
@@ -338,12 +339,7 @@ TEST(Advise, PredictsMemoryWhereTheTimeProfileFails) {
   ASSERT_EQ(cases.size(), 2u);
   const auto options = parsed_options({"--advise=all"}, /*has_gpu=*/false);
   ::setenv("PARBENCH_TEST_OOM_ABOVE_BATCH", "2", 1);
-  testing::internal::CaptureStdout();
-  testing::internal::CaptureStderr();
-  std::vector<CaseSpec> to_run;
-  EXPECT_NO_THROW(to_run = advise(cases, options));
-  const auto table = testing::internal::GetCapturedStdout();
-  const auto errors = testing::internal::GetCapturedStderr();
+  const auto [to_run, table, errors] = advise_capturing(cases, options);
   ::unsetenv("PARBENCH_TEST_OOM_ABOVE_BATCH");
   EXPECT_NE(errors.find("the time profile failed"), std::string::npos) << errors;
   ASSERT_EQ(to_run.size(), 2u) << table << errors;

@@ -6,6 +6,7 @@
 #include "benchmarks/options.h"
 #include "core/device_timer.h"
 #include "models/model_zoo.h"
+#include "tests/advise_output.h"
 #include "tests/option_parsing.h"
 
 #include <gtest/gtest.h>
@@ -177,13 +178,7 @@ TEST(Advise, ReportsAScheduleItCannotBuildAndPredictsTheRest) {
   for (auto& spec : cases) {
     if (spec.name == broken_name) spec.config.schedule = "no-such-schedule";
   }
-  const auto options = parse({"--advise=all"});
-  testing::internal::CaptureStdout();
-  testing::internal::CaptureStderr();
-  std::vector<CaseSpec> to_run;
-  EXPECT_NO_THROW(to_run = advise(cases, options));
-  const auto table = testing::internal::GetCapturedStdout();
-  const auto errors = testing::internal::GetCapturedStderr();
+  const auto [to_run, table, errors] = advise_capturing(cases, parse({"--advise=all"}));
   EXPECT_NE(errors.find(broken_name + ": cannot be predicted (unknown pipeline schedule 'no-such-schedule'"), std::string::npos)
       << errors;
   ASSERT_EQ(to_run.size(), cases.size()) << table << errors;
