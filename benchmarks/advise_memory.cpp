@@ -1,5 +1,7 @@
 #include "benchmarks/advise_memory.h"
 
+#include "benchmarks/memory.h"
+
 #include "benchmarks/test_hooks.h"
 #include "strategies/optimizer.h"
 #include "strategies/training.h"
@@ -193,25 +195,13 @@ AllocationCounter::~AllocationCounter() {
 
 double AllocationCounter::current() const {
   synchronize(device_);
-#ifdef PARBENCH_WITH_CUDA
-  constexpr auto kAggregate = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
-  if (device_.is_cuda()) {
-    return static_cast<double>(
-        c10::cuda::CUDACachingAllocator::getDeviceStats(device_.index()).allocated_bytes[kAggregate].current);
-  }
-#endif
+  if (device_.is_cuda()) return allocator_stats({device_}).front().allocated;
   return static_cast<double>(CountingCpuAllocator::instance().current());
 }
 
 double AllocationCounter::peak() const {
   synchronize(device_);
-#ifdef PARBENCH_WITH_CUDA
-  constexpr auto kAggregate = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
-  if (device_.is_cuda()) {
-    return static_cast<double>(
-        c10::cuda::CUDACachingAllocator::getDeviceStats(device_.index()).allocated_bytes[kAggregate].peak);
-  }
-#endif
+  if (device_.is_cuda()) return allocator_stats({device_}).front().peak_allocated;
   return static_cast<double>(CountingCpuAllocator::instance().peak());
 }
 
