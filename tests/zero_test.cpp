@@ -254,12 +254,15 @@ TEST_P(ZeroStage, TwoGpusOnNcclReportTheirWaitsOnEachCollectiveKind) {
   if (gpus < 2) GTEST_SKIP() << "needs 2 GPUs, " << gpus << " visible";
   const auto arguments = zero_arguments(GetParam(), "tinygpt", "sgd");
   const auto counters = launch_case(PARBENCH_BINARY, arguments, only_train_case(arguments, 2), 2, 120).counters;
-  const double gathers = counters.at("zero_gather_wait_ms"), reductions = counters.at("zero_reduce_wait_ms");
-  EXPECT_GE(gathers, 0.0);
-  EXPECT_GE(reductions, 0.0);
-  EXPECT_DOUBLE_EQ(counters.at("zero_exposed_comm_ms"), gathers + reductions);
-  // Every step waits on a reduction at least: a CUDA event pair costs a few microseconds.
-  EXPECT_GT(gathers + reductions, 0.0);
+  // Each rank reports its own waits (the counters are per rank: `_rank<r>`).
+  for (const std::string rank : {"rank0", "rank1"}) {
+    const double gathers = counters.at("zero_gather_wait_ms_" + rank), reductions = counters.at("zero_reduce_wait_ms_" + rank);
+    EXPECT_GE(gathers, 0.0) << rank;
+    EXPECT_GE(reductions, 0.0) << rank;
+    EXPECT_DOUBLE_EQ(counters.at("zero_exposed_comm_ms_" + rank), gathers + reductions) << rank;
+    // Every step waits on a reduction at least: a CUDA event pair costs a few microseconds.
+    EXPECT_GT(gathers + reductions, 0.0) << rank;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Zero, ZeroStage, ::testing::Values("1", "2", "3"),
