@@ -188,7 +188,7 @@ PartTimes time_parts(const StagedModel& model, const std::vector<Partition>& par
 CutProfile profile_cut(StagedModel& model, const Cut& cut, const std::vector<torch::Device>& part_devices,
                        const RunConfig& config, const std::vector<int64_t>& sizes, bool graphed, bool halves) {
   auto placed = config;
-  placed.cut = format_cut(cut);
+  set_cut(placed, format_cut(cut));
   const auto parts = partition_model(model, part_devices, placed, config.batch_size, nullptr);
   CutProfile profile;
   profile.cut = format_cut(cut, model.stage_groups());
@@ -256,7 +256,7 @@ void profile_ranks(const CaseSpec& spec, const std::vector<torch::Device>& devic
     auto model = make_model(config.model, config.num_classes);
     Cut stage_per_part;
     for (const auto& stage : model->stages()) stage_per_part.push_back({stage.name});
-    config.cut = format_cut(stage_per_part);
+    set_cut(config, format_cut(stage_per_part));
     const std::vector<torch::Device> one_gpu(stage_per_part.size(), devices.front());
     const auto stages = partition_model(*model, one_gpu, config, rank_batch, nullptr);
     const auto times = time_parts(*model, stages, config, {rank_batch}, graphed, /*copies=*/false);
