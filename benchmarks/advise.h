@@ -6,12 +6,13 @@
 //
 // The profile, per set-up (model, batch, image, precision, data), on the devices the
 // multi-device cases use, measures what their predictors ask for (ProfileRequest): the
-// reference step always; a cut of the model with one part per device, each part's forward and
-// backward (the loss included on the last part) and the copy of its output to the next device,
-// at micro-batches of 1, 2, 4, ... samples, the shard of the batch over the devices and the
-// whole batch, and each part's SGD update; each backward split as the executor splits zb-h1's,
-// the input gradient (B) and then the weight gradients (W); round-robin cuts of v x devices
-// parts for v chunks per device; a strategy's own counters from one set-up on the devices
+// reference step always; each cut the cases run, chosen as they choose it (one part per device,
+// or round-robin v x devices parts for v chunks per device) and profiled once per distinct cut:
+// each part's forward and backward (the loss included on the last part) and the copy of its
+// output to the next device, at the micro-batch sizes the cases run, the shards of the batch
+// over the devices and the whole batch, and each part's update by the case's optimizer; each
+// backward split as the executor splits zb-h1's, the input gradient (B) and then the weight
+// gradients (W); a strategy's own counters from one set-up on the devices
 // (data_parallel's broadcast and reduction); and, per bucket size and per-rank batch, the
 // reference step at the per-rank batch, each stage's backward there and each gradient
 // bucket's all-reduce across the GPUs. Each is the median of 5 synchronised runs after an
@@ -19,7 +20,7 @@
 // else eager runs (which on GPUs include the host's dispatch, as the eager steps they predict
 // do). Each strategy's predictor turns the profile into its step (single: the reference;
 // model_parallel and pipeline: strategies/prediction.h's staged predictor, the schedule
-// simulator; data_parallel and ddp: in their own files). docs/METRICS.md ("Predicted step time")
+// simulator; data_parallel, ddp, zero and tensor_parallel: in their own files). docs/METRICS.md ("Predicted step time")
 // has the models.
 #pragma once
 
