@@ -845,6 +845,12 @@ step_again2_resnet() {
   again2 again2_resnet_128_bf16 bf16 on --advise=all || status=1
   return $status
 }
+step_again2_resnet_fp32() {  # again2_resnet's fp32 set-ups alone, graphed and eager
+  local status=0
+  again2 again2_resnet_128_fp32 fp32 on --advise=all || status=1
+  again2 again2_resnet_128_fp32_eager fp32 off --advise=all || status=1
+  return $status
+}
 step_again2_balanced() {
   CUDA_VISIBLE_DEVICES=0,1 PARBENCH_BENCH_TIMEOUT=${REFERENCE_SETUP_TIMEOUT:-200} bench again2_balanced_128_fp32 \
     --gpus=2 --strategies=single,pipeline --cut=balanced --image=128 --batch=120 --precision=fp32 --cuda-graph=on \

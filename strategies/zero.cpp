@@ -21,6 +21,7 @@
 #include "core/text.h"
 #include "models/autocast_cache.h"
 #include "strategies/ddp_options.h"
+#include "strategies/distributed/collective_clock.h"
 #include "strategies/distributed/rank_setup.h"
 #include "strategies/distributed/flat_shards.h"
 #include "strategies/distributed/gradient_buckets.h"
@@ -46,6 +47,12 @@ PARBENCH_DECLARE_COUNTER(Counter("comm_bytes_per_step")
                              .lower_is_better()
                              .per_rank()
                              .means("zero: bytes one rank sends per step by the ring algorithms' counts"));
+PARBENCH_DECLARE_COUNTER(Counter("zero_gather_wait_ms").unit("ms").lower_is_better().per_rank()
+                             .means("zero, GPUs, eager: the compute stream's waits on the last step's all-gathers"));
+PARBENCH_DECLARE_COUNTER(Counter("zero_reduce_wait_ms").unit("ms").lower_is_better().per_rank()
+                             .means("zero, GPUs, eager: the compute stream's waits on the last step's gradient reductions"));
+PARBENCH_DECLARE_COUNTER(Counter("zero_exposed_comm_ms").unit("ms").lower_is_better().per_rank()
+                             .means("zero, GPUs, eager: zero_gather_wait_ms + zero_reduce_wait_ms, the exposed communication"));
 
 namespace {
 
@@ -123,6 +130,8 @@ class Zero final : public Strategy {
   torch::Device target_device() const override { return devices_.front(); }
 
   torch::Tensor train_step(const Batch& batch) override {
+    gather_clock_.start_step();
+    reduce_clock_.start_step();
     prepare_gradients();
     torch::Tensor loss;
     if (stage_ == 3) {
@@ -160,7 +169,17 @@ class Zero final : public Strategy {
     return facts;
   }
 
-  std::map<std::string, double> counters() const override { return {{"comm_bytes_per_step", comm_bytes_per_step()}}; }
+  std::map<std::string, double> counters() const override {
+    std::map<std::string, double> values = {{"comm_bytes_per_step", comm_bytes_per_step()}};
+    const auto gathers = gather_clock_.last_step_ms();
+    const auto reductions = reduce_clock_.last_step_ms();
+    if (gathers && reductions) {
+      values["zero_gather_wait_ms"] = *gathers;
+      values["zero_reduce_wait_ms"] = *reductions;
+      values["zero_exposed_comm_ms"] = *gathers + *reductions;
+    }
+    return values;
+  }
 
   // BeforeUnitBackward's: unit `unit`'s backward is next. Its parameters are gathered (the last
   // unit's were kept from its forward), its gradient buffer made, and the unit before it prefetched.
@@ -395,13 +414,13 @@ class Zero final : public Strategy {
       group.pending = 0;
     }
     start_ready_reductions();
-    for (auto& group : groups_) group.reduce_work->wait();
+    for (auto& group : groups_) wait_for(group.reduce_work, reduce_clock_, group.shard_params);
     if (stage_ == 1) return;
     if (stage_ == 3) {
       // A unit prefetched for a backward that never reached it: gathered again next step, from
       // the updated shards.
       for (auto& group : groups_) {
-        if (group.gather_work) group.gather_work->wait();
+        if (group.gather_work) wait_for(group.gather_work, gather_clock_, group.shard_params);
         release_parameters(group);
       }
     }
@@ -420,9 +439,16 @@ class Zero final : public Strategy {
       group.gather_work = backend_->_allgather_base(group.full_params, group.shard_params);
     }
     for (auto& group : groups_) {
-      group.gather_work->wait();
+      wait_for(group.gather_work, gather_clock_, group.shard_params);
       group.gather_work.reset();
     }
+  }
+
+  // Waits for `work`, timing how long the compute stream of `on`'s device waits on it.
+  static void wait_for(const c10::intrusive_ptr<c10d::Work>& work, CollectiveClock& clock, const torch::Tensor& on) {
+    clock.before(on);
+    work->wait();
+    clock.after(on);
   }
 
   // Stage 3.
@@ -437,7 +463,7 @@ class Zero final : public Strategy {
   void wait_gathered(size_t unit) {
     start_gather(unit);
     auto& group = groups_[unit];
-    group.gather_work->wait();
+    wait_for(group.gather_work, gather_clock_, group.shard_params);
   }
 
   void release_parameters(FlatGroup& group) {
@@ -501,6 +527,8 @@ class Zero final : public Strategy {
   std::vector<size_t> group_of_;           // per parameter
   std::vector<torch::Tensor> held_;        // model_states()' parameters
   std::unique_ptr<Optimizer> optimizer_;
+  // How long the compute stream waits on the gathers and on the reductions (GPUs, eager).
+  CollectiveClock gather_clock_, reduce_clock_;
   size_t next_to_reduce_ = 0;
   // Stage 3: the model's stages, and per unit its name and stages.
   std::vector<Stage> stages_;

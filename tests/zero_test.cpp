@@ -248,6 +248,21 @@ TEST_P(ZeroStage, TwoGpusOnNcclTrainAsDdpEagerAndGraphed) {
   expect_close(run_ranks(graphed_arguments, 2), zero, "stage " + stage + " graphed against eager");
 }
 
+// On GPUs, eager: how long each rank's compute stream waited on the gathers and the reductions,
+// and their sum as the exposed communication (CUDA events around each wait).
+TEST_P(ZeroStage, TwoGpusOnNcclReportTheirWaitsOnEachCollectiveKind) {
+  const int gpus = visible_gpu_count();
+  if (gpus < 2) GTEST_SKIP() << "needs 2 GPUs, " << gpus << " visible";
+  const auto arguments = zero_arguments(GetParam(), "tinygpt", "sgd");
+  const auto counters = launch_case(PARBENCH_BINARY, arguments, only_train_case(arguments, 2), 2, 120).counters;
+  const double gathers = counters.at("zero_gather_wait_ms"), reductions = counters.at("zero_reduce_wait_ms");
+  EXPECT_GE(gathers, 0.0);
+  EXPECT_GE(reductions, 0.0);
+  EXPECT_DOUBLE_EQ(counters.at("zero_exposed_comm_ms"), gathers + reductions);
+  // Every step waits on a reduction at least: a CUDA event pair costs a few microseconds.
+  EXPECT_GT(gathers + reductions, 0.0);
+}
+
 INSTANTIATE_TEST_SUITE_P(Zero, ZeroStage, ::testing::Values("1", "2", "3"),
                          [](const auto& info) { return "Stage" + info.param; });
 
@@ -264,6 +279,8 @@ TEST(Zero, ModelStatesPerRankAreDdpsOverTheWorldForWhatEachStageShards) {
   for (const std::string stage : {"1", "2", "3"}) {
     auto arguments = zero_arguments(stage, "tinycnn", "adamw");
     const auto zero = launch_case(PARBENCH_BINARY, arguments, only_train_case(arguments, 2), 2, 60).counters;
+    // The waits are timed on GPUs only (the store backend's collectives run on the host).
+    EXPECT_EQ(zero.count("zero_exposed_comm_ms"), 0u) << "stage " << stage;
     for (const std::string device : {"dev0", "dev1"}) {
       const auto what = "stage " + stage + " " + device;
       expect_share(zero.at("optim_mem_gib_" + device), ddp.at("optim_mem_gib_" + device), 0.5, what + " optimizer state");

@@ -17,6 +17,7 @@
 
 #include "models/gpt.h"
 #include "models/staged_model.h"
+#include "strategies/distributed/collective_clock.h"
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/torch.h>
@@ -36,31 +37,6 @@ struct CollectiveTally {
   double bytes = 0;
   int64_t calls = 0;
   void clear() { *this = {}; }
-};
-
-// On GPUs, how long the rank's compute stream waits on a step's collectives: a CUDA event
-// recorded on it before each collective is issued and one after its result is waited for (the
-// stream then waits for NCCL's), summed. Every collective here sits on the step's critical path
-// (the next operation needs its result), so this is the step's exposed communication, a slower
-// peer's lateness included. Not measured on the CPU, nor in a step captured in a CUDA graph
-// (timing events cannot be captured): its last eager step's reading is dropped too.
-class CollectiveClock {
- public:
-  CollectiveClock();
-  ~CollectiveClock();
-  CollectiveClock(const CollectiveClock&) = delete;
-  CollectiveClock& operator=(const CollectiveClock&) = delete;
-
-  void start_step();
-  // Around one collective on `x`'s device; no-ops off CUDA and while its stream is captured.
-  void before(const torch::Tensor& x);
-  void after(const torch::Tensor& x);
-  // Milliseconds over the last step (waits for its events); nullopt where not measured.
-  std::optional<double> last_step_ms() const;
-
- private:
-  struct Events;  // CUDA builds
-  std::unique_ptr<Events> events_;
 };
 
 // The process group the shards are split over, and where its collectives are tallied and timed.
