@@ -1,6 +1,8 @@
 #include "benchmarks/advise.h"
 
+#include "benchmarks/advise_memory.h"
 #include "benchmarks/graphed_step.h"
+#include "benchmarks/test_hooks.h"
 #include "core/device_timer.h"
 #include "core/text.h"
 #include "models/model_zoo.h"
@@ -24,6 +26,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <tuple>
 
 namespace parbench {
 namespace {
@@ -319,8 +322,8 @@ bool is_reference(const CaseSpec& spec) { return predictor_of(spec).reference; }
 bool modelled(const CaseSpec& spec) {
   if (!spec.strategy->predicts(conditions_of(spec))) return false;
   // The profile times each part's forward and backward as they run uncheckpointed; a backward
-  // that runs its blocks' forwards again is not modelled yet.
-  if (spec.config.checkpoint != Checkpointing::kOff) return false;
+  // that runs its blocks' forwards again is not modelled yet: such a case has its memory alone.
+  if (spec.config.checkpoint != Checkpointing::kOff && !predictor_of(spec).memory) return false;
   // Profiled across a GPU per device (the ranks' all-reduces).
   return !predictor_of(spec).needs_gpu_per_device || (visible_gpu_count() >= spec.gpus && spec.gpus >= 2);
 }
@@ -351,12 +354,38 @@ void add_to_request(const CaseSpec& spec, ProfileRequest& request) {
   if (predictor.request) predictor.request(conditions_of(spec), request);
 }
 
+// Whether advise predicts the case's step time (its memory it predicts wherever the predictor has one).
+bool time_modelled(const CaseSpec& spec) { return spec.config.checkpoint == Checkpointing::kOff; }
+
+// One config per checkpointing choice of a set-up's cases, each as the case runs it: what its
+// memory profile measures.
+std::vector<RunConfig> memory_configs(const std::vector<CaseSpec>& specs) {
+  std::vector<RunConfig> configs;
+  for (const auto& spec : specs) {
+    if (!predictor_of(spec).memory) continue;
+    const auto same = [&](const RunConfig& config) { return config.checkpoint == spec.config.checkpoint; };
+    if (std::none_of(configs.begin(), configs.end(), same)) configs.push_back(spec.config);
+  }
+  return configs;
+}
+
+// The fullest device's predicted peak, and whether every device's fits the capacity (0: unknown, fits).
+double fullest_bytes(const CaseSpec& spec) {
+  return spec.predicted_peak_bytes.empty()
+             ? 0.0
+             : *std::max_element(spec.predicted_peak_bytes.begin(), spec.predicted_peak_bytes.end());
+}
+bool fits(const CaseSpec& spec, double capacity_bytes) { return capacity_bytes <= 0 || fullest_bytes(spec) <= capacity_bytes; }
+
 }  // namespace
 
 AdviseProfile profile_setup(const CaseSpec& spec, const std::vector<torch::Device>& devices, bool graphed,
                             const ProfileRequest& request) {
   AdviseProfile profile;
   profile.graphed = graphed;
+  // As a case's set-up does: a test can make the set-up's batch run out of memory here, as a model
+  // too large for one device does in the reference step.
+  test_hooks::at_case_batch(spec.config.batch_size);
   profile.single_step_ms = reference_step_ms(spec, devices.front(), graphed);
   if (devices.size() < 2) return profile;
   profile.sizes = profile_sizes(spec.config.batch_size, devices.size(), request.sizes);
@@ -411,7 +440,7 @@ AdviseProfile profile_setup(const CaseSpec& spec, const std::vector<torch::Devic
 
 std::optional<SimulatedStep> simulate_case(const CaseSpec& spec) {
   const auto& predictor = predictor_of(spec);
-  if (!predictor.simulate || !modelled(spec)) return std::nullopt;
+  if (!predictor.simulate || !modelled(spec) || !time_modelled(spec)) return std::nullopt;
   const auto devices = case_devices(spec);
   ProfileRequest request;
   try {
@@ -497,13 +526,28 @@ std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& 
     setup.config.batch_size = setup.global_batch;
     ProfileRequest request;
     for (const auto& spec : specs) add_to_request(spec, request);  // each asked once already, without a throw
+    bool timed = true;
     try {
       // Graph cases are predicted from graphed work, where there are GPUs to capture it on.
       profile = profile_setup(setup, devices, specs.front().cuda_graph && device.is_cuda(), request);
     } catch (const std::exception& error) {
-      // The set-up's cases still run, unpredicted, and fail or not on their own.
-      std::fprintf(stderr, "parbench advise: %s: the profile failed (%s); its cases run without predictions\n",
+      // A model too large for the reference step's device still has its memory predicted.
+      std::fprintf(stderr, "parbench advise: %s: the time profile failed (%s); its cases' times are not predicted\n",
                    key.c_str(), first_line(error).c_str());
+      timed = false;
+    }
+    // The memory profile, apart: a case's memory is predicted where its time cannot be.
+    if (const auto configs = memory_configs(specs); !configs.empty()) {
+      try {
+        profile.memory = profile_memory(configs, device);
+      } catch (const std::exception& error) {
+        std::fprintf(stderr, "parbench advise: %s: the memory profile failed (%s); its cases' memory is not predicted\n",
+                     key.c_str(), first_line(error).c_str());
+      }
+    }
+    if (!timed && profile.memory.stages.empty()) {
+      // The set-up's cases still run, unpredicted, and fail or not on their own.
+      std::fprintf(stderr, "parbench advise: %s: nothing was profiled; its cases run without predictions\n", key.c_str());
       to_run.insert(to_run.end(), specs.begin(), specs.end());
       continue;
     }
@@ -515,22 +559,36 @@ std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& 
     std::map<std::string, std::string> labels;  // by case name: the cut it was predicted from
     for (auto& spec : specs) {
       try {
-        const auto prediction = predictor_of(spec).predict(profile, conditions_of(spec));
-        spec.predicted_step_ms = prediction.step_ms;
-        labels[spec.name] = prediction.profile;
+        if (timed && time_modelled(spec)) {
+          const auto prediction = predictor_of(spec).predict(profile, conditions_of(spec));
+          spec.predicted_step_ms = prediction.step_ms;
+          labels[spec.name] = prediction.profile;
+        }
+        if (predictor_of(spec).memory && !profile.memory.stages.empty()) {
+          for (const auto& memory : predictor_of(spec).memory(profile, conditions_of(spec)).devices) {
+            spec.predicted_peak_bytes.push_back(memory.peak());
+          }
+        }
       } catch (const std::exception& error) {
         std::fprintf(stderr, "parbench advise: %s: cannot be predicted (%s); it runs without a prediction\n",
                      spec.name.c_str(), first_line(error).c_str());
+        spec.predicted_step_ms.reset();
+        spec.predicted_peak_bytes.clear();
       }
     }
-    const auto unpredicted = std::stable_partition(specs.begin(), specs.end(),
-                                                   [](const CaseSpec& spec) { return spec.predicted_step_ms.has_value(); });
+    const auto unpredicted = std::stable_partition(specs.begin(), specs.end(), [](const CaseSpec& spec) {
+      return spec.predicted_step_ms.has_value() || !spec.predicted_peak_bytes.empty();
+    });
     for (auto spec = unpredicted; spec != specs.end(); ++spec) {
       if (spec->skip_reason.empty()) to_run.push_back(*spec);
     }
     specs.erase(unpredicted, specs.end());
-    std::stable_sort(specs.begin(), specs.end(),
-                     [](const auto& a, const auto& b) { return *a.predicted_step_ms < *b.predicted_step_ms; });
+    // Those predicted to fit first, then those with a predicted time, fastest first.
+    const double capacity = profile.memory.device_bytes;
+    const auto order_key = [capacity](const CaseSpec& spec) {
+      return std::make_tuple(!fits(spec, capacity), !spec.predicted_step_ms.has_value(), spec.predicted_step_ms.value_or(0.0));
+    };
+    std::stable_sort(specs.begin(), specs.end(), [&](const auto& a, const auto& b) { return order_key(a) < order_key(b); });
     // Every cut profiled, each once: the fewest parts first.
     std::vector<std::string> cut_texts;
     const auto add_cut = [&](const CutProfile& parts) {
@@ -547,23 +605,45 @@ std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& 
     if (!device.is_cuda() && multi != specs.end()) {
       std::printf("  CPU stand-ins: the predictions assume the devices run side by side; here they share one CPU\n");
     }
-    std::printf("  %4s  %12s  %10s  %s\n", "rank", "predicted ms", "images/s", "case");
+    constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+    std::printf("  %4s  %12s  %10s  %8s  %s\n", "rank", "predicted ms", "images/s", "peak GiB", "case");
     for (size_t rank = 0; rank < specs.size(); ++rank) {
       auto& spec = specs[rank];
       spec.predicted_rank = static_cast<int>(rank + 1);
-      const double images_per_second = 1e3 * static_cast<double>(spec.global_batch) / *spec.predicted_step_ms;
       const bool runs = spec.skip_reason.empty();
-      std::printf("  %4zu  %12.2f  %10.0f  %s%s%s\n", rank + 1, *spec.predicted_step_ms, images_per_second,
-                  spec.name.c_str(), rank == 0 ? "  <- recommended" : "",
-                  runs ? "" : ("  (not run: " + spec.skip_reason + ")").c_str());
-      const auto& label = labels.at(spec.name);
+      const bool timed_case = spec.predicted_step_ms.has_value();
+      const bool fitting = fits(spec, capacity);
+      char time_text[32] = "-", rate_text[32] = "-", peak_text[32] = "-";
+      if (timed_case) {
+        std::snprintf(time_text, sizeof time_text, "%.2f", *spec.predicted_step_ms);
+        std::snprintf(rate_text, sizeof rate_text, "%.0f", 1e3 * static_cast<double>(spec.global_batch) / *spec.predicted_step_ms);
+      }
+      if (!spec.predicted_peak_bytes.empty()) std::snprintf(peak_text, sizeof peak_text, "%.2f", fullest_bytes(spec) / kGiB);
+      std::string notes;
+      if (rank == 0 && timed_case && fitting) notes += "  <- recommended";
+      if (!fitting) {
+        char flag[96];
+        std::snprintf(flag, sizeof flag, "  (does not fit: predicted %.3g GiB of %.3g)", fullest_bytes(spec) / kGiB, capacity / kGiB);
+        notes += flag;
+      }
+      if (!runs) notes += "  (not run: " + spec.skip_reason + ")";
+      std::printf("  %4zu  %12s  %10s  %8s  %s%s\n", rank + 1, time_text, rate_text, peak_text, spec.name.c_str(), notes.c_str());
+      const auto label = labels.count(spec.name) != 0 ? labels.at(spec.name) : std::string();
       if (!recorded.insert(spec.name).second) continue;  // the reference, in a later count's ranking
-      nlohmann::json prediction = {{"name", spec.name}, {"predicted_step_ms", *spec.predicted_step_ms},
-                                   {"rank", rank + 1}, {"profile", label.empty() ? "single" : label}};
+      nlohmann::json prediction = {{"name", spec.name},
+                                   {"predicted_step_ms", timed_case ? nlohmann::json(*spec.predicted_step_ms) : nlohmann::json()},
+                                   {"rank", rank + 1}, {"profile", !label.empty() ? label : timed_case ? "single" : "none"}};
+      if (!spec.predicted_peak_bytes.empty()) {
+        auto peaks = nlohmann::json::array();
+        for (double bytes : spec.predicted_peak_bytes) peaks.push_back(bytes / kGiB);
+        prediction["predicted_peak_gib"] = peaks;
+        prediction["fits"] = fitting;
+      }
       if (!runs) prediction["not_run"] = spec.skip_reason;
       predictions.push_back(prediction);
-      // The reference step always runs.
-      const bool validated = static_cast<int>(rank) < options.advise_validate || is_reference(spec);
+      // The reference step always runs; so does a case without a predicted time (as an unpredicted
+      // one does) and one predicted not to fit, whose out-of-memory error is shown and ends only it.
+      const bool validated = static_cast<int>(rank) < options.advise_validate || is_reference(spec) || !timed_case || !fitting;
       if (validated && runs) to_run.push_back(spec);
     }
     std::fflush(stdout);

@@ -22,6 +22,13 @@
 // model_parallel and pipeline: strategies/prediction.h's staged predictor, the schedule
 // simulator; data_parallel, ddp, zero and tensor_parallel: in their own files). docs/METRICS.md ("Predicted step time")
 // has the models.
+//
+// Memory: a second profile, apart (benchmarks/advise_memory.h), measures each model stage's
+// activations one stage at a time, and each strategy's StrategyPredictor::memory predicts every
+// device's peak from it (docs/METRICS.md, "Predicted peak memory"). The table gives the fullest
+// device's; a case above the device's capacity is flagged, ranked after every case that fits, and
+// still runs. A checkpointed case, and every case of a set-up whose time profile failed, has its
+// memory predicted alone: listed with time "-", after the timed cases, and run.
 #pragma once
 
 #include "benchmarks/cases.h"

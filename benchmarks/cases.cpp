@@ -585,9 +585,11 @@ TrainingCounters training_counters(const CaseSpec& spec, double seconds, int64_t
     const auto value = spec.config.options.find(option.field());
     if (!option.counter().empty() && value != spec.config.options.end()) counters[option.counter()] = std::stod(value->second);
   }
-  if (spec.predicted_step_ms) {
-    counters["predicted_step_ms"] = *spec.predicted_step_ms;
-    counters["predicted_rank"] = spec.predicted_rank;
+  if (spec.predicted_step_ms) counters["predicted_step_ms"] = *spec.predicted_step_ms;
+  // A case with its memory predicted alone (checkpointed) is ranked too.
+  if (spec.predicted_step_ms || !spec.predicted_peak_bytes.empty()) counters["predicted_rank"] = spec.predicted_rank;
+  for (size_t i = 0; i < spec.predicted_peak_bytes.size(); ++i) {
+    counters["predicted_peak_gib_dev" + std::to_string(i)] = spec.predicted_peak_bytes[i] / (1024.0 * 1024.0 * 1024.0);
   }
   if (spec.fit) {
     counters["fit_batch"] = static_cast<double>(spec.fit->largest_batch);

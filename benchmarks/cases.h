@@ -50,6 +50,7 @@ struct CaseSpec {
   // --advise: the predicted step time and its rank among the set-up's cases (benchmarks/advise.h).
   std::optional<double> predicted_step_ms;
   int predicted_rank = 0;
+  std::vector<double> predicted_peak_bytes;  // --advise: the predicted peak memory per device (none: not predicted)
   // --fit=batch: the search that found the case's batch.
   std::optional<FitSearch> fit;
 };

@@ -367,11 +367,13 @@ Google Benchmark's own flags all work: --benchmark_filter=REGEX, --benchmark_rep
                          tutorial's cut on 2 devices, balanced otherwise
   --dist-timeout=SECONDS ddp: how long any rank waits for the others before failing; default 60
   --allreduce=on|off     run the comm/allreduce sweep with ddp; default on
-  --advise=N|all|off     profile each set-up briefly, predict the step time of every single,
-                         model_parallel, pipeline (schedule simulator), data_parallel and ddp
-                         (on GPUs) case, print them ranked per global batch,
-                         then run single and the N best predicted (all: every case) with their
-                         predictions as counters (predicted_step_ms, predicted_rank); with
+  --advise=N|all|off     profile each set-up briefly, predict the step time and the peak memory
+                         per device of every single, model_parallel, pipeline (schedule
+                         simulator), data_parallel and ddp (on GPUs) case, print them ranked per
+                         global batch (a case predicted not to fit its devices flagged, last),
+                         then run single, the N best predicted (all: every case) and those
+                         predicted not to fit, with their predictions as counters
+                         (predicted_step_ms, predicted_rank, predicted_peak_gib_dev<i>); with
                          --gpus=LIST each count is profiled, ranked and validated apart; default off
   --fit=batch|off        "will it fit": for each case, find the largest batch (images, sequences;
                          a multiple of its devices) that trains without running out of memory,

@@ -87,4 +87,10 @@ std::optional<unsigned> nvml_device() {
   return static_cast<unsigned>(std::atoi(index.c_str()));
 }
 
+std::optional<double> device_gib() {
+  const auto gib = hook("PARBENCH_TEST_DEVICE_GIB");
+  if (gib.empty()) return std::nullopt;
+  return std::atof(gib.c_str());
+}
+
 }  // namespace parbench::test_hooks

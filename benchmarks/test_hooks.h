@@ -51,5 +51,9 @@ int stall_ms();
 // (the fake libnvidia-ml.so.1 of tests/fake_nvml.cpp); nullopt where unset or empty.
 std::optional<unsigned> nvml_device();
 
+// PARBENCH_TEST_DEVICE_GIB=G: the capacity --advise takes each device to have, in GiB, in place of
+// the GPU's (CPU stand-ins have none): a case predicted to need more is flagged as not fitting.
+std::optional<double> device_gib();
+
 }  // namespace test_hooks
 }  // namespace parbench

@@ -30,6 +30,8 @@ std::vector<CounterInfo> harness_counters() {
       Counter("gpus").unit("devices").means("devices the case used"),
       Counter("predicted_step_ms").unit("ms").lower_is_better().means("--advise: the predicted step"),
       Counter("predicted_rank").unit("rank").lower_is_better().means("--advise: the prediction's place, 1 fastest"),
+      Counter("predicted_peak_gib").unit("GiB").lower_is_better().per_device()
+          .means("--advise: the predicted peak allocated memory"),
       Counter("peak_mem_gib").unit("GiB").lower_is_better().per_device()
           .means("peak allocated since the case's set-up"),
       Counter("busy_frac").unit("fraction").higher_is_better().per_device()

@@ -583,12 +583,33 @@ def prediction_preamble(results: pr.Results) -> list[str]:
             "error = (predicted − measured) / measured, measured being the median step time.")
     if profiles:
         text += f" The profile took {' s, '.join(profiles)} s."
+    text += (" Where a GPU run measured it, each case's peak memory on its fullest device stands beside its "
+             "prediction (docs/METRICS.md, \"Predicted peak memory\"); a case whose memory alone was predicted "
+             "(checkpointed) has \"-\" for its time.")
     return [text]
 
 
 def _prediction_error(case: pr.Case) -> float:
     measured = case.stats("step_ms").median
     return (case.stats("predicted_step_ms").median - measured) / measured
+
+
+def _fullest_peaks(case: pr.Case) -> tuple[float, float] | None:
+    """The fullest device's predicted peak (median over repetitions of predicted_peak_gib_dev<i>)
+    and measured peak (the highest peak_mem_gib_dev<i>), in GiB; None where either is missing
+    (memory not predicted, or a CPU run, which measures no peak)."""
+    predicted = case.per_device("predicted_peak_gib")
+    measured = case.peak_memory_gib()
+    if not predicted or not measured:
+        return None
+    return max(pr.Stats.of(values).median for values in predicted.values()), max(measured.values())
+
+
+def _memory_error(case: pr.Case) -> float | None:
+    peaks = _fullest_peaks(case)
+    if peaks is None or peaks[1] <= 0:
+        return None
+    return (peaks[0] - peaks[1]) / peaks[1]
 
 
 def prediction_groups(groups: dict[pr.Setup, list[pr.Case]]) -> dict[tuple, list[pr.Case]]:
@@ -599,7 +620,7 @@ def prediction_groups(groups: dict[pr.Setup, list[pr.Case]]) -> dict[tuple, list
     ranked: dict[tuple, list[pr.Case]] = {}
     for setup, cases in groups.items():
         for case in cases:
-            if case.ran and case.stats("predicted_step_ms"):
+            if case.ran and (case.stats("predicted_step_ms") or case.per_device("predicted_peak_gib")):
                 ranked.setdefault((setup, case.global_batch()), []).append(case)
     predicted: dict[tuple, list[pr.Case]] = {}
     for (setup, global_batch), cases in ranked.items():
@@ -614,26 +635,48 @@ def prediction_groups(groups: dict[pr.Setup, list[pr.Case]]) -> dict[tuple, list
 
 
 def prediction_table(cases: list[pr.Case]) -> list[str]:
+    """One row per case; where any case has its peak memory predicted and measured (GPU runs),
+    the fullest device's predicted and measured peak and their error too ("-" where a case lacks them)."""
+    memory = any(_fullest_peaks(case) for case in cases)
     rows = []
     for case in sorted(cases, key=lambda c: c.stats("predicted_rank").median):
-        rows.append([str(int(case.stats("predicted_rank").median)), _name(case),
-                     f"{case.stats('predicted_step_ms').median:.2f}", f"{case.stats('step_ms').median:.2f}",
-                     f"{_prediction_error(case):+.1%}"])
-    return _table(["predicted rank", "case", "predicted (ms)", "measured (ms)", "error"], rows)
+        # A case with its memory predicted alone (checkpointed) has no predicted time.
+        timed = case.stats("predicted_step_ms") is not None
+        row = [str(int(case.stats("predicted_rank").median)), _name(case),
+               f"{case.stats('predicted_step_ms').median:.2f}" if timed else "-", f"{case.stats('step_ms').median:.2f}",
+               f"{_prediction_error(case):+.1%}" if timed else "-"]
+        if memory:
+            peaks = _fullest_peaks(case)
+            error = _memory_error(case)
+            row += ([f"{peaks[0]:.2f}", f"{peaks[1]:.2f}"] if peaks else ["-", "-"])
+            row.append(f"{error:+.1%}" if error is not None else "-")
+        rows.append(row)
+    headers = ["predicted rank", "case", "predicted (ms)", "measured (ms)", "error"]
+    if memory:
+        headers += ["predicted peak (GiB)", "measured peak (GiB)", "memory error"]
+    return _table(headers, rows)
 
 
 def prediction_summary(cases: list[pr.Case]) -> str:
-    """The recommendation against the best measured case, and the error over the pipeline cases."""
-    recommended = min(cases, key=lambda c: c.stats("predicted_rank").median)
-    best = min(cases, key=lambda c: c.stats("step_ms").median)
-    text = (f"Recommended: {_name(recommended)}, measured {recommended.stats('step_ms').median:.2f} ms; "
-            f"the best measured here is {_name(best)} at {best.stats('step_ms').median:.2f} ms "
-            f"({recommended.stats('step_ms').median / best.stats('step_ms').median - 1:.1%} slower).")
-    pipeline = [abs(_prediction_error(case)) for case in cases if case.pipelined]
+    """The recommendation against the best measured case, the error over the pipeline cases, and
+    the peak memory's error over the cases that have both peaks."""
+    text = ""
+    timed = [case for case in cases if case.stats("predicted_step_ms") is not None]
+    if timed:
+        recommended = min(timed, key=lambda c: c.stats("predicted_rank").median)
+        best = min(timed, key=lambda c: c.stats("step_ms").median)
+        text = (f"Recommended: {_name(recommended)}, measured {recommended.stats('step_ms').median:.2f} ms; "
+                f"the best measured here is {_name(best)} at {best.stats('step_ms').median:.2f} ms "
+                f"({recommended.stats('step_ms').median / best.stats('step_ms').median - 1:.1%} slower).")
+    pipeline = [abs(_prediction_error(case)) for case in timed if case.pipelined]
     if pipeline:
         text += (f" Over {len(pipeline)} pipeline case(s) the mean absolute error is "
                  f"{sum(pipeline) / len(pipeline):.1%}, the largest {max(pipeline):.1%}.")
-    return text
+    memory = [abs(error) for error in map(_memory_error, cases) if error is not None]
+    if memory:
+        text += (f" Peak memory (the fullest device): over {len(memory)} case(s) the mean absolute error is "
+                 f"{sum(memory) / len(memory):.1%}, the largest {max(memory):.1%}.")
+    return text.strip()
 
 
 def allreduce_table(cases: list[pr.Case]) -> list[str]:

@@ -379,6 +379,24 @@ StrategyPredictor data_parallel_predictor() {
                            profile.set_up_counters.at("reduce_ms") + update;
     return Prediction{step_ms, profile.parts.cut};
   };
+  // Memory: every replica the whole model and its gradients (made anew each step) at its shard of
+  // the batch, which device 0 holds whole; replica 0's optimizer state alone.
+  predictor.memory = [](const AdviseProfile& profile, const CaseConditions& conditions) {
+    const auto& config = conditions.config;
+    MemoryPrediction prediction;
+    const auto shards = shard_sizes(config.batch_size, static_cast<size_t>(conditions.devices));
+    for (size_t r = 0; r < static_cast<size_t>(conditions.devices); ++r) {
+      const int64_t shard = r < shards.size() ? shards[r] : 0;
+      auto replica = whole_model_memory(profile.memory, config, shard, /*holds_batch=*/false);
+      if (r == 0) {
+        replica.batch = profile.memory.inputs.at(config.batch_size) + profile.memory.targets.at(config.batch_size);
+      } else {
+        replica.optimizer_state = 0;
+      }
+      prediction.devices.push_back(replica);
+    }
+    return prediction;
+  };
   return predictor;
 }
 

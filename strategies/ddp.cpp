@@ -81,12 +81,20 @@ class DistributedDataParallel final : public Strategy {
 // backward does not hide, from each gradient bucket's ready time and all-reduce across the ranks'
 // GPUs (docs/METRICS.md, "Predicted step time").
 StrategyPredictor ddp_predictor() {
-  return rank_predictor(
+  auto predictor = rank_predictor(
       at_bucket_and_batch, [](const AdviseProfile& profile, const CaseConditions& conditions, const RankProfile& rank) {
         return Prediction{rank.rank_step_ms + exposed_allreduce_ms(rank.bucket_ready_ms, rank.bucket_allreduce_ms,
                                                                    rank.backward_ms, ddp_options(conditions.config).overlap),
                           profile.parts.cut};
       });
+  // Memory: each rank the whole model at its batch, and the flat gradient buckets, as many bytes
+  // as the parameters, kept from set-up.
+  predictor.memory = [](const AdviseProfile& profile, const CaseConditions& conditions) {
+    auto rank = whole_model_memory(profile.memory, conditions.config, conditions.config.batch_size);
+    rank.strategy = rank.parameters;
+    return MemoryPrediction{std::vector<DeviceMemory>(static_cast<size_t>(conditions.devices), rank)};
+  };
+  return predictor;
 }
 
 StrategyInfo ddp_info() {

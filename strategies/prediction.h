@@ -52,6 +52,57 @@ struct CutKey {
   }
 };
 
+// Bytes that grow linearly with a micro-batch's samples: what advise_memory measures at two sizes.
+struct LinearBytes {
+  double fixed = 0, per_sample = 0;
+  double at(int64_t samples) const { return std::max(0.0, fixed + per_sample * static_cast<double>(samples)); }
+};
+
+// One model stage's activation memory on its device, as a case runs it (checkpointed or not).
+struct StageMemory {
+  LinearBytes kept;      // allocated by its forward (the last stage's loss included) and held until its backward
+  LinearBytes output;    // its output, which a stage on another device receives as a copy
+  LinearBytes backward;  // the most its backward allocates above `kept`, the incoming gradient included
+};
+
+// What --advise's memory prediction reads (benchmarks/advise_memory.h measures it; docs/METRICS.md,
+// "Predicted peak memory"): the model's parameters without their memory, and each stage's
+// activations measured one stage at a time.
+struct MemoryProfile {
+  std::vector<torch::Tensor> parameters;  // in the model's order, on the meta device: shapes and dtypes only
+  std::vector<std::string> parameter_names;
+  std::vector<size_t> parameter_stage;    // per parameter: the stage that holds it
+  std::vector<std::string> stage_names;
+  std::vector<StageGroup> stage_groups;
+  std::map<Checkpointing, std::vector<StageMemory>> stages;  // per checkpointing choice measured
+  LinearBytes inputs, targets;  // a batch's
+  double device_bytes = 0;      // each device's capacity; 0 where unknown (CPU stand-ins): nothing is flagged
+  // The stages measured under `checkpoint`; throws std::invalid_argument where they were not.
+  const std::vector<StageMemory>& stages_for(Checkpointing checkpoint) const;
+};
+
+// One device's predicted memory, in bytes.
+struct DeviceMemory {
+  double parameters = 0, gradients = 0, optimizer_state = 0;
+  // The strategy's own memory at the step's peak beyond its model states (ddp's gradient buckets,
+  // zero's whole gradients or gathered units).
+  double strategy = 0;
+  double batch = 0;        // the batch's inputs and targets held on the device
+  double activations = 0;  // the most held at once by the schedule, the backward's transient included
+  // The step makes its gradients anew (they are set to none before it): `activations` then counts
+  // each stage's gradients from its backward on, and the peak does not add `gradients` again.
+  bool fresh_gradients = false;
+  double model_states() const { return parameters + gradients + optimizer_state; }
+  double peak() const {
+    return parameters + optimizer_state + (fresh_gradients ? 0 : gradients) + strategy + batch + activations;
+  }
+};
+
+struct MemoryPrediction {
+  std::vector<DeviceMemory> devices;  // in the case's devices' (ranks') order
+  double fullest() const;             // the highest peak
+};
+
 // What one set-up's profile measured, in milliseconds.
 struct AdviseProfile {
   double single_step_ms = 0;  // the reference: the whole model's step on one device
@@ -63,6 +114,7 @@ struct AdviseProfile {
   std::map<std::string, double> set_up_counters;
   std::map<std::pair<double, int64_t>, RankProfile> ranks;  // by (bucket MiB, per-rank batch)
   bool graphed = false;  // every piece captured in a CUDA graph and replayed
+  MemoryProfile memory;  // for the memory predictions (StrategyPredictor::memory)
 };
 
 // What a set-up's cases need profiled beyond the reference step; each case's predictor adds its
@@ -118,6 +170,35 @@ StrategyPredictor staged_predictor(std::function<bool(const CaseConditions&)> co
 StrategyPredictor rank_predictor(
     std::function<std::pair<double, int64_t>(const CaseConditions&)> profiled_at,
     std::function<Prediction(const AdviseProfile&, const CaseConditions&, const RankProfile&)> predict);
+
+// ---- Predicted memory (docs/METRICS.md, "Predicted peak memory") ----------------------------
+
+// The model states of `parameters` (their shapes and dtypes): the parameters, gradients of the
+// same dtype, and AdamW's exp_avg and exp_avg_sq beside each plus an fp32 step count per tensor
+// (SGD: none). Each entry of `parameters` is one tensor the optimizer steps.
+DeviceMemory model_states_of(const std::vector<torch::Tensor>& parameters, OptimizerKind optimizer);
+
+// Per program (device): the most activation bytes held at once as it runs its actions in order.
+// A forward of (stage, micro-batch) adds `kept(stage, micro_batch)` until its backward (zb-h1: its
+// W; the tutorial's last stage: its backward over every micro-batch), and a backward peaks
+// `transient(stage, micro_batch)` (micro_batch -1: every one) above what is held. Where given,
+// `made(stage)` is added for the rest of the step at the stage's first backward (its weights'
+// gradients, made anew each step).
+std::vector<double> peak_activation_bytes(const std::vector<StageProgram>& programs,
+                                          const std::function<double(size_t stage, int64_t micro_batch)>& kept,
+                                          const std::function<double(size_t stage, int64_t micro_batch)>& transient,
+                                          const std::function<double(size_t stage)>& made = nullptr);
+
+// Per program: the most micro-batches whose forward has run and backward (W) has not, counted per
+// stage (peak_activation_bytes with one byte each).
+std::vector<int64_t> in_flight_micro_batches(const std::vector<StageProgram>& programs);
+
+// The whole model on one device at `batch` samples (single, a ddp or zero rank, a data_parallel
+// replica): its model states under `optimizer`, its activations (forwards of every stage, then
+// backwards last first; with `fresh_gradients`, each stage's gradients made at its backward) and,
+// where `holds_batch`, the batch.
+DeviceMemory whole_model_memory(const MemoryProfile& memory, const RunConfig& config, int64_t batch,
+                                bool holds_batch = true, bool fresh_gradients = true);
 
 // ddp's and zero's rank profile: at the case's gradient bucket size and per-rank batch.
 inline std::pair<double, int64_t> at_bucket_and_batch(const CaseConditions& conditions) {

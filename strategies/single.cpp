@@ -55,6 +55,9 @@ StrategyPredictor single_predictor() {
   predictor.predict = [](const AdviseProfile& profile, const CaseConditions&) {
     return Prediction{profile.single_step_ms, profile.parts.cut};
   };
+  predictor.memory = [](const AdviseProfile& profile, const CaseConditions& conditions) {
+    return MemoryPrediction{{whole_model_memory(profile.memory, conditions.config, conditions.config.batch_size)}};
+  };
   return predictor;
 }
 

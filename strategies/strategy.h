@@ -215,6 +215,7 @@ struct CaseObstacle {
 struct AdviseProfile;   // strategies/prediction.h
 struct ProfileRequest;
 struct Prediction;
+struct MemoryPrediction;
 struct SimulatedStep;   // strategies/schedule_simulator.h
 
 // How --advise predicts a strategy's cases, declared in the strategy's own file
@@ -238,6 +239,9 @@ struct StrategyPredictor {
   std::function<Prediction(const AdviseProfile& profile, const CaseConditions& conditions)> predict;
   // The simulated step with every action placed, for --trace's predicted timeline (unset: none).
   std::function<SimulatedStep(const AdviseProfile& profile, const CaseConditions& conditions)> simulate;
+  // The case's memory per device from the profile's parameters and measured stage activations
+  // (AdviseProfile::memory; docs/METRICS.md, "Predicted peak memory"). Unset: not predicted.
+  std::function<MemoryPrediction(const AdviseProfile& profile, const CaseConditions& conditions)> memory;
 };
 
 // A strategy's declaration: its name and class, then named setters, each returning the declaration:

@@ -547,8 +547,66 @@ torch::autograd::variable_list BeforeUnitBackward::backward(torch::autograd::Aut
 // included) plus the collectives, each from ddp's profiled bucket all-reduces by the ring
 // relation: an all-gather or reduce-scatter of the same bytes takes half an all-reduce's time
 // (docs/METRICS.md, "Predicted step time").
+// zero's memory per rank (docs/METRICS.md, "Memory"): its flat groups (gradient buckets in stages
+// 1 and 2, units in stage 3) laid out as FlatShardLayout pads them; the optimizer steps one shard
+// tensor per group. Within the step, stages 2 and 3 make every group's whole gradients (stage 3
+// each unit's before its backward), kept until backward ends, and stage 3 holds two units'
+// gathered parameters (the one at work and the next, prefetched), taken at the largest unit; all
+// counted at the step's peak, with the activations (an upper bound: the gradients grow as the
+// activations are freed).
+MemoryPrediction zero_memory(const AdviseProfile& profile, const CaseConditions& conditions) {
+  const auto& memory = profile.memory;
+  const auto& config = conditions.config;
+  const int stage = std::stoi(config.options.at("stage"));
+  const int world = conditions.devices;
+  std::vector<std::vector<size_t>> groups;
+  if (stage == 3) {
+    std::map<std::string, std::string> group_of;
+    for (const auto& group : memory.stage_groups) {
+      for (const auto& name : group.stages) group_of[name] = group.name;
+    }
+    std::vector<std::string> unit_of_stage;
+    for (const auto& name : memory.stage_names) {
+      const auto grouped = group_of.find(name);
+      unit_of_stage.push_back(grouped == group_of.end() ? name : grouped->second);
+    }
+    std::map<size_t, size_t> unit_index;  // first stage of a unit -> its group
+    for (size_t i = 0; i < memory.parameters.size(); ++i) {
+      size_t first = memory.parameter_stage[i];
+      while (first > 0 && unit_of_stage[first - 1] == unit_of_stage[first]) --first;
+      if (unit_index.count(first) == 0) {
+        unit_index[first] = groups.size();
+        groups.emplace_back();
+      }
+      groups[unit_index[first]].push_back(i);
+    }
+  } else {
+    groups = plan_buckets(memory.parameters, ddp_options(config).bucket_mib);
+  }
+  // Its gradients are views of its flat groups, which the step does not set to none.
+  DeviceMemory rank = whole_model_memory(memory, config, config.batch_size, /*holds_batch=*/true,
+                                         /*fresh_gradients=*/false);
+  rank.parameters = rank.gradients = rank.optimizer_state = 0;
+  double largest_unit = 0;
+  for (const auto& members : groups) {
+    std::vector<int64_t> numels;
+    for (auto index : members) numels.push_back(memory.parameters[index].numel());
+    const FlatShardLayout layout(numels, world);
+    const double element = static_cast<double>(memory.parameters[members.front()].element_size());
+    const double whole = static_cast<double>(layout.padded()) * element;
+    const double shard = static_cast<double>(layout.shard()) * element;
+    rank.parameters += stage == 3 ? shard : whole;
+    rank.gradients += stage == 1 ? whole : shard;
+    if (config.optimizer == OptimizerKind::kAdamW) rank.optimizer_state += 2 * shard + 4;
+    if (stage != 1) rank.strategy += whole;
+    largest_unit = std::max(largest_unit, whole);
+  }
+  if (stage == 3) rank.strategy += 2 * largest_unit;
+  return MemoryPrediction{std::vector<DeviceMemory>(static_cast<size_t>(world), rank)};
+}
+
 StrategyPredictor zero_predictor() {
-  return rank_predictor(at_bucket_and_batch, [](const AdviseProfile& profile, const CaseConditions& conditions,
+  auto predictor = rank_predictor(at_bucket_and_batch, [](const AdviseProfile& profile, const CaseConditions& conditions,
                                         const RankProfile& rank) {
     const int stage = std::stoi(conditions.config.options.at("stage"));
     std::vector<double> half_ms;
@@ -571,6 +629,8 @@ StrategyPredictor zero_predictor() {
     }
     return Prediction{step_ms, profile.parts.cut};
   });
+  predictor.memory = zero_memory;
+  return predictor;
 }
 
 StrategyInfo zero_info() {

@@ -80,7 +80,7 @@ TEST(Cli, ShortRunWritesJsonWithCountersAndContext) {
                           "schedules"}) {
     EXPECT_TRUE(context.contains(key)) << key;
   }
-  EXPECT_EQ(context["parbench_json_schema"], "1.9.0");
+  EXPECT_EQ(context["parbench_json_schema"], "1.10.0");
   EXPECT_EQ(context["strategies"], "single,model_parallel,pipeline,data_parallel,ddp,zero,tensor_parallel");
   EXPECT_EQ(context["schedules"], "tutorial,gpipe,1f1b,interleaved-1f1b,zb-h1");
   EXPECT_FALSE(context.contains("interrupted"));
@@ -369,10 +369,19 @@ TEST(Cli, AdviseRanksEveryModelledCaseAndRunsTheBestPredicted) {
   EXPECT_NE(run.error.find("case(s) left out"), std::string::npos) << run.error;
   EXPECT_NE(run.output.find("<- recommended"), std::string::npos) << run.output;
   std::map<std::string, int> rank_of;
+  std::map<std::string, size_t> devices_of;
   for (const auto& prediction : predictions) {
     EXPECT_GT(prediction["predicted_step_ms"].get<double>(), 0.0) << prediction.dump();
     rank_of[prediction["name"]] = prediction["rank"];
+    // The predicted peak per device (single one, the others two); tinycnn fits any device.
+    const auto& peaks = prediction["predicted_peak_gib"];
+    const auto name = prediction["name"].get<std::string>();
+    EXPECT_EQ(peaks.size(), name.rfind("train/single/", 0) == 0 ? 1u : 2u) << prediction.dump();
+    for (const auto& peak : peaks) EXPECT_GT(peak.get<double>(), 0.0) << prediction.dump();
+    EXPECT_TRUE(prediction["fits"].get<bool>()) << prediction.dump();
+    devices_of[name] = peaks.size();
   }
+  EXPECT_NE(run.output.find("peak GiB"), std::string::npos) << run.output;
   std::set<std::string> ran;
   for (const auto& benchmark : json["benchmarks"]) {
     if (benchmark["run_type"] != "iteration") continue;
@@ -382,6 +391,9 @@ TEST(Cli, AdviseRanksEveryModelledCaseAndRunsTheBestPredicted) {
     ASSERT_TRUE(rank_of.count(case_name)) << name;
     EXPECT_EQ(benchmark["predicted_rank"].get<double>(), rank_of[case_name]) << name;
     EXPECT_GT(benchmark["predicted_step_ms"].get<double>(), 0.0) << name;
+    for (size_t device = 0; device < devices_of[case_name]; ++device) {
+      EXPECT_GT(benchmark["predicted_peak_gib_dev" + std::to_string(device)].get<double>(), 0.0) << name;
+    }
     const bool single = case_name.rfind("train/single/", 0) == 0;
     EXPECT_TRUE(single || rank_of[case_name] <= 2) << name;
   }

@@ -197,8 +197,35 @@ constexpr double kWholeModelBucketMib = 1 << 20;
 // activations (2 per block forward, 2 backward, the embedding's forward in fp32 and the head's
 // input gradient), priced at the profiled all-reduce rate. Sequence parallelism moves the same bytes,
 // so it is predicted alike; the batch's and the loss's small collectives are left out.
+// Memory per rank: the parameters each keeps (shard_kind: a 1/degree slice, or whole where
+// replicated) with their gradients and optimizer state, and the whole model's activations at the
+// whole batch (every rank runs it) scaled as Megatron-LM's per-layer count (Korthikanti et al.,
+// 2022: of 34 s b h bytes a layer keeps, 24 are split by the degree t, 10 are not, unless sequence
+// parallelism splits them too), the batch shared whole.
+MemoryPrediction tensor_parallel_memory(const AdviseProfile& profile, const CaseConditions& conditions) {
+  const auto& memory = profile.memory;
+  const auto& config = conditions.config;
+  const int degree = conditions.devices;
+  std::vector<torch::Tensor> held;
+  for (size_t i = 0; i < memory.parameters.size(); ++i) {
+    const auto& whole = memory.parameters[i];
+    held.push_back(shard_kind(memory.parameter_names[i]) == ShardKind::kReplicated
+                       ? whole
+                       : torch::empty({whole.numel() / degree}, whole.options()));
+  }
+  auto rank = model_states_of(held, config.optimizer);
+  // Activations alone (the rank's gradients count whole in its peak, an upper bound).
+  const auto whole_batch = whole_model_memory(memory, config, conditions.named_batch, /*holds_batch=*/true,
+                                              /*fresh_gradients=*/false);
+  const double t = degree;
+  const double split = sequence_parallel_on(config) ? 1.0 / t : (10.0 + 24.0 / t) / 34.0;
+  rank.activations = whole_batch.activations * split;
+  rank.batch = whole_batch.batch;
+  return MemoryPrediction{std::vector<DeviceMemory>(static_cast<size_t>(degree), rank)};
+}
+
 StrategyPredictor tensor_parallel_predictor() {
-  return rank_predictor(
+  auto predictor = rank_predictor(
       [](const CaseConditions& conditions) {
         return std::pair<double, int64_t>{kWholeModelBucketMib, conditions.named_batch};
       },
@@ -209,6 +236,8 @@ StrategyPredictor tensor_parallel_predictor() {
         return Prediction{
             tensor_parallel_step_ms(*gpt, conditions, profile.single_step_ms, rank.bucket_allreduce_ms.front()), ""};
       });
+  predictor.memory = tensor_parallel_memory;
+  return predictor;
 }
 
 StrategyInfo tensor_parallel_info() {

@@ -13,6 +13,7 @@ import pytest
 
 import plot
 from parbench_results import cases as pr
+from parbench_results.facts import legacy_counter_table
 from scripts import REPO, import_script
 
 FIXTURES = Path(__file__).resolve().with_name("fixtures")
@@ -781,6 +782,69 @@ def test_advise_report_sets_each_prediction_beside_its_measurement(tmp_path):
     expected = sorted(expected + [(median(recommended, "step_ms"), median(recommended, "predicted_step_ms"))])
     assert [value for point in points for value in point] == pytest.approx(
         [value for point in expected for value in point])
+
+
+def with_peak_memory(tmp_path):
+    """CPU_ADVISE as a GPU run would have it: each train entry with a measured peak per device
+    (peak_mem_gib_dev<i>) and --advise's predicted one (predicted_peak_gib_dev<i>), device 1 the
+    fullest, the prediction off by a known fraction per case; and the counter table declaring both.
+    Returns the file and, per run_name, the expected (predicted, measured) fullest peaks."""
+    document = json.loads(CPU_ADVISE[0].read_text())
+    rows = [{"name": fact.name, "unit": fact.unit, "better": fact.better, "per": fact.per}
+            for fact in legacy_counter_table().facts]
+    rows.append({"name": "predicted_peak_gib", "unit": "GiB", "better": "lower", "per": "device"})
+    document["context"]["counters"] = json.dumps(rows)
+    expected = {}
+    for index, name in enumerate(sorted({entry["run_name"] for entry in document["benchmarks"]})):
+        measured, predicted = 2.0 + index, (2.0 + index) * (1 + (-1) ** index * 0.01 * (index + 1))
+        expected[name] = (predicted, measured)
+        for entry in document["benchmarks"]:
+            if entry["run_name"] == name:
+                entry.update({"peak_mem_gib_dev0": measured / 2, "peak_mem_gib_dev1": measured,
+                              "predicted_peak_gib_dev0": predicted / 2, "predicted_peak_gib_dev1": predicted})
+    # The last case as a checkpointed one: its memory predicted, its time not.
+    for entry in document["benchmarks"]:
+        if entry["run_name"] == max(expected):
+            del entry["predicted_step_ms"]
+    path = tmp_path / "advise_memory.json"
+    path.write_text(json.dumps(document))
+    return path, expected
+
+
+def test_advise_report_sets_predicted_peak_memory_beside_the_measured(tmp_path):
+    path, expected = with_peak_memory(tmp_path)
+    result = run(MAKE_REPORT, tmp_path / "out", [path])
+    assert result.returncode == 0, result.stderr
+    report = (tmp_path / "out" / "REPORT.md").read_text(encoding="utf-8")
+    [(heading, rows)] = tables(report, "Predicted vs measured").items()
+    reps = repetitions([path])
+    assert len(rows) == len(reps)
+    errors = []
+    for name, entries in reps.items():
+        predicted, measured = expected[name]
+        rank = int(median(entries, "predicted_rank"))
+        [cells] = [r for r in rows if r["predicted rank"] == str(rank)]
+        assert number(cells["predicted peak (GiB)"]) == pytest.approx(predicted, abs=0.005)
+        assert number(cells["measured peak (GiB)"]) == pytest.approx(measured, abs=0.005)
+        error = (predicted - measured) / measured
+        assert number(cells["memory error"]) == pytest.approx(abs(error) * 100, abs=0.05)
+        assert cells["memory error"].startswith("+" if error >= 0 else "-")
+        errors.append(abs(error))
+        timed = "predicted_step_ms" in entries[0]
+        assert (cells["predicted (ms)"] == "-") == (not timed), cells
+        assert (cells["error"] == "-") == (not timed), cells
+    summary = section(report, "Predicted vs measured").split(heading, 1)[1]
+    assert f"over {len(errors)} case(s) the mean absolute error is {sum(errors) / len(errors):.1%}" in summary, summary
+    assert f"the largest {max(errors):.1%}" in summary, summary
+
+
+def test_advise_report_without_peak_memory_has_no_memory_columns(tmp_path):
+    result = run(MAKE_REPORT, tmp_path, CPU_ADVISE)
+    assert result.returncode == 0, result.stderr
+    report = (tmp_path / "REPORT.md").read_text(encoding="utf-8")
+    [rows] = tables(report, "Predicted vs measured").values()
+    assert "memory error" not in rows[0]
+    assert "Peak memory" not in section(report, "Predicted vs measured")
 
 
 def test_report_without_predictions_has_no_prediction_section(tmp_path):
