@@ -194,7 +194,7 @@ CutProfile profile_cut(StagedModel& model, const Cut& cut, const std::vector<tor
   // cut would meet its parameter on another (a module's to() leaves the gradients where they are).
   for (auto& parameter : model.module().parameters()) parameter.mutable_grad().reset();
   auto placed = config;
-  placed.cut = format_cut(cut);
+  set_cut(placed, format_cut(cut));
   const auto parts = partition_model(model, part_devices, placed, config.batch_size, nullptr);
   CutProfile profile;
   profile.cut = format_cut(cut, model.stage_groups());
@@ -262,7 +262,7 @@ void profile_ranks(const CaseSpec& spec, const std::vector<torch::Device>& devic
     auto model = make_model(config.model, config.num_classes);
     Cut stage_per_part;
     for (const auto& stage : model->stages()) stage_per_part.push_back({stage.name});
-    config.cut = format_cut(stage_per_part);
+    set_cut(config, format_cut(stage_per_part));
     const std::vector<torch::Device> one_gpu(stage_per_part.size(), devices.front());
     const auto stages = partition_model(*model, one_gpu, config, rank_batch, nullptr);
     const auto times = time_parts(*model, stages, config, {rank_batch}, graphed, /*copies=*/false);

@@ -17,6 +17,7 @@
 #include "models/model_zoo.h"
 #include "strategies/optimizer.h"
 #include "strategies/pipeline_schedule.h"
+#include "strategies/staged_options.h"
 #include "strategies/training.h"
 
 #include <nlohmann/json.hpp>
@@ -75,7 +76,7 @@ CaseSpec set_up_case(const StrategyInfo& strategy, const std::string& model, int
   spec.config.checkpoint = checkpoint;
   spec.config.loss = options.loss;
   fit_config_to_model(spec.config);
-  spec.config.cut = options.cut;
+  set_cut(spec.config, options.cut);
   spec.gpus = uses_several_devices(strategy) ? devices : 1;
   if (!options.devices.empty()) spec.gpu_ids.assign(options.devices.begin(), options.devices.begin() + spec.gpus);
   // Without GPUs every case runs on CPU devices (docs/JSON.md: devices=cpu).
@@ -395,13 +396,14 @@ void write_predicted_timeline(const CaseSpec& spec, const SimulatedStep& step, c
                        {"start_ms", placed.start_ms},
                        {"end_ms", placed.end_ms}});
   }
-  const bool pipeline = spec.config.split_size > 0;
+  const auto staged = pipeline_options(spec.config);
+  const bool pipeline = staged.split_size > 0;
   const nlohmann::ordered_json timeline = {
       {"case", spec.name},
-      {"schedule", pipeline ? spec.config.schedule : "gpipe"},
+      {"schedule", pipeline ? staged.schedule : "gpipe"},
       {"devices", spec.gpus},
-      {"micro_batches", pipeline ? micro_batch_count(spec.config.batch_size, spec.config.split_size) : 1},
-      {"chunks", pipeline && schedule_info(spec.config.schedule).uses_chunks ? spec.config.chunks : 1},
+      {"micro_batches", pipeline ? micro_batch_count(spec.config.batch_size, staged.split_size) : 1},
+      {"chunks", pipeline && schedule_info(staged.schedule).uses_chunks ? staged.chunks : 1},
       {"step_ms", step.step_ms},
       {"bubble_fraction", step.bubble_fraction},
       {"actions", actions}};

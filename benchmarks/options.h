@@ -73,7 +73,7 @@ struct Options {
   // The values given for the strategies' own options (StrategyOption), by field, each written as
   // the case name writes it; an option not given sweeps its defaults.
   std::map<std::string, std::vector<std::string>> strategy_options;
-  std::string cut;  // model_parallel and pipeline (RunConfig::cut)
+  std::string cut;  // model_parallel and pipeline (StagedOptions::cut)
   double dist_timeout_s = 60.0;  // distributed strategies
   bool allreduce = true;  // register the comm/allreduce sweep when a distributed strategy runs
   // --advise: 0 off; else how many of each set-up's best predicted cases run to check the

@@ -39,6 +39,18 @@
 namespace parbench {
 namespace {
 
+// data_parallel's option, under its declared field; the default is the declaration's
+// (Strategies.OptionStructsDefaultToTheirDeclarations checks).
+struct DataParallelOptions {
+  // "replicate": "broadcast" (replicas built once, parameters broadcast every step, as PyTorch's
+  // DataParallel) or "clone" (LibTorch's data_parallel: replicas cloned every step).
+  std::string replicate = "broadcast";
+};
+
+DataParallelOptions data_parallel_options(const RunConfig& config) {
+  return DataParallelOptions{option_choice(config, "replicate", DataParallelOptions{}.replicate)};
+}
+
 // What counters() reports (docs/METRICS.md, "data_parallel").
 PARBENCH_DECLARE_COUNTER(Counter("broadcast_ms").unit("ms").lower_is_better()
                              .means("data_parallel broadcast: the parameters' broadcast to the replicas"));
@@ -100,11 +112,11 @@ class DataParallel final : public Strategy {
   void setup(const ModelFactory& make_model, const std::vector<torch::Device>& devices,
              const RunConfig& config) override {
     TORCH_CHECK(devices.size() >= 2, "data_parallel needs at least 2 devices, got ", devices.size());
-    if (config.dp_replicate != "broadcast" && config.dp_replicate != "clone") {
-      throw std::invalid_argument("unknown data_parallel replication '" + config.dp_replicate +
-                                  "' (allowed: broadcast, clone)");
+    const auto replicate = data_parallel_options(config).replicate;
+    if (replicate != "broadcast" && replicate != "clone") {
+      throw std::invalid_argument("unknown data_parallel replication '" + replicate + "' (allowed: broadcast, clone)");
     }
-    clone_ = config.dp_replicate == "clone";
+    clone_ = replicate == "clone";
     if (clone_ && !devices.front().is_cuda()) {
       throw std::invalid_argument("data_parallel replicate:clone needs GPUs: LibTorch's data_parallel gathers CUDA "
                                   "tensors only");
@@ -153,7 +165,7 @@ class DataParallel final : public Strategy {
   torch::Device input_device() const override { return devices_.front(); }
   torch::Device target_device() const override { return devices_.front(); }
 
-  std::map<std::string, std::string> describe() const override { return {{"replicate", config_.dp_replicate}}; }
+  std::map<std::string, std::string> describe() const override { return {{"replicate", clone_ ? "clone" : "broadcast"}}; }
 
   // broadcast: every replica's parameters on its device, the optimizer's state beside replica 0's;
   // clone: the model on device 0 (the per-step clones do not outlive the step).
@@ -340,7 +352,9 @@ class DataParallel final : public Strategy {
 // the strategy's own, measured at set-up on the profile's devices (broadcast_ms, reduce_ms).
 StrategyPredictor data_parallel_predictor() {
   StrategyPredictor predictor;
-  predictor.covers = [](const CaseConditions& conditions) { return conditions.config.dp_replicate == "broadcast"; };
+  predictor.covers = [](const CaseConditions& conditions) {
+    return data_parallel_options(conditions.config).replicate == "broadcast";
+  };
   predictor.request = [](const CaseConditions& conditions, ProfileRequest& request) {
     request.parts = true;
     if (request.set_up == nullptr) {
@@ -398,10 +412,9 @@ StrategyInfo data_parallel_info() {
                   .help("data_parallel: broadcast (replicas built once, parameters broadcast every\nstep, as PyTorch's "
                         "DataParallel) | clone (LibTorch's data_parallel:\nreplicas cloned every step; GPUs only, no "
                         "CUDA graph); default broadcast")
-                  .defaults({"broadcast"})
-                  .apply([](RunConfig& config, const std::string& value, int) { config.dp_replicate = value; }))
+                  .defaults({"broadcast"}))
       .obstacle([](const CaseConditions& conditions) -> std::optional<CaseObstacle> {
-        if (conditions.config.dp_replicate != "clone") return std::nullopt;
+        if (data_parallel_options(conditions.config).replicate != "clone") return std::nullopt;
         // LibTorch's data_parallel builds replicas on the host every step and gathers CUDA tensors only.
         if (conditions.cuda_graph) {
           return CaseObstacle{"data_parallel replicate:clone cannot be captured in a CUDA graph (it builds its "

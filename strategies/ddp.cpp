@@ -9,6 +9,7 @@
 // statistics follow its own shard (PyTorch's DDP re-broadcasts rank 0's buffers before every
 // forward by default). Training-mode outputs do not depend on them.
 #include "core/text.h"
+#include "strategies/ddp_options.h"
 #include "strategies/distributed/rank_setup.h"
 #include "strategies/distributed/gradient_buckets.h"
 #include "strategies/distributed/world.h"
@@ -31,13 +32,14 @@ class DistributedDataParallel final : public Strategy {
     world_ = &rank_world("ddp", config, devices);
     devices_ = devices;
     config_ = config;
+    options_ = ddp_options(config);
     model_ = make_model_on(make_model, devices.front(), config.precision);
     auto state = model_->module().parameters();
     for (const auto& buffer : model_->module().buffers()) state.push_back(buffer);
     broadcast_from_rank0(state, *world_->backend());
     optimizer_ = make_optimizer(*model_, config, Optimizer::SgdKernels::kPerParameter);
-    buckets_ = std::make_unique<GradientBuckets>(model_->module().parameters(), world_->backend(), config.bucket_mib,
-                                                 config.overlap);
+    buckets_ = std::make_unique<GradientBuckets>(model_->module().parameters(), world_->backend(), options_.bucket_mib,
+                                                 options_.overlap);
   }
 
   torch::Device input_device() const override { return devices_.front(); }
@@ -58,9 +60,9 @@ class DistributedDataParallel final : public Strategy {
 
   std::map<std::string, std::string> describe() const override {
     std::map<std::string, std::string> facts = {{"backend", world_->backend_name()},
-                                                {"bucket_mib", format_number(config_.bucket_mib)},
+                                                {"bucket_mib", format_number(options_.bucket_mib)},
                                                 {"buckets", std::to_string(buckets_->bucket_count())},
-                                                {"overlap", config_.overlap ? "on" : "off"}};
+                                                {"overlap", options_.overlap ? "on" : "off"}};
     if (const auto scaling = config_.options.find("scaling"); scaling != config_.options.end()) {
       facts["scaling"] = scaling->second;
     }
@@ -69,6 +71,7 @@ class DistributedDataParallel final : public Strategy {
 
  private:
   RunConfig config_;
+  DdpOptions options_;
   World* world_ = nullptr;
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<GradientBuckets> buckets_;
@@ -81,7 +84,7 @@ StrategyPredictor ddp_predictor() {
   auto predictor = rank_predictor(
       at_bucket_and_batch, [](const AdviseProfile& profile, const CaseConditions& conditions, const RankProfile& rank) {
         return Prediction{rank.rank_step_ms + exposed_allreduce_ms(rank.bucket_ready_ms, rank.bucket_allreduce_ms,
-                                                                   rank.backward_ms, conditions.config.overlap),
+                                                                   rank.backward_ms, ddp_options(conditions.config).overlap),
                           profile.parts.cut};
       });
   // Memory: each rank the whole model at its batch, and the flat gradient buckets, as many bytes
@@ -104,12 +107,10 @@ StrategyInfo ddp_info() {
       .device_role("ranks")
       .option(StrategyOption::number("bucket_mib", "bucket-mib")
                   .help("ddp gradient bucket size in MiB; default 25")
-                  .defaults({"25"})
-                  .apply([](RunConfig& config, const std::string& value, int) { config.bucket_mib = std::stod(value); }))
+                  .defaults({"25"}))
       .option(StrategyOption::choice("overlap", "overlap", {"on", "off"})
                   .help("ddp: on (all-reduce during backward) | off (after backward); default on")
-                  .defaults({"on"})
-                  .apply([](RunConfig& config, const std::string& value, int) { config.overlap = value == "on"; }))
+                  .defaults({"on"}))
       // --batch is per rank in weak scaling, global in strong.
       .option(StrategyOption::choice("scaling", "scaling", {"weak", "strong"})
                   .help("ddp: weak (per-rank batch fixed) | strong (global batch fixed); default weak")

@@ -188,7 +188,7 @@ Cut choose_cut(StagedModel& model, size_t num_parts, const RunConfig& config, in
     throw std::invalid_argument(model.name() + " has " + std::to_string(stage_names.size()) +
                                 " stages, fewer than the " + std::to_string(num_parts) + " stages asked for");
   }
-  std::string spec = config.cut;
+  std::string spec = staged_options(config).cut;
   if (spec.empty()) spec = num_parts == 2 && tutorial_cut_fits(stage_names, groups) ? kTutorialCut : "balanced";
   return spec == "balanced"
              ? balanced_cut(stage_names, stage_seconds_once(model, config, measure_batch, device), num_parts)

@@ -1,6 +1,7 @@
 // Splitting a model's stages across devices: the cut shared by model_parallel and pipeline.
 #pragma once
 
+#include "strategies/staged_options.h"
 #include "strategies/strategy.h"
 
 namespace parbench {
@@ -20,7 +21,7 @@ using Cut = std::vector<std::vector<std::string>>;
 // in one part is written by its name: "stem,layer1|layer2,head".
 std::string format_cut(const Cut& cut, const std::vector<StageGroup>& groups = {});
 
-// Parses a cut spec (see RunConfig::cut) against the model's stage names, a group's name standing
+// Parses a cut spec (StagedOptions::cut, strategies/staged_options.h) against the model's stage names, a group's name standing
 // for its stages. Throws std::invalid_argument for an unknown or repeated stage or group, stages
 // out of order or left out, an empty part, or parts other than num_parts.
 Cut parse_cut(const std::string& spec, const std::vector<std::string>& stage_names, size_t num_parts,
@@ -30,7 +31,7 @@ Cut parse_cut(const std::string& spec, const std::vector<std::string>& stage_nam
 Cut balanced_cut(const std::vector<std::string>& stage_names, const std::vector<double>& stage_seconds,
                  size_t num_parts);
 
-// The cut into `num_parts` parts: `config.cut`, or the default (the tutorial's split of ResNet
+// The cut into `num_parts` parts: the config's --cut (staged_options), or the default (the tutorial's split of ResNet
 // over two devices, stem,layer1,layer2|layer3,layer4,head, where it applies, else "balanced").
 // "balanced" balances the stages' times at `measure_batch` on `device`, timed once per process
 // for each set-up (stage_seconds_once), so every case that asks the same gets the same cut, and

@@ -7,6 +7,7 @@
 #include "strategies/pipeline_schedule.h"
 #include "strategies/prediction.h"
 #include "strategies/stage_executor.h"
+#include "strategies/staged_options.h"
 #include "strategies/strategy.h"
 
 #include <algorithm>
@@ -23,28 +24,32 @@ class Pipeline final : public StagedStrategy {
  public:
   void setup(const ModelFactory& make_model, const std::vector<torch::Device>& devices,
              const RunConfig& config) override {
-    if (config.split_size <= 0) {
+    options_ = pipeline_options(config);
+    if (options_.split_size <= 0) {
       throw std::invalid_argument("split_size must be a positive number of images, got " +
-                                  std::to_string(config.split_size));
+                                  std::to_string(options_.split_size));
     }
     TORCH_CHECK(devices.size() >= 2, "pipeline needs at least 2 devices, got ", devices.size());
-    const size_t chunks = schedule_info(config.schedule).uses_chunks ? static_cast<size_t>(config.chunks) : 1;
-    const auto micro_batches = static_cast<size_t>(micro_batch_count(config.batch_size, config.split_size));
-    programs_ = make_schedule(config.schedule, devices.size(), micro_batches, chunks);  // throws for what it cannot run
-    set_up_stages(make_model, devices, config, std::min(config.split_size, config.batch_size), config.stage_lanes,
+    const size_t chunks = schedule_info(options_.schedule).uses_chunks ? static_cast<size_t>(options_.chunks) : 1;
+    const auto micro_batches = static_cast<size_t>(micro_batch_count(config.batch_size, options_.split_size));
+    programs_ = make_schedule(options_.schedule, devices.size(), micro_batches, chunks);  // throws for what it cannot run
+    set_up_stages(make_model, devices, config, std::min(options_.split_size, config.batch_size), options_.lanes,
                   chunks);
   }
 
   torch::Tensor train_step(const Batch& batch) override {
-    return executor_->train_step(batch, config_.split_size, programs_);
+    return executor_->train_step(batch, options_.split_size, programs_);
   }
 
   std::map<std::string, std::string> describe() const override {
     std::map<std::string, std::string> facts = {
-        {"cut", cut_text()}, {"schedule", config_.schedule}, {"lanes", std::to_string(config_.stage_lanes)}};
-    if (schedule_info(config_.schedule).uses_chunks) facts["chunks"] = std::to_string(config_.chunks);
+        {"cut", cut_text()}, {"schedule", options_.schedule}, {"lanes", std::to_string(options_.lanes)}};
+    if (schedule_info(options_.schedule).uses_chunks) facts["chunks"] = std::to_string(options_.chunks);
     return facts;
   }
+
+ private:
+  PipelineOptions options_;
 };
 
 // The tutorial's split-size sweep; the full batch is added to it.
@@ -87,47 +92,45 @@ StrategyInfo pipeline_info() {
                   .help("pipeline micro-batch sizes; default 1,3,5,8,10,12,20,40,60 (those below the\nbatch) and the "
                         "full batch")
                   .counter("split_size")
-                  .values_for(split_sizes_for)
-                  .apply([](RunConfig& config, const std::string& value, int) { config.split_size = std::stoll(value); }))
+                  .values_for(split_sizes_for))
       .option(StrategyOption::choice("schedule", "schedules", schedules)
                   .help(schedules_help())
-                  .defaults({"tutorial", "gpipe", "1f1b"})
-                  .apply([](RunConfig& config, const std::string& value, int) { config.schedule = value; }))
+                  .defaults({"tutorial", "gpipe", "1f1b"}))
       .option(StrategyOption::integer("chunks", "chunks")
                   .help("interleaved-1f1b: stages (model chunks) per device; default 2")
                   .defaults({"2"})
                   .values_for([](const std::vector<std::string>& values, bool, const RunConfig& config) {
-                    return schedule_info(config.schedule).uses_chunks ? values : std::vector<std::string>{};
-                  })
-                  .apply([](RunConfig& config, const std::string& value, int) { config.chunks = std::stoi(value); }))
+                    return schedule_info(pipeline_options(config).schedule).uses_chunks ? values
+                                                                                        : std::vector<std::string>{};
+                  }))
       // One lane is the default and keeps the names that baselines already hold.
       .option(StrategyOption::integer("lanes", "stage-lanes")
                   .help("pipeline on GPUs: compute streams per stage, 1 | 2 (micro-batches take the\ntwo in turn, so "
                         "a forward can overlap a backward); default 1")
                   .choices({"1", "2"})
                   .defaults({"1"})
-                  .unnamed_value("1")
-                  .apply([](RunConfig& config, const std::string& value, int) { config.stage_lanes = std::stoi(value); }))
+                  .unnamed_value("1"))
       .obstacle([](const CaseConditions& conditions) -> std::optional<CaseObstacle> {
         const auto& config = conditions.config;
-        if (schedule_info(config.schedule).splits_backward && config.checkpoint != Checkpointing::kOff) {
-          return CaseObstacle{config.schedule + " splits each backward into input and weight gradients; "
+        const auto options = pipeline_options(config);
+        if (schedule_info(options.schedule).splits_backward && config.checkpoint != Checkpointing::kOff) {
+          return CaseObstacle{options.schedule + " splits each backward into input and weight gradients; "
                               "--checkpoint=blocks recomputes a block's whole backward at once"};
         }
-        if (schedule_info(config.schedule).uses_chunks && config.chunks > 1 &&
-            micro_batch_count(config.batch_size, config.split_size) % conditions.devices != 0) {
-          return CaseObstacle{config.schedule + " needs the micro-batches to be a multiple of the devices"};
+        if (schedule_info(options.schedule).uses_chunks && options.chunks > 1 &&
+            micro_batch_count(config.batch_size, options.split_size) % conditions.devices != 0) {
+          return CaseObstacle{options.schedule + " needs the micro-batches to be a multiple of the devices"};
         }
         return std::nullopt;
       })
       // --advise: the schedule simulator replays the case's schedule over its profiled cut.
       .predictor(staged_predictor([](const CaseConditions& conditions) {
-        const auto& config = conditions.config;
+        const auto options = pipeline_options(conditions.config);
         // The simulator gives each device one compute stream; two lanes overlap a forward with a backward.
-        if (config.stage_lanes != 1) return false;
+        if (options.lanes != 1) return false;
         // An interleaved schedule that cannot run (its own skip says so) has nothing to predict.
-        return !schedule_info(config.schedule).uses_chunks || config.chunks == 1 ||
-               micro_batch_count(config.batch_size, config.split_size) % conditions.devices == 0;
+        return !schedule_info(options.schedule).uses_chunks || options.chunks == 1 ||
+               micro_batch_count(conditions.config.batch_size, options.split_size) % conditions.devices == 0;
       }));
 }
 

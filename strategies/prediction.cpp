@@ -2,6 +2,7 @@
 
 #include "strategies/partition.h"
 #include "strategies/pipeline_schedule.h"
+#include "strategies/staged_options.h"
 #include "strategies/training.h"
 
 #include <algorithm>
@@ -213,11 +214,12 @@ namespace {
 
 // A staged case's micro-batches: split_size's (a pipeline), or none (model parallelism: the
 // whole batch at once).
-bool pipelined(const RunConfig& config) { return config.split_size > 0; }
+bool pipelined(const RunConfig& config) { return pipeline_options(config).split_size > 0; }
 
 // Stages per device: more than one for a schedule that takes --chunks.
 int chunks_of(const RunConfig& config) {
-  return pipelined(config) && schedule_info(config.schedule).uses_chunks ? config.chunks : 1;
+  const auto options = pipeline_options(config);
+  return pipelined(config) && schedule_info(options.schedule).uses_chunks ? options.chunks : 1;
 }
 
 // Whether `schedule` splits its backwards into B and W, as its programs say. Throws
@@ -234,7 +236,7 @@ bool splits_backwards(const std::string& schedule) {
 // The batch a staged case's "balanced" cut times the stages at: its micro-batch, or without one
 // the whole batch (set_up_stages's measure_batch in pipeline.cpp and model_parallel.cpp).
 int64_t measure_batch_of(const RunConfig& config) {
-  return pipelined(config) ? std::min(config.split_size, config.batch_size) : config.batch_size;
+  return pipelined(config) ? std::min(pipeline_options(config).split_size, config.batch_size) : config.batch_size;
 }
 
 CutKey cut_key_of(const RunConfig& config, int devices) {
@@ -268,7 +270,8 @@ SimulatedStep simulate_staged(const AdviseProfile& profile, const CaseConditions
   const auto batch = config.batch_size;
   const auto& sizes = parts.sizes.empty() ? profile.sizes : parts.sizes;
   if (!pipelined(config)) return simulate_cut(parts, sizes, batch, batch, "gpipe", 1);
-  return simulate_cut(parts, sizes, batch, config.split_size, config.schedule, chunks_of(config));
+  const auto options = pipeline_options(config);
+  return simulate_cut(parts, sizes, batch, options.split_size, options.schedule, chunks_of(config));
 }
 
 // The stage indices of each part of a staged case's cut: the cut its time was predicted from,
@@ -281,7 +284,7 @@ std::vector<std::vector<size_t>> staged_parts(const AdviseProfile& profile, cons
   if (const auto* profiled = profiled_cut(profile, config, static_cast<int>(parts) / chunks_of(config))) {
     spec = profiled->cut;
   }
-  if (spec.empty() && config.cut != "balanced") spec = config.cut;
+  if (const auto own = staged_options(config).cut; spec.empty() && own != "balanced") spec = own;
   Cut cut;
   if (!spec.empty()) {
     cut = parse_cut(spec, memory.stage_names, parts, memory.stage_groups);
@@ -314,8 +317,9 @@ MemoryPrediction staged_memory(const AdviseProfile& profile, const CaseCondition
   const auto devices = static_cast<size_t>(conditions.devices);
   const auto parts = staged_parts(profile, config, devices * static_cast<size_t>(chunks));
   const auto batch = config.batch_size;
-  const auto sizes = pipelined(config) ? piece_sizes(batch, config.split_size) : std::vector<int64_t>{batch};
-  const auto programs = pipelined(config) ? make_schedule(config.schedule, devices, sizes.size(), static_cast<size_t>(chunks))
+  const auto options = pipeline_options(config);
+  const auto sizes = pipelined(config) ? piece_sizes(batch, options.split_size) : std::vector<int64_t>{batch};
+  const auto programs = pipelined(config) ? make_schedule(options.schedule, devices, sizes.size(), static_cast<size_t>(chunks))
                                           : make_schedule("gpipe", devices, 1);
   // The stage executor sets every gradient to none before a step.
   const auto activations = parts_activation_bytes(stages, parts, programs, sizes, batch, /*parts_on_other_devices=*/true,
@@ -348,16 +352,17 @@ StrategyPredictor staged_predictor(std::function<bool(const CaseConditions&)> co
   predictor.covers = std::move(covers);
   predictor.request = [](const CaseConditions& conditions, ProfileRequest& request) {
     const auto& config = conditions.config;
+    const auto options = pipeline_options(config);
     const int chunks = chunks_of(config);
     if (pipelined(config)) {
       // The schedule, built where the simulator will replay it: a case it cannot be built for is
       // reported before anything is profiled.
-      make_schedule(config.schedule, static_cast<size_t>(conditions.devices),
-                    static_cast<size_t>(micro_batch_count(config.batch_size, config.split_size)),
+      make_schedule(options.schedule, static_cast<size_t>(conditions.devices),
+                    static_cast<size_t>(micro_batch_count(config.batch_size, options.split_size)),
                     static_cast<size_t>(chunks));
-      request.backward_halves |= splits_backwards(config.schedule);
+      request.backward_halves |= splits_backwards(options.schedule);
     }
-    const auto micro_batches = pipelined(config) ? piece_sizes(config.batch_size, config.split_size)
+    const auto micro_batches = pipelined(config) ? piece_sizes(config.batch_size, options.split_size)
                                                  : std::vector<int64_t>{config.batch_size};
     request.cuts[cut_key_of(config, conditions.devices)].insert(micro_batches.begin(), micro_batches.end());
     request.sizes.insert(micro_batches.begin(), micro_batches.end());

@@ -4,6 +4,7 @@
 // docs/METRICS.md ("Predicted step time") has the models.
 #pragma once
 
+#include "strategies/ddp_options.h"
 #include "strategies/partition.h"
 #include "strategies/schedule_simulator.h"
 #include "strategies/strategy.h"
@@ -201,7 +202,7 @@ DeviceMemory whole_model_memory(const MemoryProfile& memory, const RunConfig& co
 
 // ddp's and zero's rank profile: at the case's gradient bucket size and per-rank batch.
 inline std::pair<double, int64_t> at_bucket_and_batch(const CaseConditions& conditions) {
-  return {conditions.config.bucket_mib, conditions.config.batch_size};
+  return {ddp_options(conditions.config).bucket_mib, conditions.config.batch_size};
 }
 
 }  // namespace parbench

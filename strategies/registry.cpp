@@ -1,4 +1,5 @@
 #include "core/text.h"
+#include "strategies/staged_options.h"
 #include "strategies/strategy.h"
 
 #include <algorithm>
@@ -28,6 +29,45 @@ std::vector<torch::Tensor> Strategy::gradients_for_check() const {
   return tensors;
 }
 
+namespace {
+
+// The option's text in `config`, or null where the case holds none.
+const std::string* option_text(const RunConfig& config, const std::string& field) {
+  const auto found = config.options.find(field);
+  return found == config.options.end() ? nullptr : &found->second;
+}
+
+}  // namespace
+
+int64_t option_integer(const RunConfig& config, const std::string& field, int64_t fallback) {
+  const auto* text = option_text(config, field);
+  if (text == nullptr) return fallback;
+  size_t used = 0;
+  try {
+    const auto value = std::stoll(*text, &used);
+    if (used == text->size()) return value;
+  } catch (const std::logic_error&) {
+  }
+  throw std::invalid_argument("option " + field + "='" + *text + "' is not a whole number");
+}
+
+double option_number(const RunConfig& config, const std::string& field, double fallback) {
+  const auto* text = option_text(config, field);
+  if (text == nullptr) return fallback;
+  size_t used = 0;
+  try {
+    const auto value = std::stod(*text, &used);
+    if (used == text->size()) return value;
+  } catch (const std::logic_error&) {
+  }
+  throw std::invalid_argument("option " + field + "='" + *text + "' is not a number");
+}
+
+std::string option_choice(const RunConfig& config, const std::string& field, const std::string& fallback) {
+  const auto* text = option_text(config, field);
+  return text == nullptr ? fallback : *text;
+}
+
 StrategyRegistry& StrategyRegistry::instance() {
   static StrategyRegistry registry;
   return registry;
@@ -40,6 +80,11 @@ bool StrategyRegistry::add(StrategyInfo info) {
   }
   // One flag sets one strategy's option; a second would take the other's values.
   for (const auto& option : info.options()) {
+    // Every case holds --cut under this key (strategies/staged_options.h).
+    if (option.field() == kCutField) {
+      throw std::logic_error("strategy '" + name + "' declares option " + option.field() +
+                             ", the field --cut's placement takes (name it otherwise)");
+    }
     for (const auto& [other_name, other] : strategies_) {
       for (const auto& taken : other.options()) {
         if (taken.flag() == option.flag() || taken.field() == option.field()) {

@@ -29,7 +29,7 @@ namespace parbench {
 
 class StageExecutor {
  public:
-  // `lanes`: compute streams per device on CUDA, 1 or 2 (RunConfig::stage_lanes). `devices`:
+  // `lanes`: compute streams per device on CUDA, 1 or 2 (PipelineOptions::lanes). `devices`:
   // how many host threads, device d running partitions d, d+devices, ... (which must be on one
   // device); 0 for one per partition.
   StageExecutor(std::vector<Partition> partitions, LossKind loss, OptimizerKind optimizer, double learning_rate,

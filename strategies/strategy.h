@@ -41,34 +41,24 @@ struct RunConfig {
   OptimizerKind optimizer = OptimizerKind::kSgd;
   Checkpointing checkpoint = Checkpointing::kOff;
 
-  // model_parallel and pipeline: "" (the default cut), "balanced", or stage names per device,
-  // devices separated by '|' and stages by ',': "stem,layer1,layer2|layer3,layer4,head".
-  std::string cut;
-  // pipeline: micro-batch size and schedule (strategies/pipeline_schedule.h).
-  int64_t split_size = 0;
-  std::string schedule = "tutorial";
-  // interleaved-1f1b: model chunks (stages) per device.
-  int chunks = 2;
-  // pipeline on GPUs: compute streams per stage (1, or 2 so that forwards overlap backwards).
-  int stage_lanes = 1;
-
-  // data_parallel: "broadcast" (replicas built once, parameters broadcast every step, as
-  // PyTorch's DataParallel) or "clone" (LibTorch's data_parallel: replicas cloned every step).
-  std::string dp_replicate = "broadcast";
-
-  // ddp: gradient bucket size, and whether all-reduces start during backward.
-  double bucket_mib = 25.0;
-  bool overlap = true;
-
   // Distributed strategies: this rank's process group (strategies/distributed/world.h), given by
   // what runs the rank (parbench's launcher, or torchrun's rank itself); not owned, outlives the
   // strategy. Null elsewhere.
   World* world = nullptr;
 
   // Every strategy option of the case by field (StrategyOption::field), as the case name writes
-  // it: what a strategy without a typed member above reads its options from.
+  // it, and --cut's placement under "cut" (strategies/staged_options.h): what each strategy reads
+  // its own options struct from (option_integer, option_number, option_choice below).
   std::map<std::string, std::string> options;
 };
+
+// A strategy's options struct is read from RunConfig::options, field by field: the value the case
+// holds, or `fallback` (the option's declared default) where it holds none (an option its
+// values_for left out, another strategy's case, a config not built from a case). Each throws
+// std::invalid_argument naming the field for text that is not such a value.
+int64_t option_integer(const RunConfig& config, const std::string& field, int64_t fallback);
+double option_number(const RunConfig& config, const std::string& field, double fallback);
+std::string option_choice(const RunConfig& config, const std::string& field, const std::string& fallback);
 
 // What one device holds between steps (docs/METRICS.md, "Memory"): the parameters placed on
 // it and the optimizer state kept there. Gradients are those parameters' grad().
@@ -124,8 +114,9 @@ class Strategy {
 // One option a strategy declares: a command-line flag that takes a list of values, an axis its
 // cases sweep, and a field of each case's identity (the name's "/split:20", the JSON's "split").
 // Built by kind, then named setters, each returning the option:
-//   StrategyOption::integer("split", "split-sizes").help("...").counter("split_size").apply(...)
-// Its slots are private: a declaration names each one it sets.
+//   StrategyOption::integer("split", "split-sizes").help("...").counter("split_size")
+// Its slots are private: a declaration names each one it sets. Each case holds the option's value
+// in RunConfig::options[field], which the strategy reads into its own options struct.
 class StrategyOption {
  public:
   enum class Kind {
@@ -137,7 +128,8 @@ class StrategyOption {
   // config so far (its earlier options applied). None leaves the option out of the case.
   using ValuesFor =
       std::function<std::vector<std::string>(const std::vector<std::string>& values, bool defaulted, const RunConfig& config)>;
-  // Sets a typed member of RunConfig from the value; `devices`: the case's devices (ranks).
+  // What the value changes in the case's config beyond RunConfig::options, which holds it anyway
+  // (ddp's strong scaling divides the batch among the ranks); `devices`: the case's devices (ranks).
   using Apply = std::function<void(RunConfig& config, const std::string& value, int devices)>;
 
   // `field`: the name's key and the JSON field; `flag`: --flag=LIST.
@@ -166,7 +158,7 @@ class StrategyOption {
   StrategyOption& counter(std::string name) { counter_ = std::move(name); return *this; }
   // Unset: the values as given.
   StrategyOption& values_for(ValuesFor rule) { values_for_ = std::move(rule); return *this; }
-  // Unset: the strategy reads RunConfig::options alone.
+  // Unset: the value changes nothing but RunConfig::options.
   StrategyOption& apply(Apply set) { apply_ = std::move(set); return *this; }
 
   const std::string& field() const { return field_; }
@@ -182,7 +174,7 @@ class StrategyOption {
   std::vector<std::string> values(const std::vector<std::string>& given, bool defaulted, const RunConfig& config) const {
     return values_for_ ? values_for_(given, defaulted, config) : given;
   }
-  // Sets the typed member of `config` the option has, if any.
+  // Applies what the value changes beyond RunConfig::options, if anything.
   void apply_to(RunConfig& config, const std::string& value, int devices) const {
     if (apply_) apply_(config, value, devices);
   }

@@ -20,6 +20,7 @@
 #include "core/counter_table.h"
 #include "core/text.h"
 #include "models/autocast_cache.h"
+#include "strategies/ddp_options.h"
 #include "strategies/distributed/collective_clock.h"
 #include "strategies/distributed/rank_setup.h"
 #include "strategies/distributed/flat_shards.h"
@@ -115,7 +116,7 @@ class Zero final : public Strategy {
     for (const auto& buffer : model_->module().buffers()) state.push_back(buffer);
     broadcast_from_rank0(state, *backend_);
 
-    build_groups(stage_ == 3 ? unit_members() : plan_buckets(parameters_, config.bucket_mib));
+    build_groups(stage_ == 3 ? unit_members() : plan_buckets(parameters_, ddp_options(config).bucket_mib));
     std::vector<torch::Tensor> shards;
     for (auto& group : groups_) shards.push_back(group.shard_params);
     optimizer_ = std::make_unique<Optimizer>(shards, config.optimizer, config.learning_rate);
@@ -164,7 +165,7 @@ class Zero final : public Strategy {
       for (const auto& group : groups_) held += group.full_params.storage().nbytes() > 0 ? 1 : 0;
       facts["whole_units_held"] = std::to_string(held);
     }
-    if (stage_ != 3) facts["bucket_mib"] = format_number(config_.bucket_mib);
+    if (stage_ != 3) facts["bucket_mib"] = format_number(ddp_options(config_).bucket_mib);
     return facts;
   }
 
@@ -580,7 +581,7 @@ MemoryPrediction zero_memory(const AdviseProfile& profile, const CaseConditions&
       groups[unit_index[first]].push_back(i);
     }
   } else {
-    groups = plan_buckets(memory.parameters, config.bucket_mib);
+    groups = plan_buckets(memory.parameters, ddp_options(config).bucket_mib);
   }
   // Its gradients are views of its flat groups, which the step does not set to none.
   DeviceMemory rank = whole_model_memory(memory, config, config.batch_size, /*holds_batch=*/true,

@@ -6,7 +6,9 @@
 #include "benchmarks/options.h"
 #include "core/device_timer.h"
 #include "models/model_zoo.h"
+#include "strategies/staged_options.h"
 #include "tests/advise_output.h"
+#include "tests/case_options.h"
 #include "tests/option_parsing.h"
 
 #include <gtest/gtest.h>
@@ -32,7 +34,7 @@ std::vector<CaseSpec> every_schedule(const std::string& lanes = "1") {
 
 const CaseSpec& case_of(const std::vector<CaseSpec>& cases, const std::string& schedule) {
   const auto found = std::find_if(cases.begin(), cases.end(), [&](const CaseSpec& spec) {
-    return spec.strategy->name() == "pipeline" && spec.config.schedule == schedule;
+    return spec.strategy->name() == "pipeline" && pipeline_options(spec.config).schedule == schedule;
   });
   if (found == cases.end()) throw std::logic_error("no " + schedule + " case");
   return *found;
@@ -51,7 +53,7 @@ TEST(AdviseProfile, SplitsBackwardsAsTheExecutor) {
   auto spec = case_of(every_schedule(), "zb-h1");
   spec.config.image_size = 64;  // big enough that a backward stands out of a loaded CPU's noise
   spec.config.batch_size = 8;
-  spec.config.cut = "stem,block1|block2,head";  // a convolution on each part, whatever the timings
+  set_cut(spec.config, "stem,block1|block2,head");  // a convolution on each part, whatever the timings
   ProfileRequest request;
   request.parts = true;
   request.backward_halves = true;
@@ -60,7 +62,7 @@ TEST(AdviseProfile, SplitsBackwardsAsTheExecutor) {
   const auto profile = profile_setup(spec, case_devices(spec), /*graphed=*/false, request);
   // The cases' sizes, the batch and its shards over the two devices.
   EXPECT_EQ(profile.sizes, (std::vector<int64_t>{2, 3, 4, 8}));
-  EXPECT_EQ(profile.parts.cut, spec.config.cut);
+  EXPECT_EQ(profile.parts.cut, staged_options(spec.config).cut);
   EXPECT_TRUE(profile.chunked.empty());
   ASSERT_EQ(profile.parts.input_gradient_ms.size(), 2u);
   ASSERT_EQ(profile.parts.weight_gradient_ms.size(), 2u);
@@ -100,7 +102,7 @@ TEST(AdviseProfile, ProfilesChunkedCuts) {
 TEST(AdviseProfile, PredictsEachStagedCaseFromTheCutItRuns) {
   const auto cases = every_schedule();
   auto spec = case_of(cases, "interleaved-1f1b");
-  spec.config.cut = "balanced";
+  set_cut(spec.config, "balanced");
   ProfileRequest request;
   const auto& predictor = spec.strategy->predictor();
   predictor.request(CaseConditions{spec.config, spec.global_batch, spec.gpus}, request);
@@ -176,7 +178,7 @@ TEST(Advise, ReportsAScheduleItCannotBuildAndPredictsTheRest) {
   auto cases = every_schedule();
   const auto broken_name = case_of(cases, "1f1b").name;
   for (auto& spec : cases) {
-    if (spec.name == broken_name) spec.config.schedule = "no-such-schedule";
+    if (spec.name == broken_name) set_option(spec.config, "schedule", "no-such-schedule");
   }
   const auto [to_run, table, errors] = advise_capturing(cases, parse({"--advise=all"}));
   EXPECT_NE(errors.find(broken_name + ": cannot be predicted (unknown pipeline schedule 'no-such-schedule'"), std::string::npos)
@@ -216,23 +218,23 @@ TEST(Predictors, EachStrategysModelFromAProfile) {
   // The buckets' all-reduces end 1 ms after backward overlapped, 3 ms after it not.
   auto rank = config;
   rank.batch_size = 2;
-  rank.bucket_mib = 25;
+  set_option(rank, "bucket_mib", "25");
   EXPECT_DOUBLE_EQ(predict("ddp", rank, 2).step_ms, 6 + 1);
-  rank.overlap = false;
+  set_option(rank, "overlap", "off");
   EXPECT_DOUBLE_EQ(predict("ddp", rank, 2).step_ms, 6 + 3);
   // Stages: the simulator over the cut, one micro-batch of 4 for model_parallel, 2 of 2 for gpipe.
   EXPECT_DOUBLE_EQ(predict("model_parallel", config, 2).step_ms,
                    simulate_cut(profile.parts, profile.sizes, 4, 4, "gpipe", 1).step_ms);
   auto pipeline = config;
-  pipeline.split_size = 2;
-  pipeline.schedule = "gpipe";
+  set_option(pipeline, "split", 2);
+  set_option(pipeline, "schedule", "gpipe");
   EXPECT_DOUBLE_EQ(predict("pipeline", pipeline, 2).step_ms,
                    simulate_cut(profile.parts, profile.sizes, 4, 2, "gpipe", 1).step_ms);
   EXPECT_LT(predict("pipeline", pipeline, 2).step_ms, predict("model_parallel", config, 2).step_ms);
   EXPECT_EQ(predict("pipeline", pipeline, 2).profile, profile.parts.cut);
   // A chunked case whose cut was not profiled cannot be predicted from this profile.
-  pipeline.schedule = "interleaved-1f1b";
-  pipeline.chunks = 2;
+  set_option(pipeline, "schedule", "interleaved-1f1b");
+  set_option(pipeline, "chunks", 2);
   EXPECT_THROW(predict("pipeline", pipeline, 2), std::invalid_argument);
 }
 

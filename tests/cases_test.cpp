@@ -1,5 +1,8 @@
 // The case matrix: names, placements and skips decided before anything runs.
 #include "benchmarks/cases.h"
+#include "core/text.h"
+#include "strategies/ddp_options.h"
+#include "strategies/staged_options.h"
 #include "tests/option_parsing.h"
 
 #include <gtest/gtest.h>
@@ -36,6 +39,44 @@ TEST(Cases, DevicesPutStagesAndReplicasOnTheNamedGpusAndSaySo) {
   EXPECT_EQ(shared_gpu_placement(*first.at("model_parallel")), "2 stages on 1 GPU");
   EXPECT_EQ(shared_gpu_placement(*first.at("data_parallel")), "2 replicas on 1 GPU");
   EXPECT_NE(first.at("ddp")->skip_reason.find("cannot share a GPU"), std::string::npos);
+}
+
+// Each strategy reads its options struct from what the case holds, under the fields its name
+// writes; --cut reaches every case as the staged strategies' placement.
+TEST(Cases, EachCaseReadsTheOptionsItsNameWrites) {
+  auto options = parsed_options({"--strategies=model_parallel,pipeline,data_parallel,ddp", "--models=tinycnn",
+                                 "--batch=8", "--schedules=gpipe,interleaved-1f1b", "--split-sizes=2,4",
+                                 "--chunks=2", "--stage-lanes=1,2", "--bucket-mib=1.5,25", "--overlap=on,off",
+                                 "--dp-replicate=broadcast,clone", "--cut=balanced"},
+                                /*has_gpu=*/false);
+  const auto cases = build_cases(options, /*visible_gpus=*/0);
+  std::map<std::string, int> seen;
+  for (const auto& spec : cases) {
+    std::map<std::string, std::string> fields;
+    for (const auto& field : spec.fields) fields[field.key] = field.text;
+    const auto& strategy = spec.strategy->name();
+    ++seen[strategy];
+    EXPECT_EQ(staged_options(spec.config).cut, "balanced") << spec.name;
+    const auto pipeline = pipeline_options(spec.config);
+    if (strategy == "pipeline") {
+      EXPECT_EQ(std::to_string(pipeline.split_size), fields.at("split")) << spec.name;
+      EXPECT_EQ(pipeline.schedule, fields.at("schedule")) << spec.name;
+      EXPECT_EQ(std::to_string(pipeline.lanes), fields.at("lanes")) << spec.name;
+      if (pipeline.schedule == "interleaved-1f1b") EXPECT_EQ(std::to_string(pipeline.chunks), fields.at("chunks"));
+    } else {
+      EXPECT_EQ(pipeline.split_size, 0) << spec.name << ": not pipelined";
+    }
+    if (strategy == "ddp") {
+      const auto ddp = ddp_options(spec.config);
+      EXPECT_EQ(format_number(ddp.bucket_mib), fields.at("bucket_mib")) << spec.name;
+      EXPECT_EQ(ddp.overlap ? "on" : "off", fields.at("overlap")) << spec.name;
+    }
+    // data_parallel's struct is its file's own: its skip rule (clone needs GPUs) reads it.
+    if (strategy == "data_parallel") {
+      EXPECT_EQ(spec.skip_reason.empty(), fields.at("replicate") == "broadcast") << spec.name << ": " << spec.skip_reason;
+    }
+  }
+  EXPECT_EQ(seen, (std::map<std::string, int>{{"data_parallel", 2}, {"ddp", 4}, {"model_parallel", 1}, {"pipeline", 8}}));
 }
 
 // --checkpoint=blocks: named after the optimizer's place, its field round-trips, the default

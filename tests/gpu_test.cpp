@@ -4,6 +4,7 @@
 #include "models/model_zoo.h"
 #include "strategies/strategy.h"
 #include "strategies/training.h"
+#include "tests/case_options.h"
 
 #include <gtest/gtest.h>
 
@@ -52,16 +53,16 @@ TEST_P(MultiGpuEquivalence, MatchesSingleGpu) {
   const auto reference = step_and_collect("single", config, {two_gpus.front()}, batch, &reference_loss);
 
   auto cloned = config;
-  cloned.dp_replicate = "clone";
+  set_option(cloned, "replicate", "clone");
   std::vector<std::pair<std::string, RunConfig>> variants = {
       {"model_parallel", config}, {"data_parallel", config}, {"data_parallel", cloned}};
   for (const std::string schedule : {"tutorial", "gpipe", "1f1b", "zb-h1"}) {
     for (int64_t split : {1, 5, 12}) {
       for (int lanes : {1, 2}) {
         auto pipelined = config;
-        pipelined.split_size = split;
-        pipelined.schedule = schedule;
-        pipelined.stage_lanes = lanes;
+        set_option(pipelined, "split", split);
+        set_option(pipelined, "schedule", schedule);
+        set_option(pipelined, "lanes", lanes);
         variants.emplace_back("pipeline", pipelined);
       }
     }
@@ -73,18 +74,17 @@ TEST_P(MultiGpuEquivalence, MatchesSingleGpu) {
     if (static_cast<size_t>(chunks) * two_gpus.size() > model_stages) continue;
     for (int64_t split : {3, 6}) {
       auto interleaved = config;
-      interleaved.split_size = split;
-      interleaved.schedule = "interleaved-1f1b";
-      interleaved.chunks = chunks;
+      set_option(interleaved, "split", split);
+      set_option(interleaved, "schedule", "interleaved-1f1b");
+      set_option(interleaved, "chunks", chunks);
       variants.emplace_back("pipeline", interleaved);
     }
   }
   for (const auto& [name, variant] : variants) {
     double loss = 0;
     const auto result = step_and_collect(name, variant, two_gpus, batch, &loss);
-    const std::string what = name + " split " + std::to_string(variant.split_size) + " " + variant.schedule +
-                             " lanes " + std::to_string(variant.stage_lanes) + " chunks " +
-                             std::to_string(variant.chunks) + " replicate " + variant.dp_replicate;
+    std::string what = name;
+    for (const auto& [field, value] : variant.options) what += " " + field + ":" + value;
     EXPECT_NEAR(loss, reference_loss, kTolerance * std::abs(reference_loss)) << what;
     for (const auto& [key, expected] : reference) {
       const double scale = std::max(expected.norm().item<double>(), 1e-12);

@@ -9,6 +9,7 @@
 #include "models/model_zoo.h"
 #include "strategies/strategy.h"
 #include "strategies/training.h"
+#include "tests/case_options.h"
 #include "tests/option_parsing.h"
 #include "tests/tensor_compare.h"
 
@@ -147,8 +148,8 @@ INSTANTIATE_TEST_SUITE_P(
 // (within 1e-5) and the weights and gradients (within `tensor_tolerance`). Returns both losses.
 std::pair<double, double> expect_replays_train_as_eager_steps(const StagedCase& c, RunConfig config,
                                                               double tensor_tolerance) {
-  config.split_size = c.split_size;
-  config.schedule = c.schedule.empty() ? "gpipe" : c.schedule;
+  set_option(config, "split", c.split_size);
+  set_option(config, "schedule", c.schedule.empty() ? "gpipe" : c.schedule);
   config.learning_rate = 1e-3;
   const std::vector<torch::Device> gpus = {torch::Device(torch::kCUDA, 0),
                                            torch::Device(torch::kCUDA, visible_gpu_count() >= 2 ? 1 : 0)};
@@ -187,7 +188,7 @@ TEST_P(GraphedStaged, ReplaysTrainAsEagerStepsDo) {
   config.num_classes = 10;
   config.batch_size = 8;
   config.image_size = 32;
-  config.stage_lanes = c.lanes;
+  set_option(config, "lanes", c.lanes);
   expect_replays_train_as_eager_steps(c, config, /*tensor_tolerance=*/1e-5);
 }
 

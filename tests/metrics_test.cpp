@@ -9,6 +9,7 @@
 #include "core/device_timer.h"
 #include "models/model_zoo.h"
 #include "strategies/training.h"
+#include "tests/case_options.h"
 
 #include <gtest/gtest.h>
 
@@ -383,8 +384,8 @@ std::vector<ModelStateBytes> states_after_steps(const std::string& strategy_name
   config.batch_size = 4;
   config.image_size = 16;
   config.optimizer = optimizer;
-  config.split_size = 2;
-  config.schedule = "gpipe";
+  set_option(config, "split", 2);
+  set_option(config, "schedule", "gpipe");
   fit_config_to_model(config);
   auto strategy = StrategyRegistry::instance().get(strategy_name).create();
   strategy->setup([&] { return make_model(config.model, config.num_classes); },

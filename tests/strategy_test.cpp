@@ -1,13 +1,17 @@
 // Splitting a model changes the speed, not the math: every strategy that runs in one
 // process gives single's loss, gradients and updated weights (CPU "devices").
+#include "core/text.h"
 #include "models/model_zoo.h"
+#include "strategies/ddp_options.h"
 #include "strategies/partition.h"
 #include "strategies/prediction.h"
 #include "strategies/optimizer.h"
 #include "strategies/pipeline_schedule.h"
 #include "strategies/stage_timing.h"
+#include "strategies/staged_options.h"
 #include "strategies/strategy.h"
 #include "strategies/training.h"
+#include "tests/case_options.h"
 #include "tests/split_equivalence.h"
 #include "tests/tensor_compare.h"
 
@@ -91,9 +95,9 @@ TEST_P(SplitEquivalence, MatchesSingleDevice) {
   for (int64_t split : c.split_sizes) {
     for (const auto& info : schedule_table()) {  // every schedule; those with chunks on one chunk here
       const auto& schedule = info.name;
-      config.split_size = split;
-      config.schedule = schedule;
-      config.chunks = 1;
+      set_option(config, "split", split);
+      set_option(config, "schedule", schedule);
+      set_option(config, "chunks", 1);
       expect_same_step(train("pipeline", config, c.devices, batch, c.eval_mode), reference,
                        "pipeline split " + std::to_string(split) + " " + schedule);
     }
@@ -105,9 +109,9 @@ TEST_P(SplitEquivalence, MatchesSingleDevice) {
     for (int chunks : {2, 3}) {
       const auto micro_batches = static_cast<size_t>((c.batch + split - 1) / split);
       if (micro_batches % c.devices != 0 || chunks * c.devices > model_stages) continue;
-      config.split_size = split;
-      config.schedule = "interleaved-1f1b";
-      config.chunks = chunks;
+      set_option(config, "split", split);
+      set_option(config, "schedule", "interleaved-1f1b");
+      set_option(config, "chunks", chunks);
       expect_same_step(train("pipeline", config, c.devices, batch, c.eval_mode), reference,
                        "pipeline split " + std::to_string(split) + " interleaved-1f1b, " + std::to_string(chunks) +
                            " chunks");
@@ -142,11 +146,11 @@ TEST_P(SplitEquivalence, MatchesSingleDevice) {
                    "model_parallel adamw", adamw_weight_tolerance);
   for (const auto& info : schedule_table()) {
     if (c.model == "resnet50" && info.name != "1f1b") continue;
-    config.split_size = c.split_sizes.front();
-    config.schedule = info.name;
-    config.chunks = 1;
+    set_option(config, "split", c.split_sizes.front());
+    set_option(config, "schedule", info.name);
+    set_option(config, "chunks", 1);
     expect_same_step(train("pipeline", config, c.devices, batch, c.eval_mode, staged_steps), adamw_reference,
-                     "pipeline adamw split " + std::to_string(config.split_size) + " " + info.name,
+                     "pipeline adamw split " + config.options.at("split") + " " + info.name,
                      adamw_weight_tolerance);
   }
   expect_same_step(train("data_parallel", config, c.devices, batch, c.eval_mode, kSteps, torch::kDouble),
@@ -190,11 +194,11 @@ TEST(Checkpointing, EveryStrategyAndScheduleTrainsAsWithout) {
     both("single", 1, "single");
     both("model_parallel", 2, "model_parallel");
     both("data_parallel", 2, "data_parallel");
-    config.split_size = model.batch / 2;  // 2 micro-batches: whole rounds of 2 devices
+    set_option(config, "split", model.batch / 2);  // 2 micro-batches: whole rounds of 2 devices
     for (const auto& info : schedule_table()) {
       if (info.splits_backward) continue;  // skipped with a reason: CheckpointingSkip below
-      config.schedule = info.name;
-      config.chunks = info.uses_chunks ? 2 : 1;
+      set_option(config, "schedule", info.name);
+      set_option(config, "chunks", info.uses_chunks ? 2 : 1);
       both("pipeline", 2, "pipeline " + info.name);
     }
     config.optimizer = OptimizerKind::kAdamW;
@@ -290,7 +294,7 @@ TEST(DataParallel, RejectsAnUnknownReplicationAndTheCloneVariantOnCpu) {
   config.model = "tinycnn";
   config.num_classes = 10;
   for (const std::string replicate : {"scatter", "clone"}) {
-    config.dp_replicate = replicate;
+    set_option(config, "replicate", replicate);
     auto strategy = StrategyRegistry::instance().get("data_parallel").create();
     EXPECT_THROW(strategy->setup([&] { return seeded_model(config, false); }, {torch::kCPU, torch::kCPU}, config),
                  std::invalid_argument)
@@ -345,6 +349,70 @@ TEST(Registry, RefusesASecondPlugInUnderATakenName) {
   StrategyInfo twin = StrategyRegistry::instance().get("single");
   EXPECT_THROW(StrategyRegistry::instance().add(twin), std::logic_error);
   EXPECT_EQ(StrategyRegistry::instance().get("single").order(), 0);
+}
+
+// Every case holds --cut under "cut" (strategies/staged_options.h): a strategy option of that
+// field would read the placement, or overwrite it.
+class NeverRuns final : public Strategy {
+ public:
+  void setup(const ModelFactory&, const std::vector<torch::Device>&, const RunConfig&) override {}
+  torch::Device input_device() const override { return torch::kCPU; }
+  torch::Device target_device() const override { return torch::kCPU; }
+  torch::Tensor train_step(const Batch&) override { return {}; }
+};
+
+TEST(Registry, RefusesAnOptionUnderCutsField) {
+  const auto info = StrategyInfo("cuts").creates<NeverRuns>().option(StrategyOption::choice("cut", "cuts", {"a"}));
+  EXPECT_THROW(StrategyRegistry::instance().add(info), std::logic_error);
+  EXPECT_THROW(StrategyRegistry::instance().get("cuts"), std::invalid_argument);
+}
+
+// A case without an option (model_parallel's, or a config built by hand) reads what the option's
+// declaration defaults to.
+TEST(Registry, OptionStructsDefaultToTheirDeclarations) {
+  const auto declared_default = [](const std::string& strategy, const std::string& field) {
+    for (const auto& option : StrategyRegistry::instance().get(strategy).options()) {
+      if (option.field() == field) return option.defaults().empty() ? std::string() : option.defaults().front();
+    }
+    throw std::logic_error(strategy + " declares no option " + field);
+  };
+  const RunConfig none;
+  const auto pipeline = pipeline_options(none);
+  EXPECT_EQ(declared_default("pipeline", "split"), "");  // swept from the batch: no split is model_parallel's
+  EXPECT_EQ(pipeline.split_size, 0);
+  EXPECT_EQ(pipeline.schedule, declared_default("pipeline", "schedule"));
+  EXPECT_EQ(std::to_string(pipeline.chunks), declared_default("pipeline", "chunks"));
+  EXPECT_EQ(std::to_string(pipeline.lanes), declared_default("pipeline", "lanes"));
+  const auto ddp = ddp_options(none);
+  EXPECT_EQ(format_number(ddp.bucket_mib), declared_default("ddp", "bucket_mib"));
+  EXPECT_EQ(ddp.overlap ? "on" : "off", declared_default("ddp", "overlap"));
+  EXPECT_EQ(staged_options(none).cut, "");
+  // data_parallel's struct is its own file's: its default shows in what it describes.
+  RunConfig config;
+  config.model = "tinycnn";
+  config.num_classes = 10;
+  config.image_size = 16;
+  auto data_parallel = StrategyRegistry::instance().get("data_parallel").create();
+  data_parallel->setup([&config] { return make_case_model(config); }, {torch::kCPU, torch::kCPU}, config);
+  EXPECT_EQ(data_parallel->describe().at("replicate"), declared_default("data_parallel", "replicate"));
+}
+
+// Text that is not the option's kind is refused, naming the field.
+TEST(Registry, OptionReadersRefuseTextOfTheWrongKind) {
+  RunConfig config;
+  set_option(config, "split", "2x");
+  set_option(config, "bucket_mib", "many");
+  try {
+    pipeline_options(config);
+    ADD_FAILURE() << "split=2x was read";
+  } catch (const std::invalid_argument& error) {
+    EXPECT_EQ(std::string(error.what()), "option split='2x' is not a whole number");
+  }
+  EXPECT_THROW(ddp_options(config), std::invalid_argument);
+  set_option(config, "split", 3);
+  set_option(config, "bucket_mib", "0.5");
+  EXPECT_EQ(pipeline_options(config).split_size, 3);
+  EXPECT_EQ(ddp_options(config).bucket_mib, 0.5);
 }
 
 // A declaration is built by named setters: no positional or aggregate form compiles, where a
@@ -434,12 +502,12 @@ TEST(Pipeline, RejectsBadSplitSizeAndSchedule) {
   const auto factory = [&] { return make_model(config.model, config.num_classes); };
   const std::vector<torch::Device> devices(2, torch::kCPU);
   for (int64_t split : {0, -3}) {
-    config.split_size = split;
+    set_option(config, "split", split);
     EXPECT_THROW(StrategyRegistry::instance().get("pipeline").create()->setup(factory, devices, config),
                  std::invalid_argument);
   }
-  config.split_size = 2;
-  config.schedule = "interleaved";
+  set_option(config, "split", 2);
+  set_option(config, "schedule", "interleaved");
   EXPECT_THROW(StrategyRegistry::instance().get("pipeline").create()->setup(factory, devices, config),
                std::invalid_argument);
 }
@@ -637,11 +705,11 @@ TEST(Cut, StrategiesRejectABadCutAndTooManyDevices) {
   RunConfig config;
   config.model = "tinycnn";
   config.num_classes = 10;
-  config.cut = "stem,block1|block9,head";
+  set_cut(config, "stem,block1|block9,head");
   const auto factory = [&] { return make_model(config.model, config.num_classes); };
   EXPECT_THROW(StrategyRegistry::instance().get("model_parallel").create()->setup(factory, {torch::kCPU, torch::kCPU}, config),
                std::invalid_argument);
-  config.cut = "";
+  set_cut(config, "");
   // tinycnn has 4 stages: 5 devices would leave one empty.
   EXPECT_EQ(cut_error([&] {
               StrategyRegistry::instance().get("model_parallel").create()->setup(
@@ -655,10 +723,10 @@ TEST(Cut, TooManyChunksAreCountedInStagesNotDevices) {
   RunConfig config;
   config.model = "tinycnn";  // 4 stages
   config.num_classes = 10;
-  config.split_size = 1;
+  set_option(config, "split", 1);
   config.batch_size = 4;
-  config.schedule = "interleaved-1f1b";
-  config.chunks = 3;
+  set_option(config, "schedule", "interleaved-1f1b");
+  set_option(config, "chunks", 3);
   const auto factory = [&] { return make_model(config.model, config.num_classes); };
   try {
     StrategyRegistry::instance().get("pipeline").create()->setup(factory, {torch::kCPU, torch::kCPU}, config);
@@ -756,14 +824,14 @@ TEST(Cut, BlockLevelPipelinesOfEightStagesMatchSingleDevice) {
   const auto batch = make_random_batch(config, config.batch_size, torch::kCPU, torch::kCPU);
   const auto reference = train("single", config, 1, batch, /*eval_mode=*/true);
 
-  config.split_size = 1;
-  config.schedule = "1f1b";
-  config.cut = "stem,layer1.0,layer1.1|layer1.2,layer2.0|layer2.1,layer2.2|layer2.3,layer3.0|layer3.1,layer3.2|"
-               "layer3.3,layer3.4|layer3.5,layer4.0|layer4.1,layer4.2,head";
+  set_option(config, "split", 1);
+  set_option(config, "schedule", "1f1b");
+  set_cut(config, "stem,layer1.0,layer1.1|layer1.2,layer2.0|layer2.1,layer2.2|layer2.3,layer3.0|layer3.1,layer3.2|"
+                  "layer3.3,layer3.4|layer3.5,layer4.0|layer4.1,layer4.2,head");
   expect_same_step(train("pipeline", config, 8, batch, /*eval_mode=*/true), reference, "1f1b on 8 devices");
-  config.cut = "balanced";
-  config.schedule = "interleaved-1f1b";
-  config.chunks = 2;
+  set_cut(config, "balanced");
+  set_option(config, "schedule", "interleaved-1f1b");
+  set_option(config, "chunks", 2);
   expect_same_step(train("pipeline", config, 4, batch, /*eval_mode=*/true), reference,
                    "interleaved-1f1b on 4 devices x 2 chunks");
 }

@@ -10,6 +10,7 @@
 #include "benchmarks/temporary_directory.h"
 #include "core/device_timer.h"
 #include "models/model_zoo.h"
+#include "strategies/ddp_options.h"
 #include "strategies/distributed/flat_shards.h"
 #include "strategies/prediction.h"
 #include "strategies/strategy.h"
@@ -321,7 +322,7 @@ TEST(Zero, PredictsEachStageFromDdpsProfileByTheRingRelation) {
   rank.bucket_allreduce_ms = {40, 40};
   RunConfig config;
   config.batch_size = 8;
-  profile.ranks[{config.bucket_mib, config.batch_size}] = rank;
+  profile.ranks[{ddp_options(config).bucket_mib, config.batch_size}] = rank;
   const auto predicted = [&](const std::string& strategy, const std::string& stage) {
     auto case_config = config;
     if (!stage.empty()) case_config.options["stage"] = stage;
@@ -329,7 +330,7 @@ TEST(Zero, PredictsEachStageFromDdpsProfileByTheRingRelation) {
     const auto& predictor = StrategyRegistry::instance().get(strategy).predictor();
     ProfileRequest request;
     predictor.request(conditions, request);
-    EXPECT_EQ(request.ranks, (std::vector<std::pair<double, int64_t>>{{config.bucket_mib, config.batch_size}}));
+    EXPECT_EQ(request.ranks, (std::vector<std::pair<double, int64_t>>{{ddp_options(config).bucket_mib, config.batch_size}}));
     EXPECT_TRUE(predictor.needs_gpu_per_device);
     return predictor.predict(profile, conditions).step_ms;
   };
