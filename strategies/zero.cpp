@@ -20,11 +20,9 @@
 #include "core/counter_table.h"
 #include "core/text.h"
 #include "models/autocast_cache.h"
-#include "strategies/ddp_options.h"
 #include "strategies/distributed/collective_clock.h"
 #include "strategies/distributed/rank_setup.h"
 #include "strategies/distributed/flat_shards.h"
-#include "strategies/distributed/gradient_buckets.h"
 #include "strategies/distributed/world.h"
 #include "strategies/flat_tensors.h"
 #include "strategies/optimizer.h"
@@ -116,7 +114,9 @@ class Zero final : public Strategy {
     for (const auto& buffer : model_->module().buffers()) state.push_back(buffer);
     broadcast_from_rank0(state, *backend_);
 
-    build_groups(stage_ == 3 ? unit_members() : plan_buckets(parameters_, ddp_options(config).bucket_mib));
+    // Every stage groups by unit, so that stages 1 and 2 can wait for each unit's updated
+    // parameters just before its forward (the gathers hide behind the forward before it).
+    build_groups(unit_members());
     std::vector<torch::Tensor> shards;
     for (auto& group : groups_) shards.push_back(group.shard_params);
     optimizer_ = std::make_unique<Optimizer>(shards, config.optimizer, config.learning_rate);
@@ -133,16 +133,13 @@ class Zero final : public Strategy {
     gather_clock_.start_step();
     reduce_clock_.start_step();
     prepare_gradients();
-    torch::Tensor loss;
-    if (stage_ == 3) {
-      loss = compute_loss(unit_by_unit_forward(batch.inputs), batch.targets, config_.loss);
-    } else {
-      loss = compute_loss(model_->forward(batch.inputs), batch.targets, config_.loss);
-    }
+    // Stages 1 and 2: the shards the last step updated go to every rank now, unit by unit, and
+    // each unit's forward waits for its own (at the end of the last step nothing would hide them).
+    if (stage_ != 3) start_gathering_updated_parameters();
+    const auto loss = compute_loss(unit_by_unit_forward(batch.inputs), batch.targets, config_.loss);
     loss.backward();
     finish_gradients();
     optimizer_->step();
-    if (stage_ != 3) gather_updated_parameters();
     return loss.detach();
   }
 
@@ -157,7 +154,7 @@ class Zero final : public Strategy {
                                                             : stage_ == 2 ? "optimizer state, gradients"
                                                                           : "optimizer state, gradients, parameters"},
                                                 {"zero", stage_ == 3 ? "ZeRO-3 (FSDP)" : "ZeRO-" + std::to_string(stage_)}};
-    facts[stage_ == 3 ? "units" : "buckets"] = std::to_string(groups_.size());
+    facts["units"] = std::to_string(groups_.size());
     if (stage_ == 3) {
       // Between steps (the label is taken after the timed steps): units whose whole parameters
       // still have memory, read from their storage. 0 unless a release was missed.
@@ -165,7 +162,6 @@ class Zero final : public Strategy {
       for (const auto& group : groups_) held += group.full_params.storage().nbytes() > 0 ? 1 : 0;
       facts["whole_units_held"] = std::to_string(held);
     }
-    if (stage_ != 3) facts["bucket_mib"] = format_number(ddp_options(config_).bucket_mib);
     return facts;
   }
 
@@ -372,11 +368,11 @@ class Zero final : public Strategy {
     if (--group.pending == 0) start_ready_reductions();
   }
 
-  // Reductions start in group order on every rank, as collectives must (backward fills the groups
-  // in that order: buckets are in reverse parameter order, units are reduced last to first).
+  // Reductions start in the same order on every rank, as collectives must: the units last to
+  // first, the order in which backward fills them.
   void start_ready_reductions() {
     while (next_to_reduce_ < groups_.size()) {
-      const size_t g = stage_ == 3 ? groups_.size() - 1 - next_to_reduce_ : next_to_reduce_;
+      const size_t g = groups_.size() - 1 - next_to_reduce_;
       auto& group = groups_[g];
       if (group.pending > 0) return;
       start_reduction(group);
@@ -431,16 +427,14 @@ class Zero final : public Strategy {
     }
   }
 
-  // Stages 1 and 2: each rank's updated shard back into every rank's whole parameters.
-  void gather_updated_parameters() {
+  // Stages 1 and 2: each rank's updated shard back into every rank's whole parameters, unit by
+  // unit in the forward's order; unit_by_unit_forward waits for each. (At the first step the
+  // shards are the broadcast parameters' own: gathering them changes nothing.)
+  void start_gathering_updated_parameters() {
     for (auto& group : groups_) {
       RECORD_USER_SCOPE("zero gather " + group.name);
       // The input is the output's own slice at this rank's place: NCCL's in-place all-gather.
       group.gather_work = backend_->_allgather_base(group.full_params, group.shard_params);
-    }
-    for (auto& group : groups_) {
-      wait_for(group.gather_work, gather_clock_, group.shard_params);
-      group.gather_work.reset();
     }
   }
 
@@ -473,10 +467,17 @@ class Zero final : public Strategy {
 
   torch::Tensor unit_by_unit_forward(torch::Tensor x) {
     AutocastScope autocast(x.device().type(), model_->autocast_dtype());
-    // The cache would keep each unit's cast weights past its release.
-    AutocastCacheSetting no_cast_cache(false);
+    // Stage 3: the cache would keep each unit's cast weights past its release.
+    AutocastCacheSetting cast_cache(stage_ != 3 && at::autocast::is_autocast_cache_enabled());
     const size_t units = groups_.size();
     for (size_t u = 0; u < units; ++u) {
+      if (stage_ != 3) {
+        // The unit's updated parameters, gathered at the step's start.
+        wait_for(groups_[u].gather_work, gather_clock_, groups_[u].shard_params);
+        groups_[u].gather_work.reset();
+        for (size_t s : unit_stages_[u]) x = stages_[s].forward(x);
+        continue;
+      }
       wait_gathered(u);
       if (u + 1 < units) start_gather(u + 1);
       for (size_t s : unit_stages_[u]) x = stages_[s].forward(x);
@@ -547,8 +548,8 @@ torch::autograd::variable_list BeforeUnitBackward::backward(torch::autograd::Aut
 // included) plus the collectives, each from ddp's profiled bucket all-reduces by the ring
 // relation: an all-gather or reduce-scatter of the same bytes takes half an all-reduce's time
 // (docs/METRICS.md, "Predicted step time").
-// zero's memory per rank (docs/METRICS.md, "Memory"): its flat groups (gradient buckets in stages
-// 1 and 2, units in stage 3) laid out as FlatShardLayout pads them; the optimizer steps one shard
+// zero's memory per rank (docs/METRICS.md, "Memory"): its flat groups (the units, in every stage)
+// laid out as FlatShardLayout pads them; the optimizer steps one shard
 // tensor per group. Within the step, stages 2 and 3 make every group's whole gradients (stage 3
 // each unit's before its backward), kept until backward ends, and stage 3 holds two units'
 // gathered parameters (the one at work and the next, prefetched), taken at the largest unit; all
@@ -559,8 +560,9 @@ MemoryPrediction zero_memory(const AdviseProfile& profile, const CaseConditions&
   const auto& config = conditions.config;
   const int stage = std::stoi(config.options.at("stage"));
   const int world = conditions.devices;
+  // Its units, as Zero::unit_members makes them.
   std::vector<std::vector<size_t>> groups;
-  if (stage == 3) {
+  {
     std::map<std::string, std::string> group_of;
     for (const auto& group : memory.stage_groups) {
       for (const auto& name : group.stages) group_of[name] = group.name;
@@ -580,8 +582,6 @@ MemoryPrediction zero_memory(const AdviseProfile& profile, const CaseConditions&
       }
       groups[unit_index[first]].push_back(i);
     }
-  } else {
-    groups = plan_buckets(memory.parameters, ddp_options(config).bucket_mib);
   }
   // Its gradients are views of its flat groups, which the step does not set to none.
   DeviceMemory rank = whole_model_memory(memory, config, config.batch_size, /*holds_batch=*/true,
@@ -616,16 +616,17 @@ StrategyPredictor zero_predictor() {
       allreduce_total_ms += ms;
     }
     const double gather_ms = allreduce_total_ms / 2;  // all of the parameters once
-    double step_ms = rank.rank_step_ms;
+    // Every stage's first gathers hide behind the forward (what is not backward), as far as it
+    // lasts; the first unit's gather is not modelled apart.
+    const double forward_ms = std::max(0.0, rank.rank_step_ms - rank.backward_ms);
+    double step_ms = rank.rank_step_ms + std::max(0.0, gather_ms - forward_ms);
     if (stage == 1) {
-      step_ms += exposed_allreduce_ms(rank.bucket_ready_ms, rank.bucket_allreduce_ms, rank.backward_ms, true) + gather_ms;
+      step_ms += exposed_allreduce_ms(rank.bucket_ready_ms, rank.bucket_allreduce_ms, rank.backward_ms, true);
     } else if (stage == 2) {
-      step_ms += exposed_allreduce_ms(rank.bucket_ready_ms, half_ms, rank.backward_ms, true) + gather_ms;
+      step_ms += exposed_allreduce_ms(rank.bucket_ready_ms, half_ms, rank.backward_ms, true);
     } else {
-      // Gathers hide behind the forward (what is not backward), gathers and reduce-scatters behind
-      // the backward, as far as each lasts; the first unit's gather is not modelled apart.
-      const double forward_ms = std::max(0.0, rank.rank_step_ms - rank.backward_ms);
-      step_ms += std::max(0.0, gather_ms - forward_ms) + std::max(0.0, 2 * gather_ms - rank.backward_ms);
+      // The second gathers and the reduce-scatters behind the backward.
+      step_ms += std::max(0.0, 2 * gather_ms - rank.backward_ms);
     }
     return Prediction{step_ms, profile.parts.cut};
   });
