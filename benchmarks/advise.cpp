@@ -17,6 +17,8 @@
 #include <nlohmann/json.hpp>
 
 #ifdef PARBENCH_WITH_CUDA
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAStream.h>
 #include <torch/csrc/cuda/nccl.h>
 #endif
 
@@ -245,6 +247,77 @@ double allreduce_ms(const std::vector<torch::Device>& devices, int64_t bytes, c1
 #endif
 }
 
+// RankProfile::step_lost_per_comm_ms: single's step at the per-rank batch on the first of the
+// ranks' GPUs `devices`, with one all-reduce of `bytes` (all of its gradients) across them beside
+// it, on a stream of its own on each GPU. NCCL's kernels and the step's share the first GPU's SMs
+// and memory; what that costs is the pair's time less the longer alone, per millisecond of the
+// all-reduce alone. 0 with one GPU.
+double step_lost_per_comm_ms(const CaseSpec& at_rank_batch, const std::vector<torch::Device>& devices, bool graphed,
+                             int64_t bytes, c10::ScalarType dtype) {
+#ifdef PARBENCH_WITH_CUDA
+  if (devices.size() < 2 || !devices.front().is_cuda()) return 0;
+  const auto& config = at_rank_batch.config;
+  const auto device = devices.front();
+  auto reference = reference_strategy().create();
+  reference->setup([&config] { return make_model(config.model, config.num_classes); }, {device}, config);
+  const auto batch = make_random_batch(config, config.batch_size, device, device);
+  for (int step = 0; step < kProfileRepeats; ++step) reference->train_step(batch);
+  std::unique_ptr<GraphedStep> replayed;
+  if (graphed) replayed = std::make_unique<GraphedStep>(*reference, batch);
+  const auto step = [&] {
+    if (replayed) {
+      replayed->run(batch);
+    } else {
+      reference->train_step(batch);
+    }
+  };
+  std::vector<torch::Tensor> buffers;
+  std::vector<c10::cuda::CUDAStream> sides;
+  torch::cuda::nccl::stream_list side_streams;
+  for (const auto& gpu : devices) {
+    buffers.push_back(torch::ones({bytes / static_cast<int64_t>(c10::elementSize(dtype))},
+                                  torch::TensorOptions().dtype(dtype).device(gpu)));
+    sides.push_back(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, gpu.index()));
+    side_streams.emplace_back(sides.back());
+  }
+  // Each GPU's side stream starts after, and its current stream goes on after, the all-reduce.
+  const auto fork = [&] {
+    for (size_t i = 0; i < devices.size(); ++i) {
+      at::cuda::CUDAEvent current;
+      current.record(c10::cuda::getCurrentCUDAStream(devices[i].index()));
+      current.block(sides[i]);
+    }
+  };
+  const auto join = [&] {
+    for (size_t i = 0; i < devices.size(); ++i) {
+      at::cuda::CUDAEvent done;
+      done.record(sides[i]);
+      done.block(c10::cuda::getCurrentCUDAStream(devices[i].index()));
+    }
+  };
+  const auto all_reduce = [&] { torch::cuda::nccl::all_reduce(buffers, buffers, /*op=*/0, side_streams); };
+  fork();
+  all_reduce();  // the communicators are made on the first one
+  join();
+  const double step_alone = median_ms({device}, step);
+  const double comm_alone = median_ms(devices, [&] {
+    fork();
+    all_reduce();
+    join();
+  });
+  const double together = median_ms(devices, [&] {
+    fork();
+    all_reduce();
+    step();
+    join();
+  });
+  return comm_alone > 0 ? std::max(0.0, together - std::max(step_alone, comm_alone)) / comm_alone : 0;
+#else
+  (void)at_rank_batch, (void)devices, (void)graphed, (void)bytes, (void)dtype;
+  return 0;
+#endif
+}
+
 // The ranks' pieces (AdviseProfile::ranks) for every (bucket MiB, per-rank batch) asked for, on
 // the ranks' GPUs `devices`: the reference step at the per-rank batch on the first; the backward of each
 // stage of the model there, each stage a part of its own, from which each gradient's ready time
@@ -269,6 +342,13 @@ void profile_ranks(const CaseSpec& spec, const std::vector<torch::Device>& devic
     CaseSpec at_rank_batch = spec;
     at_rank_batch.config.batch_size = rank_batch;
     const double rank_step_ms = reference_step_ms(at_rank_batch, devices.front(), graphed);
+    int64_t gradient_bytes = 0;
+    for (const auto& parameter : model->module().parameters()) {
+      gradient_bytes += parameter.numel() * static_cast<int64_t>(parameter.element_size());
+    }
+    const auto gradient_dtype = model->module().parameters().front().scalar_type();
+    const double lost_per_comm_ms =
+        step_lost_per_comm_ms(at_rank_batch, devices, graphed, gradient_bytes, gradient_dtype);
 
     double backward_ms = 0;
     std::map<const c10::TensorImpl*, double> ready_ms;
@@ -287,6 +367,7 @@ void profile_ranks(const CaseSpec& spec, const std::vector<torch::Device>& devic
       RankProfile rank;
       rank.rank_step_ms = rank_step_ms;
       rank.backward_ms = backward_ms;
+      rank.step_lost_per_comm_ms = lost_per_comm_ms;
       for (const auto& members : plan_buckets(parameters, bucket_mib)) {
         double ready = 0;
         int64_t bytes = 0;

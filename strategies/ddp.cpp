@@ -79,12 +79,16 @@ class DistributedDataParallel final : public Strategy {
 
 // --advise: a rank's step (the whole model's at the per-rank batch) plus the all-reduce time its
 // backward does not hide, from each gradient bucket's ready time and all-reduce across the ranks'
-// GPUs (docs/METRICS.md, "Predicted step time").
+// GPUs, plus what the hidden all-reduces cost the step beside them (docs/METRICS.md, "Predicted
+// step time").
 StrategyPredictor ddp_predictor() {
   auto predictor = rank_predictor(
       at_bucket_and_batch, [](const AdviseProfile& profile, const CaseConditions& conditions, const RankProfile& rank) {
-        return Prediction{rank.rank_step_ms + exposed_allreduce_ms(rank.bucket_ready_ms, rank.bucket_allreduce_ms,
-                                                                   rank.backward_ms, ddp_options(conditions.config).overlap),
+        const double exposed_ms = exposed_allreduce_ms(rank.bucket_ready_ms, rank.bucket_allreduce_ms, rank.backward_ms,
+                                                       ddp_options(conditions.config).overlap);
+        double allreduce_ms = 0;
+        for (double ms : rank.bucket_allreduce_ms) allreduce_ms += ms;
+        return Prediction{rank.rank_step_ms + exposed_ms + hidden_comm_cost_ms(rank, allreduce_ms - exposed_ms),
                           profile.parts.cut};
       });
   // Memory: each rank the whole model at its batch, and the flat gradient buckets, as many bytes

@@ -26,7 +26,16 @@ struct RankProfile {
   double backward_ms = 0;   // the model's backward there, the loss's included
   std::vector<double> bucket_ready_ms;      // per bucket, in starting order: when its gradients are ready, from backward's start
   std::vector<double> bucket_allreduce_ms;  // per bucket: its all-reduce across the ranks' GPUs
+  // Step time lost per millisecond of communication run beside the step (NCCL's kernels share
+  // the GPU's SMs and memory with the step's): an all-reduce of all the gradients beside the
+  // reference step, less the longer of the two alone, over the all-reduce alone. 0: not measured.
+  double step_lost_per_comm_ms = 0;
 };
+
+// What `hidden_comm_ms` of collectives hidden behind the step still cost it (RankProfile).
+inline double hidden_comm_cost_ms(const RankProfile& rank, double hidden_comm_ms) {
+  return rank.step_lost_per_comm_ms * (hidden_comm_ms > 0 ? hidden_comm_ms : 0.0);
+}
 
 // One cut's pieces, in milliseconds: per part and per profiled micro-batch size (the profile's
 // `sizes`), forward, backward (the loss included on the last part), and the copy of the part's

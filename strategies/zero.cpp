@@ -546,15 +546,16 @@ torch::autograd::variable_list BeforeUnitBackward::backward(torch::autograd::Aut
 
 // --advise: a rank's step (the whole model's at the per-rank batch, the whole optimizer step
 // included) plus the collectives, each from ddp's profiled bucket all-reduces by the ring
-// relation: an all-gather or reduce-scatter of the same bytes takes half an all-reduce's time
+// relation: an all-gather or reduce-scatter of the same bytes takes half an all-reduce's time;
+// what the step does not hide adds whole, what it hides at hidden_comm_cost_ms's rate
 // (docs/METRICS.md, "Predicted step time").
 // zero's memory per rank (docs/METRICS.md, "Memory"): its flat groups (the units, in every stage)
 // laid out as FlatShardLayout pads them; the optimizer steps one shard
-// tensor per group. Within the step, stages 2 and 3 make every group's whole gradients (stage 3
-// each unit's before its backward), kept until backward ends, and stage 3 holds two units'
-// gathered parameters (the one at work and the next, prefetched), taken at the largest unit; all
-// counted at the step's peak, with the activations (an upper bound: the gradients grow as the
-// activations are freed).
+// tensor per group. Within the step, stage 2 makes every group's whole gradients at its start,
+// kept until backward ends (counted at the step's peak, with the activations); stage 3 makes each
+// unit's just before its backward (counted as they grow while the activations are freed), and
+// holds two units' gathered parameters (the one at work and the next, prefetched), taken at the
+// largest unit.
 MemoryPrediction zero_memory(const AdviseProfile& profile, const CaseConditions& conditions) {
   const auto& memory = profile.memory;
   const auto& config = conditions.config;
@@ -583,9 +584,14 @@ MemoryPrediction zero_memory(const AdviseProfile& profile, const CaseConditions&
       groups[unit_index[first]].push_back(i);
     }
   }
-  // Its gradients are views of its flat groups, which the step does not set to none.
+  // Its gradients are views of its flat groups, which the step does not set to none; stage 3
+  // makes each unit's whole gradients just before the unit's backward, as a step that makes its
+  // gradients afresh does: the activations then count them from each unit's backward on, while
+  // the units after it have freed theirs.
   DeviceMemory rank = whole_model_memory(memory, config, config.batch_size, /*holds_batch=*/true,
-                                         /*fresh_gradients=*/false);
+                                         /*fresh_gradients=*/stage == 3);
+  // What the rank keeps (below) counts in its peak, the shard's gradients included.
+  rank.fresh_gradients = false;
   rank.parameters = rank.gradients = rank.optimizer_state = 0;
   double largest_unit = 0;
   for (const auto& members : groups) {
@@ -598,7 +604,7 @@ MemoryPrediction zero_memory(const AdviseProfile& profile, const CaseConditions&
     rank.parameters += stage == 3 ? shard : whole;
     rank.gradients += stage == 1 ? whole : shard;
     if (config.optimizer == OptimizerKind::kAdamW) rank.optimizer_state += 2 * shard + 4;
-    if (stage != 1) rank.strategy += whole;
+    if (stage == 2) rank.strategy += whole;
     largest_unit = std::max(largest_unit, whole);
   }
   if (stage == 3) rank.strategy += 2 * largest_unit;
@@ -619,16 +625,22 @@ StrategyPredictor zero_predictor() {
     // Every stage's first gathers hide behind the forward (what is not backward), as far as it
     // lasts; the first unit's gather is not modelled apart.
     const double forward_ms = std::max(0.0, rank.rank_step_ms - rank.backward_ms);
-    double step_ms = rank.rank_step_ms + std::max(0.0, gather_ms - forward_ms);
+    double exposed_ms = std::max(0.0, gather_ms - forward_ms);
+    double comm_ms = gather_ms;
     if (stage == 1) {
-      step_ms += exposed_allreduce_ms(rank.bucket_ready_ms, rank.bucket_allreduce_ms, rank.backward_ms, true);
+      exposed_ms += exposed_allreduce_ms(rank.bucket_ready_ms, rank.bucket_allreduce_ms, rank.backward_ms, true);
+      comm_ms += allreduce_total_ms;
     } else if (stage == 2) {
-      step_ms += exposed_allreduce_ms(rank.bucket_ready_ms, half_ms, rank.backward_ms, true);
+      exposed_ms += exposed_allreduce_ms(rank.bucket_ready_ms, half_ms, rank.backward_ms, true);
+      comm_ms += allreduce_total_ms / 2;
     } else {
       // The second gathers and the reduce-scatters behind the backward.
-      step_ms += std::max(0.0, 2 * gather_ms - rank.backward_ms);
+      exposed_ms += std::max(0.0, 2 * gather_ms - rank.backward_ms);
+      comm_ms += 2 * gather_ms;
     }
-    return Prediction{step_ms, profile.parts.cut};
+    // What is hidden still costs the step (hidden_comm_cost_ms).
+    return Prediction{rank.rank_step_ms + exposed_ms + hidden_comm_cost_ms(rank, comm_ms - exposed_ms),
+                      profile.parts.cut};
   });
   predictor.memory = zero_memory;
   return predictor;

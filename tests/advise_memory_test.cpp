@@ -263,6 +263,35 @@ TEST(AdviseMemory, ModelStatesByFormulaMatchEachZeroStageOnCpuRanks) {
   expect_rank_states_match({"--strategies=zero", "--zero-stages=3", "--models=tinygpt", "--optimizer=sgd"});
 }
 
+// zero stage 3 makes each unit's whole gradients just before the unit's backward: they are counted
+// as they grow while the activations are freed (as a step's fresh gradients are), not all of them
+// on top of the activations' peak. What it holds beyond its shards and the activations is then
+// the two gathered units (tinygpt's units are its stages; each padded by at most one element).
+TEST(AdviseMemory, ZeroStageThreeCountsEachUnitsWholeGradientsFromItsBackwardOn) {
+  auto specs = build_cases(parsed_options({"--strategies=zero", "--zero-stages=3", "--models=tinygpt", "--gpus=2",
+                                           "--seq=16", "--batch=4", "--optimizer=adamw"},
+                                          /*has_gpu=*/false),
+                           /*visible_gpus=*/2);
+  ASSERT_EQ(specs.size(), 1u);
+  const auto& spec = specs.front();
+  AdviseProfile profile;
+  profile.memory = profile_memory({spec.config}, torch::kCPU);
+  const auto rank = spec.strategy->predictor().memory(profile, CaseConditions{spec.config, spec.global_batch, 2}).devices.front();
+  const auto& memory = profile.memory;
+  ASSERT_TRUE(memory.stage_groups.empty());
+  std::vector<double> unit_bytes(memory.stage_names.size(), 0.0);
+  for (size_t i = 0; i < memory.parameters.size(); ++i) {
+    unit_bytes[memory.parameter_stage[i]] +=
+        static_cast<double>(memory.parameters[i].numel() * static_cast<int64_t>(memory.parameters[i].element_size()));
+  }
+  const double largest_unit = *std::max_element(unit_bytes.begin(), unit_bytes.end());
+  EXPECT_NEAR(rank.strategy, 2 * largest_unit, 2 * 4.0);
+  const auto without_gradients = whole_model_memory(memory, spec.config, spec.config.batch_size, /*holds_batch=*/true,
+                                                    /*fresh_gradients=*/false);
+  EXPECT_GE(rank.activations, without_gradients.activations);
+  EXPECT_FALSE(rank.fresh_gradients);  // its shards' gradients are kept, and count in its peak
+}
+
 TEST(AdviseMemory, ModelStatesByFormulaMatchTensorParallelOnCpuRanks) {
   for (const std::string optimizer : {"sgd", "adamw"}) {
     expect_rank_states_match({"--strategies=tensor_parallel", "--models=tinygpt", "--optimizer=" + optimizer});

@@ -303,6 +303,10 @@ TEST(AdviseProfile, TimesDdpsBucketsOnTwoGpus) {
     // timed alone, carries the host's issue time, and their sum can pass the step's.)
     if (graphed) EXPECT_GT(small.rank_step_ms, small.backward_ms);
     EXPECT_EQ(small.rank_step_ms, large.rank_step_ms);  // one measurement serves both
+    EXPECT_EQ(small.step_lost_per_comm_ms, large.step_lost_per_comm_ms);
+    // An all-reduce beside the step costs it something, and less than serialising the two.
+    EXPECT_GE(small.step_lost_per_comm_ms, 0.0);
+    EXPECT_LT(small.step_lost_per_comm_ms, 1.5);
     EXPECT_GE(small.bucket_ready_ms.size(), 4u);  // 97.5 MiB of fp32 gradients
     EXPECT_EQ(large.bucket_ready_ms.size(), 1u);
     ASSERT_EQ(small.bucket_allreduce_ms.size(), small.bucket_ready_ms.size());

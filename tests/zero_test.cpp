@@ -338,6 +338,14 @@ TEST(Zero, PredictsEachStageFromDdpsProfileByTheRingRelation) {
   EXPECT_DOUBLE_EQ(predicted("zero", "1"), 130);
   EXPECT_DOUBLE_EQ(predicted("zero", "2"), 110);
   EXPECT_DOUBLE_EQ(predicted("zero", "3"), 120);
+  // What is hidden costs 0.1 ms a millisecond: ddp hides 60 of its 80 ms of all-reduce; stage 1
+  // 30 of the 40 ms gather and those 60; stage 2 30 and its 40 ms of reduce-scatters; stage 3 30,
+  // and 70 of the 80 ms behind the backward.
+  profile.ranks.begin()->second.step_lost_per_comm_ms = 0.1;
+  EXPECT_DOUBLE_EQ(predicted("ddp", ""), 126);
+  EXPECT_DOUBLE_EQ(predicted("zero", "1"), 139);
+  EXPECT_DOUBLE_EQ(predicted("zero", "2"), 117);
+  EXPECT_DOUBLE_EQ(predicted("zero", "3"), 130);
 }
 
 // ---- faults, as ddp's (tests/launcher_test.cpp, tests/fault_test.cpp) --------------------------
