@@ -39,28 +39,35 @@ const std::string* option_text(const RunConfig& config, const std::string& field
 
 }  // namespace
 
-int64_t option_integer(const RunConfig& config, const std::string& field, int64_t fallback) {
+namespace {
+
+// The option's text read whole by `parse` (std::stoll's or std::stod's shape), or `fallback` where
+// the case has no such option; text that is not wholly `kind` is refused.
+template <typename Value, typename Parse>
+Value parsed_option(const RunConfig& config, const std::string& field, Value fallback, Parse parse,
+                    const std::string& kind) {
   const auto* text = option_text(config, field);
   if (text == nullptr) return fallback;
   size_t used = 0;
   try {
-    const auto value = std::stoll(*text, &used);
+    const Value value = parse(*text, &used);
     if (used == text->size()) return value;
   } catch (const std::logic_error&) {
   }
-  throw std::invalid_argument("option " + field + "='" + *text + "' is not a whole number");
+  throw std::invalid_argument("option " + field + "='" + *text + "' is not " + kind);
+}
+
+}  // namespace
+
+int64_t option_integer(const RunConfig& config, const std::string& field, int64_t fallback) {
+  return parsed_option<int64_t>(
+      config, field, fallback, [](const std::string& text, size_t* used) { return std::stoll(text, used); },
+      "a whole number");
 }
 
 double option_number(const RunConfig& config, const std::string& field, double fallback) {
-  const auto* text = option_text(config, field);
-  if (text == nullptr) return fallback;
-  size_t used = 0;
-  try {
-    const auto value = std::stod(*text, &used);
-    if (used == text->size()) return value;
-  } catch (const std::logic_error&) {
-  }
-  throw std::invalid_argument("option " + field + "='" + *text + "' is not a number");
+  return parsed_option<double>(
+      config, field, fallback, [](const std::string& text, size_t* used) { return std::stod(text, used); }, "a number");
 }
 
 std::string option_choice(const RunConfig& config, const std::string& field, const std::string& fallback) {
