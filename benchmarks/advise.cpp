@@ -104,7 +104,7 @@ const StrategyInfo& reference_strategy() {
 double reference_step_ms(const CaseSpec& spec, torch::Device device, bool graphed) {
   auto reference = reference_strategy().create();
   const auto& config = spec.config;
-  reference->setup([&config] { return make_model(config.model, config.num_classes); }, {device}, config);
+  reference->setup([&config] { return make_case_model(config); }, {device}, config);
   const auto batch = make_random_batch(config, config.batch_size, device, device);
   for (int step = 0; step < kProfileRepeats; ++step) reference->train_step(batch);
   if (!graphed) return median_ms({device}, [&] { reference->train_step(batch); });
@@ -259,7 +259,7 @@ double step_lost_per_comm_ms(const CaseSpec& at_rank_batch, const std::vector<to
   const auto& config = at_rank_batch.config;
   const auto device = devices.front();
   auto reference = reference_strategy().create();
-  reference->setup([&config] { return make_model(config.model, config.num_classes); }, {device}, config);
+  reference->setup([&config] { return make_case_model(config); }, {device}, config);
   const auto batch = make_random_batch(config, config.batch_size, device, device);
   for (int step = 0; step < kProfileRepeats; ++step) reference->train_step(batch);
   std::unique_ptr<GraphedStep> replayed;
@@ -332,7 +332,7 @@ void profile_ranks(const CaseSpec& spec, const std::vector<torch::Device>& devic
   for (auto rank_batch : rank_batches) {
     auto config = spec.config;
     config.batch_size = rank_batch;
-    auto model = make_model(config.model, config.num_classes);
+    auto model = make_case_model(config);
     Cut stage_per_part;
     for (const auto& stage : model->stages()) stage_per_part.push_back({stage.name});
     set_cut(config, format_cut(stage_per_part));
@@ -405,9 +405,6 @@ bool is_reference(const CaseSpec& spec) { return predictor_of(spec).reference; }
 // Whether the case's strategy declares a predictor that covers it, on devices it can profile.
 bool modelled(const CaseSpec& spec) {
   if (!spec.strategy->predicts(conditions_of(spec))) return false;
-  // The profile times each part's forward and backward as they run uncheckpointed; a backward
-  // that runs its blocks' forwards again is not modelled yet: such a case has its memory alone.
-  if (spec.config.checkpoint != Checkpointing::kOff && !predictor_of(spec).memory) return false;
   // Profiled across a GPU per device (the ranks' all-reduces).
   return !predictor_of(spec).needs_gpu_per_device || (visible_gpu_count() >= spec.gpus && spec.gpus >= 2);
 }
@@ -437,9 +434,6 @@ void add_to_request(const CaseSpec& spec, ProfileRequest& request) {
   const auto& predictor = predictor_of(spec);
   if (predictor.request) predictor.request(conditions_of(spec), request);
 }
-
-// Whether advise predicts the case's step time (its memory it predicts wherever the predictor has one).
-bool time_modelled(const CaseSpec& spec) { return spec.config.checkpoint == Checkpointing::kOff; }
 
 // One config per checkpointing choice of a set-up's cases, each as the case runs it: what its
 // memory profile measures.
@@ -475,7 +469,7 @@ AdviseProfile profile_setup(const CaseSpec& spec, const std::vector<torch::Devic
   profile.sizes = profile_sizes(spec.config.batch_size, devices.size(), request.sizes);
   if (request.parts || !request.chunks.empty() || !request.cuts.empty()) {
     const auto& config = spec.config;
-    auto model = make_model(config.model, config.num_classes);
+    auto model = make_case_model(config);
     // Each cut as the cases choose it (choose_cut: a balanced one timed as theirs, on the first
     // device), profiled once at the sizes of every case that runs it. A cut the model cannot make
     // (more parts than stages, a --cut of other parts) is left out: its cases fail on their own at
@@ -517,14 +511,14 @@ AdviseProfile profile_setup(const CaseSpec& spec, const std::vector<torch::Devic
   auto strategy = request.set_up->create();
   auto config = request.set_up_config;
   config.batch_size = spec.config.batch_size;
-  strategy->setup([&config] { return make_model(config.model, config.num_classes); }, devices, config);
+  strategy->setup([&config] { return make_case_model(config); }, devices, config);
   profile.set_up_counters = strategy->counters();
   return profile;
 }
 
 std::optional<SimulatedStep> simulate_case(const CaseSpec& spec) {
   const auto& predictor = predictor_of(spec);
-  if (!predictor.simulate || !modelled(spec) || !time_modelled(spec)) return std::nullopt;
+  if (!predictor.simulate || !modelled(spec)) return std::nullopt;
   const auto devices = case_devices(spec);
   ProfileRequest request;
   try {
@@ -601,26 +595,39 @@ std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& 
   for (const auto& key : order) {
     auto& specs = setups[key];
     const auto began = std::chrono::steady_clock::now();
-    AdviseProfile profile;
     const auto multi = std::find_if(specs.begin(), specs.end(), [](const auto& s) { return !is_reference(s); });
     const auto devices = profile_devices(multi != specs.end() ? *multi : specs.front());
     const auto device = devices.front();
     // The set-up's whole batch, whatever a distributed case's own config holds.
     CaseSpec setup = multi != specs.end() ? *multi : specs.front();
     setup.config.batch_size = setup.global_batch;
-    ProfileRequest request;
-    for (const auto& spec : specs) add_to_request(spec, request);  // each asked once already, without a throw
-    bool timed = true;
-    try {
-      // Graph cases are predicted from graphed work, where there are GPUs to capture it on.
-      profile = profile_setup(setup, devices, specs.front().cuda_graph && device.is_cuda(), request);
-    } catch (const std::exception& error) {
-      // A model too large for the reference step's device still has its memory predicted.
-      std::fprintf(stderr, "parbench advise: %s: the time profile failed (%s); its cases' times are not predicted\n",
-                   key.c_str(), first_line(error).c_str());
-      timed = false;
+    // Graph cases are predicted from graphed work, where there are GPUs to capture it on.
+    const bool graphed = specs.front().cuda_graph && device.is_cuda();
+    // One time profile per checkpointing choice of the set-up's cases, its pieces run as that
+    // choice runs them (a checkpointed backward runs its blocks' forwards again).
+    std::set<Checkpointing> choices;
+    for (const auto& spec : specs) choices.insert(spec.config.checkpoint);
+    std::map<Checkpointing, AdviseProfile> time_profiles;
+    for (const auto choice : choices) {
+      CaseSpec chosen = setup;
+      chosen.config.checkpoint = choice;
+      ProfileRequest request;
+      for (const auto& spec : specs) {
+        if (spec.config.checkpoint == choice) add_to_request(spec, request);  // each asked once already, without a throw
+      }
+      try {
+        time_profiles[choice] = profile_setup(chosen, devices, graphed, request);
+      } catch (const std::exception& error) {
+        // A model too large for the reference step's device still has its memory predicted.
+        std::fprintf(stderr, "parbench advise: %s%s: the time profile failed (%s); its cases' times are not predicted\n",
+                     key.c_str(), choice == Checkpointing::kOff ? "" : ("/checkpoint:" + to_string(choice)).c_str(),
+                     first_line(error).c_str());
+      }
     }
+    const bool timed = !time_profiles.empty();
     // The memory profile, apart: a case's memory is predicted where its time cannot be.
+    AdviseProfile profile;  // what the memory predictions read
+    profile.graphed = graphed;
     if (const auto configs = memory_configs(specs); !configs.empty()) {
       try {
         profile.memory = profile_memory(configs, device);
@@ -629,6 +636,7 @@ std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& 
                      key.c_str(), first_line(error).c_str());
       }
     }
+    for (auto& entry : time_profiles) entry.second.memory = profile.memory;
     if (!timed && profile.memory.stages.empty()) {
       // The set-up's cases still run, unpredicted, and fail or not on their own.
       std::fprintf(stderr, "parbench advise: %s: nothing was profiled; its cases run without predictions\n", key.c_str());
@@ -643,8 +651,8 @@ std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& 
     std::map<std::string, std::string> labels;  // by case name: the cut it was predicted from
     for (auto& spec : specs) {
       try {
-        if (timed && time_modelled(spec)) {
-          const auto prediction = predictor_of(spec).predict(profile, conditions_of(spec));
+        if (const auto timing = time_profiles.find(spec.config.checkpoint); timing != time_profiles.end()) {
+          const auto prediction = predictor_of(spec).predict(timing->second, conditions_of(spec));
           spec.predicted_step_ms = prediction.step_ms;
           labels[spec.name] = prediction.profile;
         }
@@ -680,9 +688,11 @@ std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& 
         cut_texts.push_back(parts.cut);
       }
     };
-    add_cut(profile.parts);
-    for (const auto& entry : profile.cuts) add_cut(entry.second);
-    for (const auto& entry : profile.chunked) add_cut(entry.second);
+    for (const auto& [choice, timing] : time_profiles) {
+      add_cut(timing.parts);
+      for (const auto& entry : timing.cuts) add_cut(entry.second);
+      for (const auto& entry : timing.chunked) add_cut(entry.second);
+    }
     const std::string cuts = cut_texts.empty() ? "-" : joined(cut_texts, "; ");
     std::printf("parbench advise: %s (cut %s; profiled%s in %.1f s)\n", key.c_str(), cuts.c_str(),
                 profile.graphed ? " under CUDA graphs" : "", seconds);

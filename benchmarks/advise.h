@@ -27,8 +27,9 @@
 // activations one stage at a time, and each strategy's StrategyPredictor::memory predicts every
 // device's peak from it (docs/METRICS.md, "Predicted peak memory"). The table gives the fullest
 // device's; a case above the device's capacity is flagged, ranked after every case that fits, and
-// still runs. A checkpointed case, and every case of a set-up whose time profile failed, has its
-// memory predicted alone: listed with time "-", after the timed cases, and run.
+// still runs. Every case of a set-up whose time profile failed has its memory predicted alone:
+// listed with time "-", after the timed cases, and run. Checkpointed cases are timed from a
+// profile of their own, its pieces checkpointed as theirs are.
 #pragma once
 
 #include "benchmarks/cases.h"

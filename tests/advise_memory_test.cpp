@@ -308,7 +308,8 @@ struct ScopedEnvironment {
 
 // Every case gets its predicted peak per device; with a capacity between the smallest and the
 // largest fullest device (PARBENCH_TEST_DEVICE_GIB), those above it are flagged, ranked after every
-// case that fits, and still run; a checkpointed case has its memory predicted without a time.
+// case that fits, and still run. A checkpointed case has its time predicted too, from a profile
+// of its own: not its uncheckpointed twin's time.
 TEST(Advise, FlagsCasesPredictedNotToFitAndRanksThemLast) {
   const auto cases = cases_of({"--preset=cpu", "--models=tinygpt", "--batch=8", "--seq=32",
                                "--strategies=single,model_parallel,pipeline", "--split-sizes=2",
@@ -324,8 +325,23 @@ TEST(Advise, FlagsCasesPredictedNotToFitAndRanksThemLast) {
     const double fullest = *std::max_element(spec.predicted_peak_bytes.begin(), spec.predicted_peak_bytes.end());
     least = std::min(least, fullest);
     most = std::max(most, fullest);
-    EXPECT_EQ(spec.predicted_step_ms.has_value(), spec.config.checkpoint == Checkpointing::kOff) << spec.name;
+    EXPECT_TRUE(spec.predicted_step_ms.has_value()) << spec.name;
   }
+  std::map<std::string, double> uncheckpointed_ms;
+  for (const auto& spec : unflagged) {
+    if (spec.config.checkpoint == Checkpointing::kOff) uncheckpointed_ms[spec.name] = spec.predicted_step_ms.value_or(0);
+  }
+  size_t checkpointed = 0;
+  const std::string part = "/checkpoint:blocks";
+  for (const auto& spec : unflagged) {
+    if (spec.config.checkpoint == Checkpointing::kOff) continue;
+    ++checkpointed;
+    auto twin = spec.name;
+    twin.erase(twin.find(part), part.size());
+    ASSERT_EQ(uncheckpointed_ms.count(twin), 1u) << twin;
+    EXPECT_NE(spec.predicted_step_ms.value_or(0), uncheckpointed_ms.at(twin)) << spec.name;
+  }
+  EXPECT_GT(checkpointed, 0u);
   ASSERT_LT(least, most);
   const double capacity = (least + most) / 2;
   std::vector<CaseSpec> flagged;
