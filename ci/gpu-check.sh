@@ -882,6 +882,7 @@ step_again2_cuts() {
 #     time-memory table, each case with its memory breakdown and --advise's prediction
 #     (MEM2_ADVISE=--advise=off, or empty, leaves the predictions out)
 #   mem2_single: single's SGD against AdamW, and checkpointing off against blocks, eager and graphed
+#   mem2_checkpoint: single and the 1f1b pipeline, checkpointing off and blocks, graphed, --advise=all
 #   mem2_big: gpt-6.7b (bf16, AdamW) under ZeRO-3 on 2 GPUs beside single and ddp, which must run
 #     out of memory without ending the run; per rank 12 sequences on GPUs above 100 GB, 4 below
 #   mem2_zero: ddp and zero stages 1-3 alone, eager and graphed, each with --advise's prediction
@@ -906,6 +907,15 @@ step_mem2_single() {
   # shellcheck disable=SC2086
   PARBENCH_BENCH_TIMEOUT=${MEM2_TIMEOUT:-150} bench mem2_single $MEM2_ARGS --strategies=single \
     --optimizer=sgd,adamw --checkpoint=off,blocks --cuda-graph=off,on --repetitions=3 --benchmark_min_time=0.2
+}
+# gpt2-medium under single and the 1f1b pipeline (4 micro-batches), checkpointing off and blocks,
+# graphed, each with --advise's time and memory (a checkpointed case is timed from a profile of
+# its own since 154421c)
+step_mem2_checkpoint() {
+  # shellcheck disable=SC2086
+  PARBENCH_BENCH_TIMEOUT=${MEM2_TIMEOUT:-200} bench mem2_checkpoint $MEM2_ARGS --strategies=single,pipeline \
+    --schedules=1f1b --split-sizes=4 --checkpoint=off,blocks --cuda-graph=on --allreduce=off --advise=all \
+    --repetitions=3 --benchmark_min_time=0.2
 }
 step_mem2_big() {
   local memory batch status=0 left
