@@ -3,11 +3,11 @@
 // allocator, each strategy's model states by formula against what its model_states() holds after a
 // step (in this process for the one-process strategies, on CPU ranks for the distributed ones), and
 // advise's flag and ranking of a case predicted not to fit.
-#include "benchmarks/advise.h"
-#include "benchmarks/advise_memory.h"
-#include "benchmarks/launcher.h"
-#include "benchmarks/memory.h"
-#include "benchmarks/options.h"
+#include "benchmarks/advise/advise.h"
+#include "benchmarks/advise/advise_memory.h"
+#include "benchmarks/launch/launcher.h"
+#include "benchmarks/measure/memory.h"
+#include "benchmarks/config/options.h"
 #include "core/device_timer.h"
 #include "strategies/prediction.h"
 #include "strategies/training.h"

@@ -5,10 +5,10 @@
 //   vocabulary-parallel cross-entropy matches the whole one, and a GPT of 6 heads split over 2
 //   and 3 ranks gives single's loss and gradients (tinygpt's 4 heads do not split over 3);
 // - the case builder refuses a degree that does not divide the shapes, with the reason.
-#include "benchmarks/cases.h"
-#include "benchmarks/graphed_step.h"
-#include "benchmarks/launcher.h"
-#include "benchmarks/temporary_directory.h"
+#include "benchmarks/cases/cases.h"
+#include "benchmarks/measure/graphed_step.h"
+#include "benchmarks/launch/launcher.h"
+#include "benchmarks/launch/temporary_directory.h"
 #include "core/device_timer.h"
 #include "models/gpt.h"
 #include "models/model_zoo.h"
