@@ -5,14 +5,14 @@
 // advise's flag and ranking of a case predicted not to fit.
 #include "benchmarks/advise/advise.h"
 #include "benchmarks/advise/advise_memory.h"
+#include "benchmarks/config/options.h"
 #include "benchmarks/launch/launcher.h"
 #include "benchmarks/measure/memory.h"
-#include "benchmarks/config/options.h"
 #include "core/device_timer.h"
 #include "strategies/prediction.h"
 #include "strategies/training.h"
-#include "tests/launched_case.h"
 #include "tests/advise_output.h"
+#include "tests/launched_case.h"
 #include "tests/option_parsing.h"
 
 #include <cstdlib>

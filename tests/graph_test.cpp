@@ -3,8 +3,8 @@
 // one graph spanning both GPUs, or both stages or replicas on GPU 0 where only one is visible.
 // Capture refuses a step that is not on GPUs.
 #include "benchmarks/advise/advise.h"
-#include "benchmarks/measure/graphed_step.h"
 #include "benchmarks/config/options.h"
+#include "benchmarks/measure/graphed_step.h"
 #include "core/device_timer.h"
 #include "models/model_zoo.h"
 #include "strategies/strategy.h"

@@ -3,8 +3,8 @@
 #pragma once
 
 #include "benchmarks/cases/cases.h"
-#include "benchmarks/launch/launcher.h"
 #include "benchmarks/config/options.h"
+#include "benchmarks/launch/launcher.h"
 #include "tests/option_parsing.h"
 
 #include <gtest/gtest.h>

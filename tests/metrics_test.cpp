@@ -3,9 +3,10 @@
 // the slowest rank's time, the timer's span over every device, the busy and bubble fractions.
 // The DeviceTimerGpu tests need GPUs and skip, with the reason, without them.
 #include "benchmarks/cases/cases.h"
+#include "benchmarks/launch/rank_results.h"
 #include "benchmarks/measure/memory.h"
 #include "benchmarks/measure/mfu.h"
-#include "benchmarks/launch/rank_results.h"
+#include "benchmarks/output/counters.h"
 #include "core/device_timer.h"
 #include "models/model_zoo.h"
 #include "strategies/training.h"

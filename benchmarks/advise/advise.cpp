@@ -1,8 +1,8 @@
 #include "benchmarks/advise/advise.h"
 
 #include "benchmarks/advise/advise_memory.h"
-#include "benchmarks/measure/graphed_step.h"
 #include "benchmarks/config/test_hooks.h"
+#include "benchmarks/measure/graphed_step.h"
 #include "core/device_timer.h"
 #include "core/text.h"
 #include "models/model_zoo.h"
@@ -14,6 +14,7 @@
 #include "strategies/schedule_simulator.h"
 #include "strategies/training.h"
 
+#include <benchmark/benchmark.h>
 #include <nlohmann/json.hpp>
 
 #ifdef PARBENCH_WITH_CUDA

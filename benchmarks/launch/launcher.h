@@ -1,11 +1,12 @@
 // Distributed cases run on ranks, one process each. Two ways to get them (docs/DISTRIBUTED.md):
-// - parbench's own launcher: the benchmark process starts fresh ranks of its own binary for
-//   each case (benchmarks/launch/rank_processes.h), with hidden flags, and reads rank 0's result
-//   (benchmarks/launch/rank_results.h);
+// - parbench's own launcher, here: the benchmark process starts fresh ranks of its own binary
+//   for each case (benchmarks/launch/rank_processes.h), with hidden flags, and reads rank 0's
+//   result (benchmarks/launch/rank_results.h);
 // - an external launcher (torchrun, srun, mpirun) starts every rank (benchmarks/run/rank_worker.h);
 //   each runs Google Benchmark over the distributed cases, and rank 0 writes the output.
 // Either way every rank runs all repetitions of a case at once, on Google Benchmark's first
-// call of it, and each call then reports one repetition.
+// call of it, and each call then reports one repetition (report_next_repetition in
+// benchmarks/run/distributed_runner.h, which picks the way).
 #pragma once
 
 #include "benchmarks/config/options.h"
@@ -30,20 +31,6 @@ struct LaunchedCase {
   std::string name;
   std::string fields;
 };
-
-struct ReportedRepetition {
-  const RankedRun* run;
-  size_t index;
-};
-
-// For each of Google Benchmark's calls of a distributed case. The first call runs the case:
-// in this process with `run_rank` when an external launcher started it, otherwise on `ranks`
-// fresh processes of this binary. Every call reports the next repetition's iteration times
-// with SetIterationTime. Returns that repetition, or nullopt after SkipWithError (one line
-// naming the rank that failed).
-std::optional<ReportedRepetition> report_next_repetition(benchmark::State& state, const LaunchedCase& launched,
-                                                         int ranks, const Options& options,
-                                                         const std::function<RankedRun(World&)>& run_rank);
 
 // Runs `launched` on `ranks` fresh processes of `binary` given parbench options `arguments`
 // (their --dist-timeout set to `timeout_s`), and returns rank 0's result; throws

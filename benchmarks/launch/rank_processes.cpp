@@ -1,6 +1,5 @@
 #include "benchmarks/launch/rank_processes.h"
 
-#include "benchmarks/output/context.h"
 #include "benchmarks/launch/rank_protocol.h"
 #include "benchmarks/launch/temporary_directory.h"
 #include "strategies/distributed/store_sync.h"

@@ -2,9 +2,9 @@
 // onto rank 0 and combined into one RankedRun, which rank 0 writes for the launcher.
 #pragma once
 
+#include "benchmarks/config/options.h"
 #include "benchmarks/measure/noise_rule.h"
 #include "benchmarks/measure/nvml.h"
-#include "benchmarks/config/options.h"
 #include "strategies/distributed/world.h"
 
 #include <nlohmann/json.hpp>

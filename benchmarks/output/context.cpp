@@ -1,7 +1,7 @@
 #include "benchmarks/output/context.h"
 
-#include "benchmarks/measure/nvml.h"
 #include "benchmarks/config/test_hooks.h"
+#include "benchmarks/measure/nvml.h"
 #include "core/counter_table.h"
 #include "core/text.h"
 #include "strategies/distributed/world.h"

@@ -1,8 +1,8 @@
 #include "benchmarks/output/run_output.h"
 
-#include "benchmarks/output/context.h"
-#include "benchmarks/measure/noise_rule.h"
 #include "benchmarks/launch/rank_processes.h"
+#include "benchmarks/measure/noise_rule.h"
+#include "benchmarks/output/context.h"
 
 #include <nlohmann/json.hpp>
 

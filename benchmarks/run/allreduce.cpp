@@ -1,6 +1,10 @@
 #include "benchmarks/run/allreduce.h"
 
+#include "benchmarks/cases/cases.h"
+#include "benchmarks/launch/launcher.h"
+#include "benchmarks/output/counters.h"
 #include "benchmarks/output/outcomes.h"
+#include "benchmarks/run/distributed_runner.h"
 #include "core/device_timer.h"
 
 #include <algorithm>

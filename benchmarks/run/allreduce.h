@@ -2,9 +2,10 @@
 // nccl-tests' bandwidths (docs/DISTRIBUTED.md): algbw = bytes / time, busbw = algbw * 2(n-1)/n.
 #pragma once
 
-#include "benchmarks/cases/cases.h"
-#include "benchmarks/launch/launcher.h"
 #include "benchmarks/config/options.h"
+#include "benchmarks/launch/rank_results.h"
+#include "benchmarks/run/case_runner.h"
+#include "strategies/distributed/world.h"
 
 #include <nlohmann/json.hpp>
 

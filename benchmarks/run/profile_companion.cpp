@@ -2,6 +2,7 @@
 
 #include "benchmarks/cases/cases.h"
 #include "benchmarks/launch/self_exec.h"
+#include "benchmarks/run/case_runner.h"
 
 #include <nlohmann/json.hpp>
 

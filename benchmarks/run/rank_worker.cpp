@@ -1,12 +1,12 @@
 #include "benchmarks/run/rank_worker.h"
 
-#include "benchmarks/run/allreduce.h"
 #include "benchmarks/cases/cases.h"
-#include "benchmarks/output/context.h"
-#include "benchmarks/run/distributed_runner.h"
+#include "benchmarks/config/test_hooks.h"
 #include "benchmarks/launch/elastic_error.h"
 #include "benchmarks/launch/rank_protocol.h"
-#include "benchmarks/config/test_hooks.h"
+#include "benchmarks/output/context.h"
+#include "benchmarks/run/allreduce.h"
+#include "benchmarks/run/distributed_runner.h"
 #include "strategies/distributed/store_sync.h"
 
 #include <nlohmann/json.hpp>
