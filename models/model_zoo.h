@@ -33,7 +33,7 @@ struct SampleShape {
 };
 
 // The library whose kernels do most of a model's multiply-adds, and so whose TF32 switch decides
-// what arithmetic its fp32 runs in (benchmarks/mfu.h: the peak its MFU is taken against).
+// what arithmetic its fp32 runs in (benchmarks/measure/mfu.h: the peak its MFU is taken against).
 enum class Fp32Engine {
   kCudnnConvolution,  // at::globalContext().allowTF32CuDNN()
   kCublasMatmul,      // at::globalContext().allowTF32CuBLAS()

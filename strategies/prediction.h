@@ -1,6 +1,6 @@
 // How --advise predicts a strategy's step: what its profile measured, what a case asks to have
 // profiled, and the shared pieces of the strategies' predictors (StrategyPredictor, declared by
-// each strategy in its own file). benchmarks/advise.h profiles, calls the predictors and ranks;
+// each strategy in its own file). benchmarks/advise/advise.h profiles, calls the predictors and ranks;
 // docs/METRICS.md ("Predicted step time") has the models.
 #pragma once
 
@@ -74,7 +74,7 @@ struct StageMemory {
   LinearBytes backward;  // the most its backward allocates above `kept`, the incoming gradient included
 };
 
-// What --advise's memory prediction reads (benchmarks/advise_memory.h measures it; docs/METRICS.md,
+// What --advise's memory prediction reads (benchmarks/advise/advise_memory.h measures it; docs/METRICS.md,
 // "Predicted peak memory"): the model's parameters without their memory, and each stage's
 // activations measured one stage at a time.
 struct MemoryProfile {

@@ -1,6 +1,6 @@
 // Predicts a pipeline step from the durations of its parts, by replaying the schedule's
 // per-stage programs (strategies/pipeline_schedule.h) as a dependency graph: `parbench --advise`
-// feeds it profiled stage timings (benchmarks/advise.h), and `--trace` draws its timeline beside
+// feeds it profiled stage timings (benchmarks/advise/advise.h), and `--trace` draws its timeline beside
 // the measured one.
 //
 // The model, as the executor (strategies/stage_executor.h) runs a step with one lane per device:

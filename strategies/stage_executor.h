@@ -15,7 +15,7 @@
 //   source and a receive stream of the destination, ordered with events, so copies overlap
 //   the neighbours' compute. Every stream starts behind the caller's current streams and the
 //   caller's current streams end behind every stream, with no host synchronisation: the step
-//   can be captured in one multi-device CUDA graph (benchmarks/graphed_step.h).
+//   can be captured in one multi-device CUDA graph (benchmarks/measure/graphed_step.h).
 // - Each stage updates its own parameters (its own Optimizer: SGD's one multi-tensor update, or
 //   fused AdamW with its state on the stage's device) at the end of its program.
 #pragma once

@@ -11,7 +11,7 @@
 
 namespace parbench {
 
-// The key under which every case holds --cut (benchmarks/cases.cpp, set_up_case): a global option,
+// The key under which every case holds --cut (benchmarks/cases/cases.cpp, set_up_case): a global option,
 // not one a strategy declares, so the registry refuses a strategy option of this field.
 inline constexpr char kCutField[] = "cut";
 

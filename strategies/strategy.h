@@ -219,7 +219,7 @@ struct MemoryPrediction;
 struct SimulatedStep;   // strategies/schedule_simulator.h
 
 // How --advise predicts a strategy's cases, declared in the strategy's own file
-// (strategies/prediction.h has the profile and the shared pieces; benchmarks/advise.h profiles,
+// (strategies/prediction.h has the profile and the shared pieces; benchmarks/advise/advise.h profiles,
 // calls the predictors and ranks). A strategy without one is not predicted.
 struct StrategyPredictor {
   // The whole model on one device: the profile's reference step, ranked beside every set-up's
@@ -270,7 +270,7 @@ class StrategyInfo {
   // One process per device, started by the launcher; its set-up finds its process group in
   // RunConfig::world.
   StrategyInfo& distributed() { distributed_ = true; return *this; }
-  // train_step can be captured in a CUDA graph and replayed (benchmarks/graphed_step.h): GPUs
+  // train_step can be captured in a CUDA graph and replayed (benchmarks/measure/graphed_step.h): GPUs
   // only, no host synchronisation, and the same work every step.
   StrategyInfo& graph_capturable() { graph_capturable_ = true; return *this; }
   // Runs only where --strategies names it: left out of the default run, whose cases and wall time
@@ -280,7 +280,7 @@ class StrategyInfo {
   // What each of its devices holds, for labels such as "2 stages on 1 GPU" ("devices" unless set).
   StrategyInfo& device_role(std::string role) { device_role_ = std::move(role); return *this; }
   // One of its own options, after those declared before it: the order the case name writes them
-  // (benchmarks/cases.h sweeps them).
+  // (benchmarks/cases/cases.h sweeps them).
   StrategyInfo& option(StrategyOption declared) { options_.push_back(std::move(declared)); return *this; }
   // Its skip rule (unset: none beyond the devices it needs).
   StrategyInfo& obstacle(Obstacle rule) { obstacle_ = std::move(rule); return *this; }

@@ -3,16 +3,16 @@
 // allocator, each strategy's model states by formula against what its model_states() holds after a
 // step (in this process for the one-process strategies, on CPU ranks for the distributed ones), and
 // advise's flag and ranking of a case predicted not to fit.
-#include "benchmarks/advise.h"
-#include "benchmarks/advise_memory.h"
-#include "benchmarks/launcher.h"
-#include "benchmarks/memory.h"
-#include "benchmarks/options.h"
+#include "benchmarks/advise/advise.h"
+#include "benchmarks/advise/advise_memory.h"
+#include "benchmarks/config/options.h"
+#include "benchmarks/launch/launcher.h"
+#include "benchmarks/measure/memory.h"
 #include "core/device_timer.h"
 #include "strategies/prediction.h"
 #include "strategies/training.h"
-#include "tests/launched_case.h"
 #include "tests/advise_output.h"
+#include "tests/launched_case.h"
 #include "tests/option_parsing.h"
 
 #include <cstdlib>

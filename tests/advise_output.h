@@ -1,8 +1,8 @@
 // --advise run with its table (stdout) and its reports (stderr) captured, for tests.
 #pragma once
 
-#include "benchmarks/advise.h"
-#include "benchmarks/options.h"
+#include "benchmarks/advise/advise.h"
+#include "benchmarks/config/options.h"
 
 #include <gtest/gtest.h>
 

@@ -1,9 +1,9 @@
-// --advise's profile and predictions (benchmarks/advise.h) on two devices: CPU stand-ins, or
+// --advise's profile and predictions (benchmarks/advise/advise.h) on two devices: CPU stand-ins, or
 // both stages on GPU 0 where there is a GPU (case_devices places cases on GPUs whenever one is
 // visible). Every pipeline schedule predicted, zb-h1 from its backwards' halves and
 // interleaved-1f1b from its chunked cut. (graph_test.cpp profiles the same pieces graphed.)
-#include "benchmarks/advise.h"
-#include "benchmarks/options.h"
+#include "benchmarks/advise/advise.h"
+#include "benchmarks/config/options.h"
 #include "core/device_timer.h"
 #include "models/model_zoo.h"
 #include "strategies/staged_options.h"

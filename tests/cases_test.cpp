@@ -1,5 +1,5 @@
 // The case matrix: names, placements and skips decided before anything runs.
-#include "benchmarks/cases.h"
+#include "benchmarks/cases/cases.h"
 #include "core/text.h"
 #include "strategies/ddp_options.h"
 #include "strategies/staged_options.h"

@@ -1,5 +1,5 @@
 // The parbench binary end to end: a short CPU run's JSON, and bad input.
-#include "benchmarks/temporary_directory.h"
+#include "benchmarks/launch/temporary_directory.h"
 #include "models/model_zoo.h"
 
 #include <gtest/gtest.h>

@@ -2,10 +2,10 @@
 // stopping rule by noise (docs/METRICS.md, "Stopping by noise"): the rules as pure functions,
 // then whole CPU runs with the fake libnvidia-ml.so.1 (tests/fake_nvml.cpp) standing in for a
 // GPU through the test hook PARBENCH_TEST_NVML_DEVICE. Nothing here depends on how fast a run is.
-#include "benchmarks/noise_rule.h"
-#include "benchmarks/nvml.h"
-#include "benchmarks/options.h"
-#include "benchmarks/temporary_directory.h"
+#include "benchmarks/config/options.h"
+#include "benchmarks/launch/temporary_directory.h"
+#include "benchmarks/measure/noise_rule.h"
+#include "benchmarks/measure/nvml.h"
 #include "tests/parbench_process.h"
 
 #include <gtest/gtest.h>

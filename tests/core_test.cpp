@@ -1,5 +1,5 @@
 // The helpers below strategies/: text joining and per-dtype flattening; temporary directories.
-#include "benchmarks/temporary_directory.h"
+#include "benchmarks/launch/temporary_directory.h"
 #include "core/text.h"
 #include "strategies/flat_tensors.h"
 

@@ -1,9 +1,9 @@
 // ddp on the CPU (the store backend), ranks started by parbench's launcher: after a few steps
 // every rank holds bitwise the same weights, the same (within 1e-5) as single-device training
 // on all ranks' batches concatenated, and neither the bucket size nor overlap changes them.
-#include "benchmarks/graphed_step.h"
-#include "benchmarks/launcher.h"
-#include "benchmarks/temporary_directory.h"
+#include "benchmarks/launch/launcher.h"
+#include "benchmarks/launch/temporary_directory.h"
+#include "benchmarks/measure/graphed_step.h"
 #include "core/device_timer.h"
 #include "models/model_zoo.h"
 #include "strategies/strategy.h"

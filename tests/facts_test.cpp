@@ -1,6 +1,6 @@
 // Facts as data in the JSON (docs/JSON.md, 1.8.0): the counter table and the schedules' facts,
 // as declared in C++ and as a run writes them into its context.
-#include "benchmarks/temporary_directory.h"
+#include "benchmarks/launch/temporary_directory.h"
 #include "core/counter_table.h"
 #include "strategies/pipeline_schedule.h"
 #include "strategies/strategy.h"

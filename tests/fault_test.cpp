@@ -4,7 +4,7 @@
 // checks the exit status, the time to exit, a JSON that parses and records the failure, the
 // closing summary line, and that no rank process outlives the run. The times measured are
 // printed ("fault: ...") for docs/DISTRIBUTED.md.
-#include "benchmarks/temporary_directory.h"
+#include "benchmarks/launch/temporary_directory.h"
 #include "strategies/distributed/world.h"
 #include "tests/parbench_process.h"
 

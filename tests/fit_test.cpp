@@ -1,8 +1,8 @@
-// "Will it fit" (--fit=batch, benchmarks/fit.h): the search on its own, driven by a fake device
+// "Will it fit" (--fit=batch, benchmarks/advise/fit.h): the search on its own, driven by a fake device
 // that holds a known batch, and whole runs whose cases run out of memory above a batch the test
 // sets (PARBENCH_TEST_OOM_ABOVE_BATCH), each probe a child process.
-#include "benchmarks/fit.h"
-#include "benchmarks/temporary_directory.h"
+#include "benchmarks/advise/fit.h"
+#include "benchmarks/launch/temporary_directory.h"
 #include "tests/parbench_process.h"
 
 #include <gtest/gtest.h>

@@ -2,9 +2,9 @@
 // GPU (single), over two stages (model_parallel, pipeline) and over two replicas (data_parallel):
 // one graph spanning both GPUs, or both stages or replicas on GPU 0 where only one is visible.
 // Capture refuses a step that is not on GPUs.
-#include "benchmarks/advise.h"
-#include "benchmarks/graphed_step.h"
-#include "benchmarks/options.h"
+#include "benchmarks/advise/advise.h"
+#include "benchmarks/config/options.h"
+#include "benchmarks/measure/graphed_step.h"
 #include "core/device_timer.h"
 #include "models/model_zoo.h"
 #include "strategies/strategy.h"
@@ -234,7 +234,7 @@ CaseSpec small_resnet50_setup(const std::string& strategy, int64_t batch) {
   return spec;
 }
 
-// --advise's profile (benchmarks/advise.h) eager and with every piece captured in a graph of its
+// --advise's profile (benchmarks/advise/advise.h) eager and with every piece captured in a graph of its
 // own: every part timed at every size, zb-h1's B and W included, and interleaved-1f1b's four parts
 // of two chunks per device, on two GPUs (both parts on GPU 0 where one is visible).
 TEST(AdviseProfile, TimesEveryPartAtEverySizeEagerAndGraphed) {

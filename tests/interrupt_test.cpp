@@ -3,7 +3,7 @@
 // launcher (CPU, store backend). Every rank stops within seconds, parbench exits 128 + the
 // signal, the JSON holds the cases completed before and says it was interrupted, and nothing
 // is left behind: no .partial file, no rank, no rank's results directory.
-#include "benchmarks/temporary_directory.h"
+#include "benchmarks/launch/temporary_directory.h"
 #include "tests/parbench_process.h"
 
 #include <gtest/gtest.h>

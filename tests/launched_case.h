@@ -2,9 +2,9 @@
 // as the benchmark process does, by the fields the case builder made, not by a name they spell.
 #pragma once
 
-#include "benchmarks/cases.h"
-#include "benchmarks/launcher.h"
-#include "benchmarks/options.h"
+#include "benchmarks/cases/cases.h"
+#include "benchmarks/config/options.h"
+#include "benchmarks/launch/launcher.h"
 #include "tests/option_parsing.h"
 
 #include <gtest/gtest.h>

@@ -1,12 +1,12 @@
 // Starting ranks on the CPU, through parbench's launcher and as an external launcher would:
 // a rank that dies, hangs or never joins ends the run within the timeout with one line naming
 // it, no process is left behind, and bad launcher variables get clear errors.
-#include "benchmarks/allreduce.h"
-#include "benchmarks/launcher.h"
-#include "benchmarks/rank_processes.h"
-#include "benchmarks/rank_worker.h"
+#include "benchmarks/launch/launcher.h"
+#include "benchmarks/launch/rank_processes.h"
+#include "benchmarks/run/allreduce.h"
+#include "benchmarks/run/rank_worker.h"
 
-#include "benchmarks/temporary_directory.h"
+#include "benchmarks/launch/temporary_directory.h"
 #include "tests/launched_case.h"
 #include "tests/parbench_process.h"
 

@@ -2,10 +2,11 @@
 // formula changes. MFU against fixed peaks, TFLOP/s as three forwards, ddp's global batch,
 // the slowest rank's time, the timer's span over every device, the busy and bubble fractions.
 // The DeviceTimerGpu tests need GPUs and skip, with the reason, without them.
-#include "benchmarks/cases.h"
-#include "benchmarks/memory.h"
-#include "benchmarks/mfu.h"
-#include "benchmarks/rank_results.h"
+#include "benchmarks/cases/cases.h"
+#include "benchmarks/launch/rank_results.h"
+#include "benchmarks/measure/memory.h"
+#include "benchmarks/measure/mfu.h"
+#include "benchmarks/output/counters.h"
 #include "core/device_timer.h"
 #include "models/model_zoo.h"
 #include "strategies/training.h"
@@ -97,7 +98,7 @@ TEST(Mfu, AGpuOutsideTheTableGetsOnlyTheGemmFigure) {
   EXPECT_DOUBLE_EQ(counter(counters, "mfu_gemm"), 350.0 / 1400.0);
   EXPECT_EQ(counters.count("mfu"), 0u);
   EXPECT_EQ(counters.count("peak_tflops"), 0u);
-  EXPECT_EQ(facts["peak_source"], "none: Imaginary GPU is not in the datasheet table (benchmarks/mfu.cpp)");
+  EXPECT_EQ(facts["peak_source"], "none: Imaginary GPU is not in the datasheet table (benchmarks/measure/mfu.cpp)");
 }
 
 TEST(Mfu, DatasheetPeaksByGpuAndMath) {

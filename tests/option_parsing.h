@@ -1,7 +1,7 @@
 // parbench's options from a command line written as strings, for tests (argv[0] added).
 #pragma once
 
-#include "benchmarks/options.h"
+#include "benchmarks/config/options.h"
 
 #include <string>
 #include <vector>

@@ -3,7 +3,7 @@
 // stderr kept, and the rank processes parbench's own launcher starts, found and signalled.
 #pragma once
 
-#include "benchmarks/temporary_directory.h"
+#include "benchmarks/launch/temporary_directory.h"
 
 #include <nlohmann/json.hpp>
 

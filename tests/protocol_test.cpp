@@ -2,11 +2,12 @@
 // rank of an all-reduce case and the profile companion each get their case as its fields and
 // build it from them alone, even where their own options would sweep other cases; and what the
 // ranks hand back carries every counter their strategy reported.
-#include "benchmarks/allreduce.h"
-#include "benchmarks/cases.h"
-#include "benchmarks/launcher.h"
-#include "benchmarks/rank_results.h"
-#include "benchmarks/temporary_directory.h"
+#include "benchmarks/cases/cases.h"
+#include "benchmarks/launch/launcher.h"
+#include "benchmarks/launch/rank_results.h"
+#include "benchmarks/launch/temporary_directory.h"
+#include "benchmarks/run/allreduce.h"
+#include "benchmarks/run/case_runner.h"
 #include "tests/launched_case.h"
 
 #include <gtest/gtest.h>

@@ -2,8 +2,8 @@
 // settings (through a fake libnvidia-ml.so.1 built with the tests, and with none), the
 // NCCL_*/CUDA_*/TORCH_* environment, what parbench set itself, and each rank's host. And the
 // root cause a rank hands torchrun ($TORCHELASTIC_ERROR_FILE, docs/DISTRIBUTED.md).
-#include "benchmarks/context.h"
-#include "benchmarks/temporary_directory.h"
+#include "benchmarks/launch/temporary_directory.h"
+#include "benchmarks/output/context.h"
 #include "tests/parbench_process.h"
 
 #include <gtest/gtest.h>

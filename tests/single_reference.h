@@ -3,7 +3,7 @@
 // from the weights the ranks start from, and the weights the ranks saved.
 #pragma once
 
-#include "benchmarks/rank_results.h"
+#include "benchmarks/launch/rank_results.h"
 #include "strategies/strategy.h"
 #include "strategies/training.h"
 

@@ -1,7 +1,7 @@
 // The rendezvous store (docs/DISTRIBUTED.md, "The rendezvous store"): bound to loopback for a
 // local launch, clear errors for an address it cannot take, and a run that survives clients
 // that are not parbench's. On the CPU, with the store backend.
-#include "benchmarks/temporary_directory.h"
+#include "benchmarks/launch/temporary_directory.h"
 #include "strategies/distributed/world.h"
 #include "tests/parbench_process.h"
 

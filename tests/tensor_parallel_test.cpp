@@ -5,21 +5,21 @@
 //   vocabulary-parallel cross-entropy matches the whole one, and a GPT of 6 heads split over 2
 //   and 3 ranks gives single's loss and gradients (tinygpt's 4 heads do not split over 3);
 // - the case builder refuses a degree that does not divide the shapes, with the reason.
-#include "benchmarks/cases.h"
-#include "benchmarks/graphed_step.h"
-#include "benchmarks/launcher.h"
-#include "benchmarks/temporary_directory.h"
+#include "benchmarks/cases/cases.h"
+#include "benchmarks/launch/launcher.h"
+#include "benchmarks/launch/temporary_directory.h"
+#include "benchmarks/measure/graphed_step.h"
 #include "core/device_timer.h"
 #include "models/gpt.h"
 #include "models/model_zoo.h"
 #include "strategies/distributed/store_backend.h"
+#include "strategies/prediction.h"
 #include "strategies/strategy.h"
 #include "strategies/tensor_parallel/tensor_parallel_gpt.h"
 #include "strategies/training.h"
 #include "tests/launched_case.h"
-#include "tests/single_reference.h"
 #include "tests/option_parsing.h"
-#include "strategies/prediction.h"
+#include "tests/single_reference.h"
 #include "tests/tensor_compare.h"
 
 #include <torch/csrc/distributed/c10d/HashStore.hpp>

@@ -2,10 +2,10 @@
 // its declaration where it needs facts (options, --cut, the case matrix, --help) and builds it
 // only in the processes that train it, and it trains as single does under every strategy on
 // CPU devices, ddp's ranks included.
-#include "benchmarks/cases.h"
-#include "benchmarks/launcher.h"
-#include "benchmarks/rank_results.h"
-#include "benchmarks/temporary_directory.h"
+#include "benchmarks/cases/cases.h"
+#include "benchmarks/launch/launcher.h"
+#include "benchmarks/launch/rank_results.h"
+#include "benchmarks/launch/temporary_directory.h"
 #include "models/model_zoo.h"
 #include "strategies/strategy.h"
 #include "strategies/training.h"

@@ -1,9 +1,10 @@
-// The console's lines and the verdict (benchmarks/verdict.h) from fixed inputs: the report's
+// The console's lines and the verdict (benchmarks/output/verdict.h) from fixed inputs: the report's
 // formulas (speedup, scaling efficiency, medians, the noise rule, the best split), the lines'
 // width, and how many lines the default run on 2 GPUs prints.
-#include "benchmarks/allreduce.h"
-#include "benchmarks/cases.h"
-#include "benchmarks/verdict.h"
+#include "benchmarks/cases/cases.h"
+#include "benchmarks/output/verdict.h"
+#include "benchmarks/run/allreduce.h"
+#include "benchmarks/run/case_runner.h"
 #include "option_parsing.h"
 
 #include <gtest/gtest.h>

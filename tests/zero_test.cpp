@@ -5,9 +5,9 @@
 // the model states per rank are what the stage shards, and stage 3 holds no unit's whole
 // parameters between steps; --advise predicts each stage from ddp's profile; a rank that dies or
 // never joins fails the case, naming it.
-#include "benchmarks/graphed_step.h"
-#include "benchmarks/launcher.h"
-#include "benchmarks/temporary_directory.h"
+#include "benchmarks/launch/launcher.h"
+#include "benchmarks/launch/temporary_directory.h"
+#include "benchmarks/measure/graphed_step.h"
 #include "core/device_timer.h"
 #include "models/model_zoo.h"
 #include "strategies/ddp_options.h"

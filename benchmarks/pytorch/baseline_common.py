@@ -1,6 +1,6 @@
 """What every PyTorch baseline shares: the command line, the training step's parts as parbench
 defines them (strategies/training.cpp), the timing rule (docs/METRICS.md, "Timing"), MFU
-(benchmarks/mfu.cpp) and the JSON the report reads (docs/JSON.md, "PyTorch baselines").
+(benchmarks/measure/mfu.cpp) and the JSON the report reads (docs/JSON.md, "PyTorch baselines").
 
 Each baseline script imports this module from its own folder; nothing here needs a GPU.
 """
@@ -195,7 +195,7 @@ def make_sgd(parameters):
 
 
 # --- FLOPs and MFU (docs/METRICS.md) --------------------------------------------------------
-# benchmarks/mfu.cpp's datasheet table, most specific first: (name parts, bf16, tf32, fp32, source).
+# benchmarks/measure/mfu.cpp's datasheet table, most specific first: (name parts, bf16, tf32, fp32, source).
 DATASHEET = [
     (("H100", "PCIe"), 756.0, 378.0, 51.0, "NVIDIA H100 Tensor Core GPU datasheet (PCIe)"),
     (("H100", "NVL"), 835.0, 417.5, 60.0, "NVIDIA H100 Tensor Core GPU datasheet (NVL)"),

@@ -1,7 +1,7 @@
 """torch.nn.parallel.DistributedDataParallel under torchrun: one process per GPU, gradients
 all-reduced in buckets during backward (NCCL; gloo on the CPU). parbench's ddp defaults: 25 MiB
 buckets, overlap on, weak scaling (--batch per rank). Timing as parbench's ddp
-(benchmarks/rank_results.cpp): every rank times each step after a barrier and a one-element
+(benchmarks/launch/rank_results.cpp): every rank times each step after a barrier and a one-element
 all-reduce that lines the ranks' streams up; a step's time is the slowest rank's, a repetition's
 the mean of its steps, the result the median repetition. items/s counts the global batch.
 

@@ -1,10 +1,10 @@
-"""The test hooks (docs/DISTRIBUTED.md, "Test hooks") sit behind one seam: benchmarks/test_hooks.cpp
+"""The test hooks (docs/DISTRIBUTED.md, "Test hooks") sit behind one seam: benchmarks/config/test_hooks.cpp
 is the only C++ source that names one of their variables in code; every other file calls it."""
 import re
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-SEAM = REPO / "benchmarks" / "test_hooks.cpp"
+SEAM = REPO / "benchmarks" / "config" / "test_hooks.cpp"
 # A variable's name in a string literal: what reading it takes (comments may name it).
 HOOK_LITERAL = re.compile(r'"PARBENCH_TEST_[A-Z_]*"')
 
@@ -18,7 +18,7 @@ def sources():
 
 def test_only_the_seam_reads_a_test_hook():
     readers = [str(path.relative_to(REPO)) for path in sources() if HOOK_LITERAL.search(path.read_text())]
-    assert readers == ["benchmarks/test_hooks.cpp"]
+    assert readers == ["benchmarks/config/test_hooks.cpp"]
 
 
 def test_every_documented_hook_is_read_by_the_seam():

@@ -1,4 +1,4 @@
-"""The console's verdict and --summary (benchmarks/verdict.h) against the report's own code.
+"""The console's verdict and --summary (benchmarks/output/verdict.h) against the report's own code.
 
 parbench runs a short CPU run with every strategy; its JSON is read with parbench_results (the
 report's medians, speedup, scaling efficiency, best split and noise rule: plots/parbench_results/

@@ -1,0 +1,56 @@
+// "Will it fit": --fit=batch finds, for each case, the largest batch that trains without running
+// out of memory, then runs the case at that batch (docs/METRICS.md, "Will it fit"). Each probe
+// is a child process of this binary that sets the case up and trains two steps at one batch, so
+// an out-of-memory error ends that child alone and never leaves the next probe a fragmented
+// allocator.
+#pragma once
+
+#include "benchmarks/cases/cases.h"
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace parbench {
+
+// What one probe found at one batch.
+enum class ProbeResult {
+  kFits,         // set up and trained
+  kOutOfMemory,  // failed with an out-of-memory error
+  kFailed,       // failed otherwise (the message says how): the search stops
+};
+
+struct Probe {
+  ProbeResult result = ProbeResult::kFailed;
+  std::string message;  // kFailed: the case's one-line error
+};
+
+// The search, given how to probe one batch: from `start` (rounded up to a multiple of `step`),
+// doubling while it fits (up to `cap`) or halving while it does not (down to `step`), then
+// bisecting between the largest batch that fits and the smallest that does not until they are
+// one step apart. A batch that fits at `cap` ends the search there, without an out-of-memory
+// batch; one that does not fit at `step` is a failure. Pure: tests drive it with a fake probe.
+FitSearch search_largest_batch(int64_t start, int64_t step, int64_t cap,
+                               const std::function<Probe(int64_t batch)>& probe);
+
+// The case `spec` names at another named batch (--batch's meaning: ddp's per rank in weak
+// scaling), as build_cases would build it.
+CaseSpec case_at_batch(const CaseSpec& spec, int64_t batch, const Options& options, int visible_gpus);
+
+// A probe of `spec` at `batch`: this binary, with this run's arguments but one repetition of
+// one iteration of one step after one warm-up step, filtered to that case, in a child process
+// whose JSON output is read. Out-of-memory: an error message that says "out of memory".
+Probe probe_case(const CaseSpec& spec, int64_t batch, const Options& options, int visible_gpus);
+
+// --fit=batch: each case that is not skipped, searched (step: its device count, so the batch
+// splits evenly) and replaced by the case at its largest batch, named with `/fit:batch`,
+// carrying the search (CaseSpec::fit) for its counters. Progress on stderr.
+std::vector<CaseSpec> fit_batches(const std::vector<CaseSpec>& cases, const Options& options, int visible_gpus);
+
+// Whether a case's error message is an out-of-memory error (CUDA's, c10's OutOfMemoryError, the
+// CPU allocator's).
+bool is_out_of_memory(const std::string& message);
+
+}  // namespace parbench
