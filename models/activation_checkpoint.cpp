@@ -2,6 +2,7 @@
 
 #include "models/staged_model.h"
 
+#include <ATen/autocast_mode.h>
 #include <ATen/core/ivalue.h>
 #include <torch/csrc/autograd/custom_function.h>
 
@@ -45,11 +46,15 @@ class CheckpointedBlock : public torch::autograd::Function<CheckpointedBlock> {
 }  // namespace
 
 torch::Tensor checkpointed_forward(const std::function<torch::Tensor(const torch::Tensor&)>& forward,
-                                   const torch::Tensor& input, std::optional<c10::ScalarType> autocast) {
+                                   const torch::Tensor& input) {
   if (!torch::GradMode::is_enabled() || !input.requires_grad()) return forward(input);
   auto block = c10::make_intrusive<Recomputation>();
   block->forward = forward;
-  block->autocast = autocast;
+  // Read now, not when the model's stages were made: a strategy may set the model's autocast
+  // after (a pipeline's parts did), and a recomputation in fp32 of a bf16 forward is both slower
+  // and not the forward the gradients belong to.
+  const auto device_type = input.device().type();
+  if (at::autocast::is_autocast_enabled(device_type)) block->autocast = at::autocast::get_autocast_dtype(device_type);
   return CheckpointedBlock::apply(input, block);
 }
 

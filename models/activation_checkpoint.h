@@ -11,9 +11,10 @@
 namespace parbench {
 
 // `forward(input)`, its activations freed as it returns; the backward re-runs `forward` on the
-// kept input, with grad and under `autocast` (the forward's autocast dtype: the backward may run
-// on another thread, whose autocast state is its own), then back-propagates through it: the
-// block's parameters get their gradients there, and the input its gradient.
+// kept input, with grad and under the autocast state this forward ran under (the backward may run
+// on another thread, whose autocast state is its own, as PyTorch's checkpoint records it), then
+// back-propagates through it: the block's parameters get their gradients there, and the input
+// its gradient.
 //
 // The recomputation runs the block's whole backward at once, as PyTorch's reentrant checkpoint
 // does: a backward that asks for the input's gradient alone (zero-bubble's B step) would get the
@@ -22,6 +23,6 @@ namespace parbench {
 // `forward(input)`, kept: the block's weights get their gradients only through a node that
 // takes a tensor needing one.
 torch::Tensor checkpointed_forward(const std::function<torch::Tensor(const torch::Tensor&)>& forward,
-                                   const torch::Tensor& input, std::optional<c10::ScalarType> autocast);
+                                   const torch::Tensor& input);
 
 }  // namespace parbench

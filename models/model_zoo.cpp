@@ -34,9 +34,9 @@ std::vector<Stage> StagedModel::stages() {
   if (!checkpoint_blocks_) return stages;
   for (auto& stage : stages) {
     if (!stage.block) continue;
-    // The stage's own forward, recomputed in the backward under the forward's autocast dtype.
-    stage.forward = [forward = std::move(stage.forward), autocast = autocast_dtype_](const torch::Tensor& input) {
-      return checkpointed_forward(forward, input, autocast);
+    // The stage's own forward, recomputed in the backward under the autocast it ran under.
+    stage.forward = [forward = std::move(stage.forward)](const torch::Tensor& input) {
+      return checkpointed_forward(forward, input);
     };
   }
   return stages;

@@ -5,6 +5,7 @@
 #include "models/resnet.h"
 #include "strategies/training.h"
 
+#include <ATen/autocast_mode.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -307,9 +308,7 @@ TEST(ActivationCheckpoint, KeepsNoIntermediateAndGivesTheSameGradients) {
   const auto kept = plain(input).sum();
   EXPECT_FALSE(plain.intermediate->expired()) << "autograd keeps sin's output for cos's backward";
   const auto input_again = input.detach().clone().requires_grad_();
-  const auto recomputed = checkpointed_forward([&](const torch::Tensor& x) { return checkpointed(x); }, input_again,
-                                               std::nullopt)
-                              .sum();
+  const auto recomputed = checkpointed_forward([&](const torch::Tensor& x) { return checkpointed(x); }, input_again).sum();
   EXPECT_TRUE(checkpointed.intermediate->expired()) << "the checkpointed block kept its intermediate";
   EXPECT_EQ(checkpointed.forwards, 1);
 
@@ -319,6 +318,37 @@ TEST(ActivationCheckpoint, KeepsNoIntermediateAndGivesTheSameGradients) {
   EXPECT_TRUE(torch::equal(recomputed.detach(), kept.detach()));
   EXPECT_TRUE(torch::allclose(checkpointed.weight.grad(), plain.weight.grad(), 1e-6, 1e-6));
   EXPECT_TRUE(torch::allclose(input_again.grad(), input.grad(), 1e-6, 1e-6));
+}
+
+// The recomputation runs under the autocast its forward ran under, whatever the backward's thread
+// has: a pipeline's backward runs outside the forward's autocast scope, and a model's stages may be
+// made before the model's autocast is set (a pipeline's parts were: their bf16 blocks were
+// recomputed in fp32, 6.4x slower on gpt2-medium, 2 H200s, and not the forward the gradients
+// belong to).
+TEST(ActivationCheckpoint, RecomputesUnderTheAutocastItsForwardRanUnder) {
+  std::vector<std::optional<c10::ScalarType>> seen;  // each run's autocast dtype, none where off
+  const auto block = [&](const torch::Tensor& x) {
+    seen.push_back(at::autocast::is_autocast_enabled(torch::kCPU)
+                       ? std::optional<c10::ScalarType>(at::autocast::get_autocast_dtype(torch::kCPU))
+                       : std::nullopt);
+    return x * 2;
+  };
+  const auto input = torch::ones({4}).requires_grad_();
+  torch::Tensor output;
+  {
+    AutocastScope autocast(torch::kCPU, torch::kBFloat16);
+    output = checkpointed_forward(block, input);
+  }
+  ASSERT_FALSE(at::autocast::is_autocast_enabled(torch::kCPU));
+  output.sum().backward();
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_EQ(seen[0], std::optional<c10::ScalarType>(torch::kBFloat16));
+  EXPECT_EQ(seen[1], seen[0]) << "the backward recomputed the block under another autocast";
+  // Without autocast in the forward, none in the recomputation either.
+  seen.clear();
+  checkpointed_forward(block, input).sum().backward();
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_EQ(seen[1], std::nullopt);
 }
 
 TEST(ActivationCheckpoint, ModelsCheckpointTheirBlocksAlone) {
