@@ -3,7 +3,6 @@
 #include "benchmarks/launch/rank_processes.h"
 #include "benchmarks/launch/rank_protocol.h"
 #include "benchmarks/launch/temporary_directory.h"
-#include "strategies/distributed/store_sync.h"
 
 #include <nlohmann/json.hpp>
 

@@ -11,13 +11,8 @@
 
 #include "benchmarks/config/options.h"
 #include "benchmarks/launch/rank_results.h"
-#include "strategies/distributed/world.h"
 
-#include <benchmark/benchmark.h>
-
-#include <functional>
 #include <map>
-#include <optional>
 #include <string>
 #include <vector>
 

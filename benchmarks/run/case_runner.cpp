@@ -140,6 +140,8 @@ std::string trace_path(const std::string& dir, const std::string& case_name, con
   return dir + "/" + file + suffix + ".trace.json";
 }
 
+namespace {
+
 // The simulator's step for a traced pipeline case, beside its trace: the predicted timeline the
 // report draws under the measured one (docs/JSON.md, "Traces").
 void write_predicted_timeline(const CaseSpec& spec, const SimulatedStep& step, const std::string& path) {
@@ -168,6 +170,8 @@ void write_predicted_timeline(const CaseSpec& spec, const SimulatedStep& step, c
   file << timeline.dump(1) << "\n";
   if (!file) throw std::runtime_error("cannot write " + path);
 }
+
+}  // namespace
 
 CaseProfile profile_case(const CaseSpec& spec, const Options& options) {
   CaseProfile profile;
