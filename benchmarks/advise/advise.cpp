@@ -102,15 +102,35 @@ const StrategyInfo& reference_strategy() {
   throw std::logic_error("advise needs a strategy whose predictor is the reference (StrategyPredictor::reference)");
 }
 
+// The reference strategy's step on `device` at the case's batch: set up and warmed up once, and
+// (`graphed`) captured, to be timed alone or with other work beside it.
+class ReferenceStep {
+ public:
+  ReferenceStep(const CaseSpec& spec, torch::Device device, bool graphed) : strategy_(reference_strategy().create()) {
+    const auto& config = spec.config;
+    strategy_->setup([&config] { return make_case_model(config); }, {device}, config);
+    batch_ = make_random_batch(config, config.batch_size, device, device);
+    for (int step = 0; step < kProfileRepeats; ++step) strategy_->train_step(batch_);
+    if (graphed) replayed_ = std::make_unique<GraphedStep>(*strategy_, batch_);
+  }
+
+  void run() {
+    if (replayed_) {
+      replayed_->run(batch_);
+    } else {
+      strategy_->train_step(batch_);
+    }
+  }
+
+ private:
+  std::unique_ptr<Strategy> strategy_;
+  Batch batch_;
+  std::unique_ptr<GraphedStep> replayed_;  // declared last: destroyed before the strategy it replays
+};
+
 double reference_step_ms(const CaseSpec& spec, torch::Device device, bool graphed) {
-  auto reference = reference_strategy().create();
-  const auto& config = spec.config;
-  reference->setup([&config] { return make_case_model(config); }, {device}, config);
-  const auto batch = make_random_batch(config, config.batch_size, device, device);
-  for (int step = 0; step < kProfileRepeats; ++step) reference->train_step(batch);
-  if (!graphed) return median_ms({device}, [&] { reference->train_step(batch); });
-  GraphedStep replayed(*reference, batch);
-  return median_ms({device}, [&] { replayed.run(batch); });
+  ReferenceStep reference(spec, device, graphed);
+  return median_ms({device}, [&] { reference.run(); });
 }
 
 // Per part and size: its forward, its backward (the loss included on the last part), where
@@ -248,30 +268,15 @@ double allreduce_ms(const std::vector<torch::Device>& devices, int64_t bytes, c1
 #endif
 }
 
-// RankProfile::step_lost_per_comm_ms: single's step at the per-rank batch on the first of the
-// ranks' GPUs `devices`, with one all-reduce of `bytes` (all of its gradients) across them beside
-// it, on a stream of its own on each GPU. NCCL's kernels and the step's share the first GPU's SMs
-// and memory; what that costs is the pair's time less the longer alone, per millisecond of the
-// all-reduce alone. 0 with one GPU.
-double step_lost_per_comm_ms(const CaseSpec& at_rank_batch, const std::vector<torch::Device>& devices, bool graphed,
+// RankProfile::step_lost_per_comm_ms: `reference` (single's step at the per-rank batch on the
+// first of the ranks' GPUs `devices`, `step_alone_ms` alone), with one all-reduce of `bytes` (all
+// of its gradients) across them beside it, on a stream of its own on each GPU. NCCL's kernels and
+// the step's share the first GPU's SMs and memory; what that costs is the pair's time less the
+// longer alone, per millisecond of the all-reduce alone. 0 off GPUs or with one.
+double step_lost_per_comm_ms(ReferenceStep& reference, double step_alone_ms, const std::vector<torch::Device>& devices,
                              int64_t bytes, c10::ScalarType dtype) {
 #ifdef PARBENCH_WITH_CUDA
   if (devices.size() < 2 || !devices.front().is_cuda()) return 0;
-  const auto& config = at_rank_batch.config;
-  const auto device = devices.front();
-  auto reference = reference_strategy().create();
-  reference->setup([&config] { return make_case_model(config); }, {device}, config);
-  const auto batch = make_random_batch(config, config.batch_size, device, device);
-  for (int step = 0; step < kProfileRepeats; ++step) reference->train_step(batch);
-  std::unique_ptr<GraphedStep> replayed;
-  if (graphed) replayed = std::make_unique<GraphedStep>(*reference, batch);
-  const auto step = [&] {
-    if (replayed) {
-      replayed->run(batch);
-    } else {
-      reference->train_step(batch);
-    }
-  };
   std::vector<torch::Tensor> buffers;
   std::vector<c10::cuda::CUDAStream> sides;
   torch::cuda::nccl::stream_list side_streams;
@@ -300,7 +305,6 @@ double step_lost_per_comm_ms(const CaseSpec& at_rank_batch, const std::vector<to
   fork();
   all_reduce();  // the communicators are made on the first one
   join();
-  const double step_alone = median_ms({device}, step);
   const double comm_alone = median_ms(devices, [&] {
     fork();
     all_reduce();
@@ -309,12 +313,12 @@ double step_lost_per_comm_ms(const CaseSpec& at_rank_batch, const std::vector<to
   const double together = median_ms(devices, [&] {
     fork();
     all_reduce();
-    step();
+    reference.run();
     join();
   });
-  return comm_alone > 0 ? std::max(0.0, together - std::max(step_alone, comm_alone)) / comm_alone : 0;
+  return comm_alone > 0 ? std::max(0.0, together - std::max(step_alone_ms, comm_alone)) / comm_alone : 0;
 #else
-  (void)at_rank_batch, (void)devices, (void)graphed, (void)bytes, (void)dtype;
+  (void)reference, (void)step_alone_ms, (void)devices, (void)bytes, (void)dtype;
   return 0;
 #endif
 }
@@ -342,14 +346,17 @@ void profile_ranks(const CaseSpec& spec, const std::vector<torch::Device>& devic
     const auto times = time_parts(*model, stages, config, {rank_batch}, graphed, /*copies=*/false);
     CaseSpec at_rank_batch = spec;
     at_rank_batch.config.batch_size = rank_batch;
-    const double rank_step_ms = reference_step_ms(at_rank_batch, devices.front(), graphed);
     int64_t gradient_bytes = 0;
     for (const auto& parameter : model->module().parameters()) {
       gradient_bytes += parameter.numel() * static_cast<int64_t>(parameter.element_size());
     }
     const auto gradient_dtype = model->module().parameters().front().scalar_type();
-    const double lost_per_comm_ms =
-        step_lost_per_comm_ms(at_rank_batch, devices, graphed, gradient_bytes, gradient_dtype);
+    double rank_step_ms = 0, lost_per_comm_ms = 0;
+    {  // one reference for both, gone before the buckets' all-reduces are timed
+      ReferenceStep reference(at_rank_batch, devices.front(), graphed);
+      rank_step_ms = median_ms({devices.front()}, [&] { reference.run(); });
+      lost_per_comm_ms = step_lost_per_comm_ms(reference, rank_step_ms, devices, gradient_bytes, gradient_dtype);
+    }
 
     double backward_ms = 0;
     std::map<const c10::TensorImpl*, double> ready_ms;
