@@ -70,6 +70,35 @@ void expect_same_step(const StepResult& value, const StepResult& reference, cons
   }
 }
 
+// One AdamW step from fresh moments moves each weight by lr * g / (|g| + eps): about the learning
+// rate whatever the gradient's size, with the gradient's sign. Where a gradient is rounding noise
+// (|g| ~ 1e-8 in a tensor of norm ~20: most of eval-mode resnet50's), two correct runs that sum
+// in another order can round it to either sign, and move that weight apart by up to 2 * lr
+// (measured: a 1.05e-5 relative difference on one CI host, 2e-6 on another). So the weights are
+// compared where the two runs' gradients agree to 1%, at kTolerance; elsewhere each must be within
+// 2 * lr, and such elements must stay rare. A missed, doubled or mis-corrected update moves every
+// weight by a large part of lr, which the settled elements show.
+void expect_same_adamw_first_step(const StepResult& value, const StepResult& reference, const std::string& what,
+                                  double learning_rate) {
+  constexpr double kAgreement = 1e-2;      // per element, relative
+  constexpr double kMaxUnsettled = 1e-2;   // share of a tensor's elements (measured: up to 1e-3)
+  EXPECT_NEAR(value.loss, reference.loss, kTolerance * std::abs(reference.loss)) << what;
+  for (const auto& [name, grad] : reference.grads) {
+    const auto& value_grad = value.grads.at(name);
+    EXPECT_LT(relative_difference(value_grad, grad), kTolerance) << what << " grad " << name;
+    const auto unsettled = (value_grad - grad).abs() > kAgreement * grad.abs();
+    const auto weight = reference.weights.at(name);
+    const auto difference = value.weights.at(name) - weight;
+    const double settled_difference = difference.masked_fill(unsettled, 0).to(torch::kDouble).norm().item<double>();
+    EXPECT_LT(settled_difference, kTolerance * weight.to(torch::kDouble).norm().item<double>())
+        << what << " weight " << name << " where the gradients agree";
+    EXPECT_LE(difference.abs().max().item<double>(), 2 * learning_rate * (1 + kTolerance))
+        << what << " weight " << name << " moved apart by more than 2 * lr";
+    EXPECT_LE(unsettled.sum().item<double>(), kMaxUnsettled * static_cast<double>(grad.numel()))
+        << what << " grad " << name << ": too many elements at rounding-noise level";
+  }
+}
+
 // An equivalence test's configuration: `model` with 10 classes at `batch` samples of `sample`
 // (image side, or a language model's tokens), SGD at a large rate, so a wrong update shows in
 // the weights.
@@ -142,16 +171,22 @@ TEST_P(SplitEquivalence, MatchesSingleDevice) {
   config.learning_rate = c.model == "resnet50" ? 1e-4 : 1e-3;
   const int staged_steps = c.model == "resnet50" ? 1 : kSteps;
   const auto adamw_reference = train("single", config, 1, batch, c.eval_mode, staged_steps);
-  expect_same_step(train("model_parallel", config, c.devices, batch, c.eval_mode, staged_steps), adamw_reference,
-                   "model_parallel adamw", adamw_weight_tolerance);
+  const auto expect_same_adamw = [&](const StepResult& value, const std::string& what) {
+    if (staged_steps == 1) {
+      expect_same_adamw_first_step(value, adamw_reference, what, config.learning_rate);
+    } else {
+      expect_same_step(value, adamw_reference, what, adamw_weight_tolerance);
+    }
+  };
+  expect_same_adamw(train("model_parallel", config, c.devices, batch, c.eval_mode, staged_steps),
+                    "model_parallel adamw");
   for (const auto& info : schedule_table()) {
     if (c.model == "resnet50" && info.name != "1f1b") continue;
     set_option(config, "split", c.split_sizes.front());
     set_option(config, "schedule", info.name);
     set_option(config, "chunks", 1);
-    expect_same_step(train("pipeline", config, c.devices, batch, c.eval_mode, staged_steps), adamw_reference,
-                     "pipeline adamw split " + config.options.at("split") + " " + info.name,
-                     adamw_weight_tolerance);
+    expect_same_adamw(train("pipeline", config, c.devices, batch, c.eval_mode, staged_steps),
+                      "pipeline adamw split " + config.options.at("split") + " " + info.name);
   }
   expect_same_step(train("data_parallel", config, c.devices, batch, c.eval_mode, kSteps, torch::kDouble),
                    train("single", config, 1, batch, c.eval_mode, kSteps, torch::kDouble),
