@@ -10,7 +10,9 @@
 #include "strategies/strategy.h"
 
 #include <algorithm>
+#include <functional>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <tuple>
@@ -30,6 +32,22 @@ struct RankProfile {
   // the GPU's SMs and memory with the step's): an all-reduce of all the gradients beside the
   // reference step, less the longer of the two alone, over the all-reduce alone. 0: not measured.
   double step_lost_per_comm_ms = 0;
+  double gradient_bytes = 0;  // what the buckets' all-reduces move in all: the model's gradients
+};
+
+// One rank of a strategy whose ranks each run their own slice of the model (tensor_parallel),
+// rehearsed alone on one device: its own compute and memory, its collectives sent nowhere
+// (strategies/distributed/rehearsal_backend.h) but tallied in its counters.
+struct Rehearsal {
+  double step_ms = 0;     // its step, timed as the case runs it (eager, or replayed from a CUDA graph)
+  double step_bytes = 0;  // the most its eager step allocates above what was allocated before it
+  std::map<std::string, double> counters;  // the rank's counters() after its last step
+};
+
+// What a case asks to have rehearsed (ProfileRequest::rehearsals).
+struct RehearsalRequest {
+  std::function<std::unique_ptr<Strategy>()> create;  // the rank, set up on one device
+  RunConfig config;                                   // as the case's rank runs: its own batch
 };
 
 // What `hidden_comm_ms` of collectives hidden behind the step still cost it (RankProfile).
@@ -124,6 +142,7 @@ struct AdviseProfile {
   std::map<std::pair<double, int64_t>, RankProfile> ranks;  // by (bucket MiB, per-rank batch)
   bool graphed = false;  // every piece captured in a CUDA graph and replayed
   MemoryProfile memory;  // for the memory predictions (StrategyPredictor::memory)
+  std::map<std::string, Rehearsal> rehearsals;  // by the key the case asked with (ProfileRequest::rehearsals)
 };
 
 // What a set-up's cases need profiled beyond the reference step; each case's predictor adds its
@@ -139,6 +158,9 @@ struct ProfileRequest {
   const StrategyInfo* set_up = nullptr;
   RunConfig set_up_config;
   std::vector<std::pair<double, int64_t>> ranks;  // (bucket MiB, per-rank batch): RankProfile's
+  // Ranks to rehearse, by a key their predictor names them by; each rehearsed once, on its own
+  // (a rehearsal that fails leaves its key out, and the rest of the profile stands).
+  std::map<std::string, RehearsalRequest> rehearsals;
 
   // Asks for a rank's profile at this bucket size and per-rank batch, once.
   void add_rank(double bucket_mib, int64_t batch) {

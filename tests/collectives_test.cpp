@@ -1,7 +1,9 @@
 // The store backend's all-gather and reduce-scatter (what sharded strategies run on CPU ranks in
 // CI), on ranks that are threads of this process sharing one store: worlds of 1, 2 and 3, shards
 // of uneven length, each reduce-scatter's chunk bitwise the all-reduce's, and a rank that never
-// comes named in the error.
+// comes named in the error. And the rehearsal backend, which sends nothing: the shapes a real
+// collective leaves, on one rank.
+#include "strategies/distributed/rehearsal_backend.h"
 #include "strategies/distributed/store_backend.h"
 
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
@@ -139,6 +141,51 @@ TEST(CollectiveTimeout, ARankThatNeverComesIsNamed) {
     ADD_FAILURE() << "an all-gather finished without rank 1";
   } catch (const std::exception& error) {
     EXPECT_NE(std::string(error.what()).find("rank 1 did not reach all-gather #0"), std::string::npos) << error.what();
+  }
+}
+
+// Rank 0 of 3 alone: every collective has finished when it returns; an all-gather repeats the
+// input in every rank's place, a reduce-scatter keeps the input's first chunk, an all-reduce and
+// a broadcast leave their tensors as they were; a whole tensor of the wrong size is refused.
+TEST(RehearsalBackend, LeavesTheShapesARealCollectiveWouldWithoutSending) {
+  RehearsalBackend backend(3);
+  EXPECT_EQ(backend.getRank(), 0);
+  EXPECT_EQ(backend.getSize(), 3);
+  auto shard = torch::arange(4, torch::kFloat);
+  auto whole = torch::full({12}, -1.0f);
+  auto work = backend._allgather_base(whole, shard);
+  EXPECT_TRUE(work->isCompleted());
+  EXPECT_TRUE(torch::equal(whole, shard.repeat({3})));
+  auto two_d = torch::zeros({3, 4});  // a whole tensor of any shape with 3 shards' elements
+  backend._allgather_base(two_d, shard);
+  EXPECT_TRUE(torch::equal(two_d, shard.repeat({3, 1})));
+
+  auto scattered = torch::full({4}, -1.0f);
+  auto input = torch::arange(12, torch::kFloat);
+  EXPECT_TRUE(backend._reduce_scatter_base(scattered, input)->isCompleted());
+  EXPECT_TRUE(torch::equal(scattered, torch::arange(4, torch::kFloat)));
+
+  std::vector<at::Tensor> tensors{torch::arange(5, torch::kFloat)};
+  EXPECT_TRUE(backend.allreduce(tensors)->wait());
+  EXPECT_TRUE(torch::equal(tensors.front(), torch::arange(5, torch::kFloat)));
+  EXPECT_TRUE(backend.broadcast(tensors)->isCompleted());
+  EXPECT_TRUE(backend.barrier()->isCompleted());
+
+  std::vector<at::Tensor> outputs{torch::zeros({6}), torch::zeros({3})}, inputs{torch::ones({2}), torch::full({1}, 7.0f)};
+  backend.allgather_into_tensor_coalesced(outputs, inputs);
+  EXPECT_TRUE(torch::equal(outputs[0], torch::ones({6})));
+  EXPECT_TRUE(torch::equal(outputs[1], torch::full({3}, 7.0f)));
+  backend.reduce_scatter_tensor_coalesced(inputs, outputs);
+  EXPECT_TRUE(torch::equal(inputs[0], torch::ones({2})));
+
+  auto wrong = torch::zeros({5});
+  try {
+    backend._allgather_base(wrong, shard);
+    ADD_FAILURE() << "an output of 5 elements for 3 shards of 4 was taken";
+  } catch (const c10::Error& error) {
+    EXPECT_NE(std::string(error.what_without_backtrace()).find("3 (the world size) times the shard's 4 elements"),
+              std::string::npos)
+        << error.what_without_backtrace();
   }
 }
 

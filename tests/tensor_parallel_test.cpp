@@ -5,6 +5,8 @@
 //   vocabulary-parallel cross-entropy matches the whole one, and a GPT of 6 heads split over 2
 //   and 3 ranks gives single's loss and gradients (tinygpt's 4 heads do not split over 3);
 // - the case builder refuses a degree that does not divide the shapes, with the reason.
+#include "benchmarks/advise/advise.h"
+#include "benchmarks/advise/advise_memory.h"
 #include "benchmarks/cases/cases.h"
 #include "benchmarks/launch/launcher.h"
 #include "benchmarks/launch/temporary_directory.h"
@@ -27,6 +29,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <exception>
 #include <thread>
@@ -316,31 +319,124 @@ TEST(TensorParallel, ObstacleNamesWhatMustDivide) {
   EXPECT_NE(tensor_parallel_obstacle(kSixHeads, 4, 12, false).find("6 attention heads"), std::string::npos);
 }
 
-// --advise: single's step over the degree plus 4 L + 2 all-reduces of the (T, N, d) activations
-// (the embedding's in fp32, the others in bf16 here), priced by the profiled all-reduce of the
-// whole model's fp32 gradients.
-TEST(TensorParallel, PredictsSingleOverTheDegreePlusTheActivationAllReduces) {
-  const auto& info = StrategyRegistry::instance().get("tensor_parallel");
-  RunConfig config;
-  config.model = "tinygpt";
-  config.seq_len = 16;
-  config.batch_size = 3;  // each rank's share
-  config.precision = Precision::kBFloat16;
+// The one case of `strategy` on tinygpt over 2 ranks, as the benchmark builds it.
+CaseSpec tinygpt_case(const std::string& strategy, const std::string& sequence_parallel) {
+  auto specs = build_cases(parsed_options({"--strategies=" + strategy, "--models=tinygpt", "--gpus=2",
+                                           "--batch=" + std::to_string(kBatch), "--seq=" + std::to_string(kSeq),
+                                           "--sequence-parallel=" + sequence_parallel},
+                                          /*has_gpu=*/false),
+                           /*visible_gpus=*/2);
+  specs.erase(std::remove_if(specs.begin(), specs.end(), [](const CaseSpec& spec) { return !spec.skip_reason.empty(); }),
+              specs.end());
+  if (specs.size() != 1) throw std::logic_error(strategy + ": " + std::to_string(specs.size()) + " cases");
+  return specs.front();
+}
+
+// --advise's profile of a tensor_parallel case: its rank 0, rehearsed alone on one device
+// (benchmarks/advise/advise.h), tallies what a real rank sends, sequence parallel off and on (the
+// same bytes as TwoRanksTrainAsSingleDevice's ranks counted), and its step allocates less than
+// single's at the whole batch: it holds a slice of the model.
+TEST(TensorParallel, ARehearsedRankTalliesWhatARealRankSendsAndHoldsLessThanSingle) {
+  const auto single = tinygpt_case("single", "off");
+  double single_bytes = 0;
+  {
+    const auto& info = *single.strategy;
+    const auto rehearsal = rehearse(RehearsalRequest{[&info] { return info.create(); }, single.config}, torch::kCPU, false);
+    single_bytes = rehearsal.step_bytes;
+  }
+  for (const std::string sequence_parallel : {"off", "on"}) {
+    const auto spec = tinygpt_case("tensor_parallel", sequence_parallel);
+    const CaseConditions conditions{spec.config, spec.global_batch, 2, 2, false};
+    ASSERT_EQ(spec.config.batch_size, kBatch / 2);  // each rank's share
+    ProfileRequest request;
+    spec.strategy->predictor().request(conditions, request);
+    ASSERT_EQ(request.rehearsals.size(), 1u);
+    const auto& asked = request.rehearsals.begin()->second;
+    const auto rehearsal = rehearse(asked, torch::kCPU, /*graphed=*/false);
+    EXPECT_DOUBLE_EQ(rehearsal.counters.at("tp_comm_mib_per_step"), expected_comm_bytes(sequence_parallel == "on") / (1 << 20))
+        << "sequence parallel " << sequence_parallel;
+    EXPECT_GT(rehearsal.step_ms, 0.0);
+    EXPECT_GT(rehearsal.step_bytes, 0.0);
+    EXPECT_LT(rehearsal.step_bytes, single_bytes) << "sequence parallel " << sequence_parallel;
+    // Its rank 0's shards, as a real rank 0 holds them.
+    auto rank = asked.create();
+    rank->setup([&spec] { return make_case_model(spec.config); }, {torch::kCPU}, spec.config);
+    EXPECT_EQ(rank->describe().at("backend"), "rehearsal");
+    auto whole = make_case_model(spec.config);
+    const auto shards = rank->model().module().named_parameters();
+    const auto wholes = whole->module().named_parameters();
+    ASSERT_EQ(shards.size(), wholes.size());
+    for (size_t i = 0; i < shards.size(); ++i) {
+      const auto expected = take_shard(wholes[i].value(), shard_kind(wholes[i].key()), 0, 2);
+      EXPECT_EQ(shards[i].value().sizes(), expected.sizes()) << shards[i].key();
+    }
+  }
+}
+
+// On a GPU the rehearsed rank is captured in a CUDA graph and replayed, as --advise profiles a
+// graphed case: its stand-in collectives are local copies, which a graph captures.
+TEST(TensorParallel, ARehearsedRankIsCapturedAndReplayedOnAGpu) {
+  if (visible_gpu_count() < 1) GTEST_SKIP() << "needs a GPU, 0 visible";
+  const auto spec = tinygpt_case("tensor_parallel", "on");
+  ProfileRequest request;
+  spec.strategy->predictor().request(CaseConditions{spec.config, spec.global_batch, 2, 2, true}, request);
+  ASSERT_EQ(request.rehearsals.size(), 1u);
+  const auto rehearsal = rehearse(request.rehearsals.begin()->second, torch::Device(torch::kCUDA, 0), /*graphed=*/true);
+  EXPECT_GT(rehearsal.step_ms, 0.0);
+  EXPECT_GT(rehearsal.step_bytes, 0.0);
+  EXPECT_DOUBLE_EQ(rehearsal.counters.at("tp_comm_mib_per_step"), expected_comm_bytes(true) / (1 << 20));
+}
+
+// --advise's step: the rehearsed rank's step plus its collectives' bytes (ring bytes, as tallied,
+// back to the bytes all-reduced) at the all-reduce rate the ranks' profile measured on buckets
+// of one (T, N, d) activation; none of it hidden. Memory: its shards' states by formula, and what
+// the rehearsed step allocated above them.
+TEST(TensorParallel, PredictsTheRehearsedRankPlusItsCollectivesAtTheProfiledRate) {
+  const auto spec = tinygpt_case("tensor_parallel", "off");
+  const auto& info = *spec.strategy;
+  const auto& config = spec.config;
+  ASSERT_EQ(config.batch_size, 3);  // each rank's share
   const CaseConditions conditions{config, /*named_batch=*/6, /*devices=*/2, /*visible_gpus=*/2, /*cuda_graph=*/false};
   ASSERT_TRUE(info.predicts(conditions));
   EXPECT_TRUE(info.predictor().needs_gpu_per_device);
   ProfileRequest request;
   info.predictor().request(conditions, request);
   ASSERT_EQ(request.ranks.size(), 1u);
-  EXPECT_EQ(request.ranks.front().second, 6);  // the whole batch
+  // One activation of the whole batch is 6 x 16 x 32 x 4 bytes: below a MiB, buckets of one.
+  EXPECT_EQ(request.ranks.front(), (std::pair<double, int64_t>{1.0, 3}));
+  ASSERT_EQ(request.rehearsals.size(), 1u);
+  EXPECT_EQ(request.rehearsals.begin()->second.config.batch_size, 3);
   AdviseProfile profile;
-  profile.single_step_ms = 10;
-  profile.ranks[request.ranks.front()].bucket_allreduce_ms = {2.0};
-  double parameters = 0;
-  for (const auto& parameter : make_model("tinygpt", 96)->module().parameters()) parameters += parameter.numel();
-  const double activations = 6.0 * 16 * 32;
-  const double bytes = activations * 4 + (4 * 2 + 1) * activations * 2;
-  EXPECT_NEAR(info.predictor().predict(profile, conditions).step_ms, 10.0 / 2 + bytes * 2.0 / (4 * parameters), 1e-9);
+  profile.single_step_ms = 10;  // not read
+  auto& rank = profile.ranks[request.ranks.front()];
+  rank.bucket_allreduce_ms = {1.0, 3.0};
+  rank.gradient_bytes = 8e6;
+  const auto& key = request.rehearsals.begin()->first;
+  profile.rehearsals[key] = Rehearsal{/*step_ms=*/7.0, /*step_bytes=*/5e5, {{"tp_comm_mib_per_step", 3.0}}};
+  // 3 MiB of ring bytes on 2 ranks: an all-reduce's 2 (w-1)/w = 1 times its bytes; 4 ms per 8e6 bytes.
+  EXPECT_NEAR(info.predictor().predict(profile, conditions).step_ms, 7.0 + 3.0 * (1 << 20) * 4.0 / 8e6, 1e-9);
+
+  profile.memory = profile_memory({config}, torch::kCPU);
+  const auto memory = info.predictor().memory(profile, conditions).devices;
+  ASSERT_EQ(memory.size(), 2u);
+  std::vector<torch::Tensor> held;
+  for (size_t i = 0; i < profile.memory.parameters.size(); ++i) {
+    const auto& whole = profile.memory.parameters[i];
+    held.push_back(shard_kind(profile.memory.parameter_names[i]) == ShardKind::kReplicated
+                       ? whole
+                       : torch::empty({whole.numel() / 2}, whole.options()));
+  }
+  const auto states = model_states_of(held, config.optimizer);
+  const double batch = profile.memory.inputs.at(3) + profile.memory.targets.at(3);
+  EXPECT_DOUBLE_EQ(memory[0].peak(), states.parameters + states.optimizer_state + batch + 5e5);
+  EXPECT_EQ(memory[0].peak(), memory[1].peak());
+
+  // Without its rehearsal: no time, and the memory by Megatron-LM's per-layer count.
+  profile.rehearsals.clear();
+  EXPECT_THROW(info.predictor().predict(profile, conditions), std::invalid_argument);
+  const auto counted = info.predictor().memory(profile, conditions).devices.front();
+  EXPECT_FALSE(counted.fresh_gradients);
+  EXPECT_GT(counted.activations, 0.0);
 }
 
 }  // namespace

@@ -102,17 +102,34 @@ const StrategyInfo& reference_strategy() {
   throw std::logic_error("advise needs a strategy whose predictor is the reference (StrategyPredictor::reference)");
 }
 
-// The reference strategy's step on `device` at the case's batch: set up and warmed up once, and
-// (`graphed`) captured, to be timed alone or with other work beside it.
+// A strategy's step on one device (by default the reference strategy's at the case's batch): set
+// up and warmed up once, and (`graphed`) captured, to be timed alone or with other work beside it.
 class ReferenceStep {
  public:
-  ReferenceStep(const CaseSpec& spec, torch::Device device, bool graphed) : strategy_(reference_strategy().create()) {
-    const auto& config = spec.config;
+  ReferenceStep(const CaseSpec& spec, torch::Device device, bool graphed)
+      : ReferenceStep(reference_strategy().create(), spec.config, device, graphed) {}
+
+  // `strategy` set up on `device` under `config`, on a batch of config.batch_size. Where
+  // `step_bytes`, the most one eager step allocates above what is allocated before it, its
+  // gradients set to none first: everything the step makes, its gradients included.
+  ReferenceStep(std::unique_ptr<Strategy> strategy, const RunConfig& config, torch::Device device, bool graphed,
+                double* step_bytes = nullptr)
+      : strategy_(std::move(strategy)) {
     strategy_->setup([&config] { return make_case_model(config); }, {device}, config);
     batch_ = make_random_batch(config, config.batch_size, device, device);
     for (int step = 0; step < kProfileRepeats; ++step) strategy_->train_step(batch_);
+    if (step_bytes != nullptr) {
+      for (auto& parameter : strategy_->model().module().parameters()) parameter.mutable_grad().reset();
+      AllocationCounter counter(device);
+      const double before = counter.current();
+      counter.reset_peak();
+      strategy_->train_step(batch_);
+      *step_bytes = counter.peak() - before;
+    }
     if (graphed) replayed_ = std::make_unique<GraphedStep>(*strategy_, batch_);
   }
+
+  const Strategy& strategy() const { return *strategy_; }
 
   void run() {
     if (replayed_) {
@@ -132,6 +149,18 @@ double reference_step_ms(const CaseSpec& spec, torch::Device device, bool graphe
   ReferenceStep reference(spec, device, graphed);
   return median_ms({device}, [&] { reference.run(); });
 }
+
+}  // namespace
+
+Rehearsal rehearse(const RehearsalRequest& request, torch::Device device, bool graphed) {
+  Rehearsal rehearsal;
+  ReferenceStep step(request.create(), request.config, device, graphed, &rehearsal.step_bytes);
+  rehearsal.step_ms = median_ms({device}, [&] { step.run(); });
+  rehearsal.counters = step.strategy().counters();
+  return rehearsal;
+}
+
+namespace {
 
 // Per part and size: its forward, its backward (the loss included on the last part), where
 // `copies` the copy of its output to the next part's device, and where `halves` the backward's
@@ -387,6 +416,7 @@ void profile_ranks(const CaseSpec& spec, const std::vector<torch::Device>& devic
         if (allreduce_cache.count({bytes, dtype}) == 0) allreduce_cache[{bytes, dtype}] = allreduce_ms(devices, bytes, dtype);
         rank.bucket_ready_ms.push_back(ready);
         rank.bucket_allreduce_ms.push_back(allreduce_cache[{bytes, dtype}]);
+        rank.gradient_bytes += static_cast<double>(bytes);
       }
       profile.ranks[{bucket_mib, rank_batch}] = std::move(rank);
     }
@@ -616,6 +646,7 @@ std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& 
     std::set<Checkpointing> choices;
     for (const auto& spec : specs) choices.insert(spec.config.checkpoint);
     std::map<Checkpointing, AdviseProfile> time_profiles;
+    std::map<std::string, Rehearsal> rehearsals;  // every choice's ranks rehearsed, for time and memory
     for (const auto choice : choices) {
       CaseSpec chosen = setup;
       chosen.config.checkpoint = choice;
@@ -631,6 +662,16 @@ std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& 
                      key.c_str(), choice == Checkpointing::kOff ? "" : ("/checkpoint:" + to_string(choice)).c_str(),
                      first_line(error).c_str());
       }
+      // Apart from the time profile: a rank whose slice fits its device is rehearsed even where
+      // the whole model did not fit the reference step's.
+      for (const auto& [name, asked] : request.rehearsals) {
+        try {
+          rehearsals[name] = rehearse(asked, device, graphed);
+        } catch (const std::exception& error) {
+          std::fprintf(stderr, "parbench advise: %s: the rank's rehearsal failed (%s); it is predicted without it\n",
+                       name.c_str(), first_line(error).c_str());
+        }
+      }
     }
     const bool timed = !time_profiles.empty();
     // The memory profile, apart: a case's memory is predicted where its time cannot be.
@@ -644,7 +685,11 @@ std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& 
                      key.c_str(), first_line(error).c_str());
       }
     }
-    for (auto& entry : time_profiles) entry.second.memory = profile.memory;
+    profile.rehearsals = rehearsals;
+    for (auto& entry : time_profiles) {
+      entry.second.memory = profile.memory;
+      entry.second.rehearsals = rehearsals;
+    }
     if (!timed && profile.memory.stages.empty()) {
       // The set-up's cases still run, unpredicted, and fail or not on their own.
       std::fprintf(stderr, "parbench advise: %s: nothing was profiled; its cases run without predictions\n", key.c_str());

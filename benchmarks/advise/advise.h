@@ -50,6 +50,12 @@ namespace parbench {
 AdviseProfile profile_setup(const CaseSpec& spec, const std::vector<torch::Device>& devices, bool graphed,
                             const ProfileRequest& request);
 
+// Rehearses one rank (ProfileRequest::rehearsals) on `device`: set up under request.config,
+// warmed up, one eager step's memory measured, then (`graphed`: captured in a CUDA graph and
+// replayed) its median step timed. advise() rehearses the ranks its set-ups' requests name, each
+// apart from the set-up's time profile.
+Rehearsal rehearse(const RehearsalRequest& request, torch::Device device, bool graphed);
+
 // The simulated step of one case whose predictor simulates one (StrategyPredictor::simulate:
 // model_parallel, pipeline), as advise predicts it (profiled on the case's devices, eager or
 // graphed as the case runs), with every action placed; nullopt for a case advise does not model

@@ -13,6 +13,7 @@
 // embedding) then get partial gradients, summed across ranks after backward.
 #include "core/counter_table.h"
 #include "strategies/distributed/rank_setup.h"
+#include "strategies/distributed/rehearsal_backend.h"
 #include "strategies/distributed/world.h"
 #include "strategies/optimizer.h"
 #include "strategies/prediction.h"
@@ -42,12 +43,22 @@ bool sequence_parallel_on(const RunConfig& config) {
 
 class TensorParallel final : public Strategy {
  public:
+  TensorParallel() = default;
+  // One rank of `degree` rehearsed alone on its one device (--advise's profile): rank 0's shards,
+  // its collectives sent nowhere (RehearsalBackend) but tallied.
+  explicit TensorParallel(int rehearsed_degree) : rehearsal_(c10::make_intrusive<RehearsalBackend>(rehearsed_degree)) {}
+
   void setup(const ModelFactory& make_model, const std::vector<torch::Device>& devices,
              const RunConfig& config) override {
-    world_ = &rank_world("tensor_parallel", config, devices);
     devices_ = devices;
     config_ = config;
-    group_ = {world_->backend().get(), world_->rank(), world_->size(), &tally_, &clock_};
+    if (rehearsal_) {
+      TORCH_CHECK(devices.size() == 1, "a rehearsed tensor_parallel rank runs on one device, got ", devices.size());
+      group_ = {rehearsal_.get(), 0, rehearsal_->getSize(), &tally_, nullptr};
+    } else {
+      world_ = &rank_world("tensor_parallel", config, devices);
+      group_ = {world_->backend().get(), world_->rank(), world_->size(), &tally_, &clock_};
+    }
     // The whole model, built and seeded on the CPU as single's is; only this rank's shards
     // reach the device.
     auto whole = make_model();
@@ -117,7 +128,7 @@ class TensorParallel final : public Strategy {
   }
 
   std::map<std::string, std::string> describe() const override {
-    return {{"backend", world_->backend_name()},
+    return {{"backend", world_ != nullptr ? world_->backend_name() : rehearsal_->getBackendName()},
             {"degree", std::to_string(group_.degree)},
             {"sp", model_ptr_->sequence_parallel() ? "on" : "off"}};
   }
@@ -139,7 +150,8 @@ class TensorParallel final : public Strategy {
   }
 
   RunConfig config_;
-  World* world_ = nullptr;
+  World* world_ = nullptr;                       // null when rehearsed
+  c10::intrusive_ptr<RehearsalBackend> rehearsal_;  // set when rehearsed
   TensorParallelGroup group_;
   CollectiveTally tally_, last_step_;
   CollectiveClock clock_;
@@ -147,23 +159,6 @@ class TensorParallel final : public Strategy {
   std::vector<ShardKind> kinds_;                 // per parameter, in the model's order
   std::unique_ptr<Optimizer> optimizer_;
 };
-
-// The model of tensor_parallel_predictor, from single's step at the whole batch and the time of
-// one all-reduce of the whole model's fp32 gradients across the ranks' GPUs.
-double tensor_parallel_step_ms(const GptConfig& gpt, const CaseConditions& conditions, double single_step_ms,
-                               double whole_gradient_allreduce_ms) {
-  const auto& config = conditions.config;
-  const double width = static_cast<double>(gpt.width);
-  const double parameters =
-      gpt_non_embedding_params(gpt) + static_cast<double>(gpt.vocabulary + gpt.context) * width;
-  const double ms_per_byte = whole_gradient_allreduce_ms / (4.0 * parameters);
-  const double activations = static_cast<double>(conditions.named_batch) * static_cast<double>(config.seq_len) * width;
-  // The embedding's sum stays fp32 (the residual stream's type); the layers' inputs and outputs
-  // move in the autocast type.
-  const double layer_bytes = config.precision == Precision::kBFloat16 ? 2.0 : 4.0;
-  const double bytes = activations * (4.0 + (4.0 * static_cast<double>(gpt.layers) + 1.0) * layer_bytes);
-  return single_step_ms / conditions.devices + bytes * ms_per_byte;
-}
 
 // Why a case cannot run, from its model's declaration and shape alone.
 std::optional<CaseObstacle> tensor_parallel_obstacle_in(const CaseConditions& conditions) {
@@ -185,23 +180,66 @@ std::optional<CaseObstacle> tensor_parallel_obstacle_in(const CaseConditions& co
   return std::nullopt;
 }
 
-// --advise: a bucket larger than any GPT's gradients, so that the ranks' profile all-reduces the
-// whole model's fp32 gradients in one, whose bytes follow from the shape: the links' all-reduce
-// time per byte at a large message.
-constexpr double kWholeModelBucketMib = 1 << 20;
+// --advise (docs/METRICS.md, "Predicted step time" and "Predicted peak memory"): one rank
+// rehearsed alone on one GPU (RehearsalBackend: its collectives sent nowhere but tallied) gives
+// its own compute, the part of each layer split by the degree and the part every rank runs whole
+// alike (LayerNorms, residual adds, casts and the loss, whole without sequence parallelism), and
+// its memory. Its collectives are priced at the all-reduce rate the ranks' profile measured on
+// buckets the size of one (T, N, d) activation, the size the layers send.
+std::string rehearsal_key(const CaseConditions& conditions) {
+  const auto& config = conditions.config;
+  return "tensor_parallel/" + config.model + "/degree:" + std::to_string(conditions.devices) +
+         "/batch:" + std::to_string(conditions.named_batch) + "/seq:" + std::to_string(config.seq_len) +
+         "/precision:" + (config.precision == Precision::kBFloat16 ? "bf16" : "fp32") + "/sp:" + (sequence_parallel_on(config) ? "on" : "off") +
+         "/checkpoint:" + to_string(config.checkpoint) + "/optimizer:" + to_string(config.optimizer);
+}
 
-// The predicted step (docs/METRICS.md, "Predicted step time"): single's step at the whole batch
-// divided by the degree (every matrix product, attention included, is split evenly; LayerNorms,
-// GELU, the embedding lookups and the loss, which are not, are taken to shrink alike), plus the
-// collectives, none hidden behind compute: per step 4 L + 2 all-reduces of the (T, N, d)
-// activations (2 per block forward, 2 backward, the embedding's forward in fp32 and the head's
-// input gradient), priced at the profiled all-reduce rate. Sequence parallelism moves the same bytes,
-// so it is predicted alike; the batch's and the loss's small collectives are left out.
+// One (T, N, d) activation of the whole batch, in MiB: the message each layer's collective sends.
+double activation_message_mib(const GptConfig& gpt, const CaseConditions& conditions) {
+  const auto& config = conditions.config;
+  const double element = config.precision == Precision::kBFloat16 ? 2.0 : 4.0;
+  const double bytes = static_cast<double>(conditions.named_batch) * static_cast<double>(config.seq_len) *
+                       static_cast<double>(gpt.width) * element;
+  return std::max(1.0, bytes / (1 << 20));
+}
+
+const GptConfig& gpt_of(const CaseConditions& conditions) {
+  const auto* gpt = find_gpt_config(conditions.config.model);
+  if (gpt == nullptr) throw std::invalid_argument(conditions.config.model + " is not a GPT model");
+  return *gpt;
+}
+
+const Rehearsal& rehearsal_of(const AdviseProfile& profile, const CaseConditions& conditions) {
+  const auto found = profile.rehearsals.find(rehearsal_key(conditions));
+  if (found == profile.rehearsals.end()) throw std::invalid_argument("its rank was not rehearsed");
+  return found->second;
+}
+
+double tensor_parallel_step_ms(const Rehearsal& rehearsal, const RankProfile& rank, int degree) {
+  if (rank.gradient_bytes <= 0 || rank.bucket_allreduce_ms.empty()) {
+    throw std::invalid_argument("the ranks' profile timed no all-reduce");
+  }
+  double allreduce_ms = 0;
+  for (double ms : rank.bucket_allreduce_ms) allreduce_ms += ms;
+  const double ms_per_byte = allreduce_ms / rank.gradient_bytes;  // all-reduced, per byte of the tensor
+  // The tally counts ring bytes: an all-reduce of N bytes 2 (w-1)/w N, an all-gather or a
+  // reduce-scatter of a whole N (w-1)/w N, which the ring runs in half an all-reduce's time.
+  const double w = degree;
+  const double ring_bytes = rehearsal.counters.at("tp_comm_mib_per_step") * (1 << 20);
+  const double allreduced_bytes = ring_bytes * w / (2.0 * (w - 1.0));
+  // None of it counted as hidden: the column-parallel layers' backward overlaps its collective
+  // with their weight gradient, but NCCL then shares the SMs (measured on 2 H200s: 11.2 of about
+  // 13.4 ms still exposed).
+  return rehearsal.step_ms + allreduced_bytes * ms_per_byte;
+}
+
 // Memory per rank: the parameters each keeps (shard_kind: a 1/degree slice, or whole where
-// replicated) with their gradients and optimizer state, and the whole model's activations at the
-// whole batch (every rank runs it) scaled as Megatron-LM's per-layer count (Korthikanti et al.,
-// 2022: of 34 s b h bytes a layer keeps, 24 are split by the degree t, 10 are not, unless sequence
-// parallelism splits them too), the batch shared whole.
+// replicated) with their gradients and optimizer state by formula, and what the rehearsed rank's
+// step allocates above them (its activations at the whole batch, its gradients made anew, the
+// gathered batch), measured. Without a rehearsal (it failed), the whole model's measured
+// activations at the whole batch scaled as Megatron-LM's per-layer count (Korthikanti et al.,
+// 2022: of 34 s b h bytes a layer keeps, 24 are split by the degree t, 10 are not, unless
+// sequence parallelism splits them too).
 MemoryPrediction tensor_parallel_memory(const AdviseProfile& profile, const CaseConditions& conditions) {
   const auto& memory = profile.memory;
   const auto& config = conditions.config;
@@ -214,6 +252,12 @@ MemoryPrediction tensor_parallel_memory(const AdviseProfile& profile, const Case
                        : torch::empty({whole.numel() / degree}, whole.options()));
   }
   auto rank = model_states_of(held, config.optimizer);
+  rank.batch = memory.inputs.at(config.batch_size) + memory.targets.at(config.batch_size);
+  if (const auto found = profile.rehearsals.find(rehearsal_key(conditions)); found != profile.rehearsals.end()) {
+    rank.fresh_gradients = true;
+    rank.activations = found->second.step_bytes;
+    return MemoryPrediction{std::vector<DeviceMemory>(static_cast<size_t>(degree), rank)};
+  }
   // Activations alone (the rank's gradients count whole in its peak, an upper bound).
   const auto whole_batch = whole_model_memory(memory, config, conditions.named_batch, /*holds_batch=*/true,
                                               /*fresh_gradients=*/false);
@@ -225,17 +269,21 @@ MemoryPrediction tensor_parallel_memory(const AdviseProfile& profile, const Case
 }
 
 StrategyPredictor tensor_parallel_predictor() {
-  auto predictor = rank_predictor(
-      [](const CaseConditions& conditions) {
-        return std::pair<double, int64_t>{kWholeModelBucketMib, conditions.named_batch};
-      },
-      [](const AdviseProfile& profile, const CaseConditions& conditions, const RankProfile& rank) {
-        const auto* gpt = find_gpt_config(conditions.config.model);
-        if (gpt == nullptr) throw std::invalid_argument(conditions.config.model + " is not a GPT model");
-        if (rank.bucket_allreduce_ms.size() != 1) throw std::invalid_argument("the gradients did not fit one bucket");
-        return Prediction{
-            tensor_parallel_step_ms(*gpt, conditions, profile.single_step_ms, rank.bucket_allreduce_ms.front()), ""};
-      });
+  const auto profiled_at = [](const CaseConditions& conditions) {
+    return std::pair<double, int64_t>{activation_message_mib(gpt_of(conditions), conditions),
+                                      conditions.config.batch_size};
+  };
+  auto predictor = rank_predictor(profiled_at, [](const AdviseProfile& profile, const CaseConditions& conditions,
+                                                  const RankProfile& rank) {
+    return Prediction{tensor_parallel_step_ms(rehearsal_of(profile, conditions), rank, conditions.devices), ""};
+  });
+  const auto ask_ranks = predictor.request;
+  predictor.request = [ask_ranks](const CaseConditions& conditions, ProfileRequest& request) {
+    ask_ranks(conditions, request);
+    const int degree = conditions.devices;
+    request.rehearsals[rehearsal_key(conditions)] = RehearsalRequest{
+        [degree] { return std::unique_ptr<Strategy>(std::make_unique<TensorParallel>(degree)); }, conditions.config};
+  };
   predictor.memory = tensor_parallel_memory;
   return predictor;
 }
