@@ -886,6 +886,8 @@ step_again2_cuts() {
 #   mem2_big: gpt-6.7b (bf16, AdamW) under ZeRO-3 on 2 GPUs beside single and ddp, which must run
 #     out of memory without ending the run; per rank 12 sequences on GPUs above 100 GB, 4 below
 #   mem2_zero: ddp and zero stages 1-3 alone, eager and graphed, each with --advise's prediction
+#   mem2_tp: single and tensor_parallel (sequence parallel off and on), eager and graphed, each with
+#     --advise's time and memory (from a rank rehearsed alone on one GPU since 991473b)
 #   mem2_tp_trace: single and tensor_parallel (sequence parallel off and on), one traced step each,
 #     and where each one's GPU time goes (ci/kernel_time.py)
 #   mem2_fit: the largest batch per rank under ddp and the zero stages of MEM2_FIT_STAGES (default
@@ -959,6 +961,11 @@ step_mem2_zero() {
   # shellcheck disable=SC2086
   PARBENCH_BENCH_TIMEOUT=${MEM2_TIMEOUT:-200} bench mem2_zero $MEM2_ARGS --strategies=ddp,zero --zero-stages=1,2,3 \
     --cuda-graph=${MEM2_ZERO_GRAPH:-off,on} --allreduce=off --advise=all --repetitions=3 --benchmark_min_time=0.2
+}
+step_mem2_tp() {
+  # shellcheck disable=SC2086
+  PARBENCH_BENCH_TIMEOUT=${MEM2_TIMEOUT:-200} bench mem2_tp $MEM2_ARGS --strategies=single,tensor_parallel \
+    --sequence-parallel=off,on --cuda-graph=off,on --allreduce=off --advise=all --repetitions=3 --benchmark_min_time=0.2
 }
 step_mem2_tp_trace() {
   local status=0 trace
