@@ -115,19 +115,22 @@ TEST_P(Collectives, CoalescedCallsDoEachPairInOrder) {
 INSTANTIATE_TEST_SUITE_P(Worlds, Collectives, ::testing::Values(1, 2, 3),
                          [](const ::testing::TestParamInfo<int>& info) { return std::to_string(info.param) + "ranks"; });
 
+// An all-gather of a shard of 3 elements into a whole tensor of 5, refused with what it needs.
+void expect_mismatch_refused(c10d::Backend& backend) {
+  auto input = torch::zeros({3});
+  auto output = torch::zeros({5});
+  const auto needed = std::to_string(backend.getSize()) + " (the world size) times the shard's 3 elements";
+  try {
+    backend._allgather_base(output, input);
+    ADD_FAILURE() << "an output of 5 elements for " << backend.getSize() << " shards of 3 was taken";
+  } catch (const c10::Error& error) {
+    EXPECT_NE(std::string(error.what_without_backtrace()).find(needed), std::string::npos)
+        << error.what_without_backtrace();
+  }
+}
+
 TEST(CollectiveShapes, AMismatchSaysWhatTheWholeTensorNeeds) {
-  on_ranks(2, [](int, c10d::Backend& backend) {
-    auto input = torch::zeros({3});
-    auto output = torch::zeros({5});
-    try {
-      backend._allgather_base(output, input);
-      ADD_FAILURE() << "an output of 5 elements for 2 shards of 3 was taken";
-    } catch (const c10::Error& error) {
-      EXPECT_NE(std::string(error.what_without_backtrace()).find("2 (the world size) times the shard's 3 elements"),
-                std::string::npos)
-          << error.what_without_backtrace();
-    }
-  });
+  on_ranks(2, [](int, c10d::Backend& backend) { expect_mismatch_refused(backend); });
 }
 
 TEST(CollectiveTimeout, ARankThatNeverComesIsNamed) {
@@ -177,16 +180,7 @@ TEST(RehearsalBackend, LeavesTheShapesARealCollectiveWouldWithoutSending) {
   EXPECT_TRUE(torch::equal(outputs[1], torch::full({3}, 7.0f)));
   backend.reduce_scatter_tensor_coalesced(inputs, outputs);
   EXPECT_TRUE(torch::equal(inputs[0], torch::ones({2})));
-
-  auto wrong = torch::zeros({5});
-  try {
-    backend._allgather_base(wrong, shard);
-    ADD_FAILURE() << "an output of 5 elements for 3 shards of 4 was taken";
-  } catch (const c10::Error& error) {
-    EXPECT_NE(std::string(error.what_without_backtrace()).find("3 (the world size) times the shard's 4 elements"),
-              std::string::npos)
-        << error.what_without_backtrace();
-  }
+  expect_mismatch_refused(backend);
 }
 
 }  // namespace
