@@ -243,15 +243,14 @@ CutKey cut_key_of(const RunConfig& config, int devices) {
   return CutKey{static_cast<size_t>(devices) * static_cast<size_t>(chunks_of(config)), measure_batch_of(config)};
 }
 
-// The profiled cut a staged case runs: its own (ProfileRequest::cuts), else the set-up's one-chunk
-// or chunked cut; null where none was profiled (a cut the model cannot make).
+// The profiled cut a staged case runs: its own (ProfileRequest::cuts), else, with one chunk per
+// device, the set-up's one-part-per-device cut; null where none was profiled (a cut the model
+// cannot make).
 const CutProfile* profiled_cut(const AdviseProfile& profile, const RunConfig& config, int devices) {
   const auto own = profile.cuts.find(cut_key_of(config, devices));
   if (own != profile.cuts.end()) return &own->second;
-  const int chunks = chunks_of(config);
-  if (chunks == 1) return profile.parts.cut.empty() ? nullptr : &profile.parts;
-  const auto found = profile.chunked.find(chunks);
-  return found == profile.chunked.end() || found->second.cut.empty() ? nullptr : &found->second;
+  if (chunks_of(config) != 1) return nullptr;
+  return profile.parts.cut.empty() ? nullptr : &profile.parts;
 }
 
 // The profiled cut with its timings; throws where none was profiled.

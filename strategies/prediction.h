@@ -135,7 +135,6 @@ struct AdviseProfile {
   double single_step_ms = 0;  // the reference: the whole model's step on one device
   std::vector<int64_t> sizes;  // the micro-batch sizes the set-up's cuts were profiled at
   CutProfile parts;            // one part per device, cut at the whole batch
-  std::map<int, CutProfile> chunked;  // by chunks per device (above 1): chunks x devices parts, round-robin
   std::map<CutKey, CutProfile> cuts;  // each staged case's own cut (ProfileRequest::cuts)
   // The counters() of a strategy set up once on the profile's devices (ProfileRequest::set_up).
   std::map<std::string, double> set_up_counters;
@@ -150,7 +149,6 @@ struct AdviseProfile {
 struct ProfileRequest {
   bool parts = false;            // the one-chunk cut's parts, at the whole batch
   bool backward_halves = false;  // and their backwards' halves
-  std::set<int> chunks;          // chunks per device (above 1), a round-robin cut for each
   std::map<CutKey, std::set<int64_t>> cuts;  // the cuts the staged cases run, with their micro-batch sizes
   std::set<int64_t> sizes;       // micro-batch sizes the cases run, profiled beside the set-up's own
   // A strategy to set up once on the profile's devices with this config (the set-up's whole

@@ -164,12 +164,15 @@ TEST(AdviseMemory, ModelStatesByFormulaMatchEachOneProcessStrategy) {
           const auto batch = make_random_batch(config, config.batch_size, strategy->input_device(), strategy->target_device());
           strategy->train_step(batch);
           const auto facts = strategy->describe();
+          const CaseConditions conditions{config, spec.global_batch, spec.gpus};
           if (const auto cut = facts.find("cut"); cut != facts.end()) {
+            // The cut the case runs, where its predictor asks for it (ProfileRequest::cuts).
+            ProfileRequest request;
+            if (spec.strategy->predictor().request) spec.strategy->predictor().request(conditions, request);
             profile.parts.cut = cut->second;
-            profile.chunked[2].cut = cut->second;
+            for (const auto& asked : request.cuts) profile.cuts[asked.first].cut = cut->second;
           }
-          const auto predicted =
-              spec.strategy->predictor().memory(profile, CaseConditions{config, spec.global_batch, spec.gpus});
+          const auto predicted = spec.strategy->predictor().memory(profile, conditions);
           const auto measured = model_state_bytes(*strategy);
           ASSERT_EQ(predicted.devices.size(), measured.size()) << spec.name;
           for (size_t d = 0; d < measured.size(); ++d) {

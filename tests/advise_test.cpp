@@ -57,13 +57,13 @@ TEST(AdviseProfile, SplitsBackwardsAsTheExecutor) {
   ProfileRequest request;
   request.parts = true;
   request.backward_halves = true;
-  request.chunks = {2};  // a cut of four parts, which the two-part --cut does not make
+  request.cuts[CutKey{4, 8}] = {2};  // a cut of four parts, which the two-part --cut does not make
   request.sizes = {2, 3};
   const auto profile = profile_setup(spec, case_devices(spec), /*graphed=*/false, request);
   // The cases' sizes, the batch and its shards over the two devices.
   EXPECT_EQ(profile.sizes, (std::vector<int64_t>{2, 3, 4, 8}));
   EXPECT_EQ(profile.parts.cut, staged_options(spec.config).cut);
-  EXPECT_TRUE(profile.chunked.empty());
+  EXPECT_TRUE(profile.cuts.empty());
   ASSERT_EQ(profile.parts.input_gradient_ms.size(), 2u);
   ASSERT_EQ(profile.parts.weight_gradient_ms.size(), 2u);
   for (size_t part = 0; part < 2; ++part) {
@@ -77,23 +77,26 @@ TEST(AdviseProfile, SplitsBackwardsAsTheExecutor) {
   EXPECT_EQ(profile.parts.input_gradient_ms[0], std::vector<double>(profile.sizes.size(), 0.0));
 }
 
-// interleaved-1f1b's parts, cut as the executor cuts them and placed round-robin, per chunk
-// count the model can be cut into.
+// interleaved-1f1b's parts, cut as the executor cuts them and placed round-robin, for each chunk
+// count the model can be cut into, at the sizes asked for.
 TEST(AdviseProfile, ProfilesChunkedCuts) {
   const auto spec = case_of(every_schedule(), "interleaved-1f1b");
   ProfileRequest request;
-  request.chunks = {2, 3};  // tinycnn has four stages: no cut of three chunks on two devices
+  // tinycnn has four stages: no cut of three chunks on two devices
+  request.cuts[CutKey{4, spec.config.batch_size}] = {2};
+  request.cuts[CutKey{6, spec.config.batch_size}] = {2};
   const auto profile = profile_setup(spec, case_devices(spec), /*graphed=*/false, request);
   EXPECT_TRUE(profile.parts.cut.empty());  // not asked for
-  ASSERT_EQ(profile.chunked.count(2), 1u);
-  EXPECT_EQ(profile.chunked.count(3), 0u);
-  const auto& chunked = profile.chunked.at(2);
+  ASSERT_EQ(profile.cuts.count(CutKey{4, spec.config.batch_size}), 1u);
+  EXPECT_EQ(profile.cuts.count(CutKey{6, spec.config.batch_size}), 0u);
+  const auto& chunked = profile.cuts.at(CutKey{4, spec.config.batch_size});
   EXPECT_EQ(chunked.cut, "stem|block1|block2|head");
   ASSERT_EQ(chunked.forward_ms.size(), 4u);
   ASSERT_EQ(chunked.copy_ms.size(), 3u);
   ASSERT_EQ(chunked.update_ms.size(), 4u);
   EXPECT_TRUE(chunked.input_gradient_ms.empty());  // interleaved-1f1b runs whole backwards
-  for (const auto& part : chunked.forward_ms) EXPECT_EQ(part.size(), profile.sizes.size());
+  EXPECT_EQ(chunked.sizes, (std::vector<int64_t>{2}));
+  for (const auto& part : chunked.forward_ms) EXPECT_EQ(part.size(), 1u);
 }
 
 // Each staged case is predicted from the cut it runs: its key (parts, the batch its balanced cut

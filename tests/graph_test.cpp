@@ -246,15 +246,15 @@ TEST(AdviseProfile, TimesEveryPartAtEverySizeEagerAndGraphed) {
     ProfileRequest request;
     request.parts = true;
     request.backward_halves = true;
-    request.chunks = {2};
+    request.cuts[CutKey{4, 8}] = {1, 2, 4, 8};  // the executor's cut into four parts, at the profile's sizes
     request.sizes = {1, 2};
     const auto profile = profile_setup(spec, gpus, graphed, request);
     EXPECT_EQ(profile.graphed, graphed);
     EXPECT_EQ(profile.parts.cut, "stem,layer1,layer2|layer3,layer4,head");
     EXPECT_EQ(profile.sizes, (std::vector<int64_t>{1, 2, 4, 8}));
     EXPECT_GT(profile.single_step_ms, 0.0);
-    ASSERT_EQ(profile.chunked.count(2), 1u);
-    for (const auto* cut : {&profile.parts, &profile.chunked.at(2)}) {
+    ASSERT_EQ(profile.cuts.count(CutKey{4, 8}), 1u);
+    for (const auto* cut : {&profile.parts, &profile.cuts.at(CutKey{4, 8})}) {
       const size_t parts = cut == &profile.parts ? 2 : 4;
       const bool halves = true;  // asked for: every cut profiled has them
       ASSERT_EQ(cut->forward_ms.size(), parts) << cut->cut;

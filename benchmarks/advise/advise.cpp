@@ -505,7 +505,7 @@ AdviseProfile profile_setup(const CaseSpec& spec, const std::vector<torch::Devic
   profile.single_step_ms = reference_step_ms(spec, devices.front(), graphed);
   if (devices.size() < 2) return profile;
   profile.sizes = profile_sizes(spec.config.batch_size, devices.size(), request.sizes);
-  if (request.parts || !request.chunks.empty() || !request.cuts.empty()) {
+  if (request.parts || !request.cuts.empty()) {
     const auto& config = spec.config;
     auto model = make_case_model(config);
     // Each cut as the cases choose it (choose_cut: a balanced one timed as theirs, on the first
@@ -524,11 +524,6 @@ AdviseProfile profile_setup(const CaseSpec& spec, const std::vector<torch::Devic
     };
     if (request.parts) {
       if (const auto cut = chosen(devices.size(), config.batch_size)) profile.parts = profiled(*cut, profile.sizes);
-    }
-    for (auto chunks : request.chunks) {
-      if (const auto cut = chosen(devices.size() * static_cast<size_t>(chunks), config.batch_size)) {
-        profile.chunked[chunks] = profiled(*cut, profile.sizes);
-      }
     }
     std::map<Cut, std::pair<std::set<int64_t>, std::vector<CutKey>>> by_cut;  // one profile per distinct cut
     for (const auto& [key, sizes] : request.cuts) {
@@ -744,7 +739,6 @@ std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& 
     for (const auto& [choice, timing] : time_profiles) {
       add_cut(timing.parts);
       for (const auto& entry : timing.cuts) add_cut(entry.second);
-      for (const auto& entry : timing.chunked) add_cut(entry.second);
     }
     const std::string cuts = cut_texts.empty() ? "-" : joined(cut_texts, "; ");
     std::printf("parbench advise: %s (cut %s; profiled%s in %.1f s)\n", key.c_str(), cuts.c_str(),

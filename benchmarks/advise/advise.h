@@ -45,8 +45,8 @@ namespace parbench {
 
 // Profiles `spec`'s set-up (spec.config.batch_size: the set-up's whole batch): the reference
 // step on the first of `devices` and, given more than one device (they may repeat one GPU),
-// what `request` asks for on them; the ranks' all-reduces need distinct GPUs. A chunk count
-// whose cut the model cannot make (more parts than it has stages) is left out of `chunked`.
+// what `request` asks for on them; the ranks' all-reduces need distinct GPUs. A cut the model
+// cannot make (more parts than it has stages, a --cut of other parts) is left out of `cuts`.
 AdviseProfile profile_setup(const CaseSpec& spec, const std::vector<torch::Device>& devices, bool graphed,
                             const ProfileRequest& request);
 
