@@ -32,7 +32,6 @@ struct RankProfile {
   // the GPU's SMs and memory with the step's): an all-reduce of all the gradients beside the
   // reference step, less the longer of the two alone, over the all-reduce alone. 0: not measured.
   double step_lost_per_comm_ms = 0;
-  double gradient_bytes = 0;  // what the buckets' all-reduces move in all: the model's gradients
 };
 
 // One rank of a strategy whose ranks each run their own slice of the model (tensor_parallel),
@@ -142,6 +141,7 @@ struct AdviseProfile {
   bool graphed = false;  // every piece captured in a CUDA graph and replayed
   MemoryProfile memory;  // for the memory predictions (StrategyPredictor::memory)
   std::map<std::string, Rehearsal> rehearsals;  // by the key the case asked with (ProfileRequest::rehearsals)
+  std::map<std::pair<int64_t, c10::ScalarType>, double> allreduce_ms;  // ProfileRequest::allreduces', timed
 };
 
 // What a set-up's cases need profiled beyond the reference step; each case's predictor adds its
@@ -159,6 +159,8 @@ struct ProfileRequest {
   // Ranks to rehearse, by a key their predictor names them by; each rehearsed once, on its own
   // (a rehearsal that fails leaves its key out, and the rest of the profile stands).
   std::map<std::string, RehearsalRequest> rehearsals;
+  // All-reduces of (bytes, dtype) across the profile's GPUs, each timed once, on its own.
+  std::set<std::pair<int64_t, c10::ScalarType>> allreduces;
 
   // Asks for a rank's profile at this bucket size and per-rank batch, once.
   void add_rank(double bucket_mib, int64_t batch) {

@@ -147,26 +147,35 @@ TEST(CollectiveTimeout, ARankThatNeverComesIsNamed) {
   }
 }
 
-// Rank 0 of 3 alone: every collective has finished when it returns; an all-gather repeats the
-// input in every rank's place, a reduce-scatter keeps the input's first chunk, an all-reduce and
-// a broadcast leave their tensors as they were; a whole tensor of the wrong size is refused.
+// Rank 0 of 3 alone: every collective has finished when it returns. An all-gather of integers
+// (token ids) repeats the input in every rank's place and a reduce-scatter keeps its first
+// chunk; floating-point outputs are left as the caller allocated them, and an all-reduce and a
+// broadcast leave their tensors as they were. A whole tensor of the wrong size is refused.
 TEST(RehearsalBackend, LeavesTheShapesARealCollectiveWouldWithoutSending) {
   RehearsalBackend backend(3);
   EXPECT_EQ(backend.getRank(), 0);
   EXPECT_EQ(backend.getSize(), 3);
-  auto shard = torch::arange(4, torch::kFloat);
-  auto whole = torch::full({12}, -1.0f);
+  auto shard = torch::arange(4, torch::kLong);
+  auto whole = torch::full({12}, -1, torch::kLong);
   auto work = backend._allgather_base(whole, shard);
   EXPECT_TRUE(work->isCompleted());
   EXPECT_TRUE(torch::equal(whole, shard.repeat({3})));
-  auto two_d = torch::zeros({3, 4});  // a whole tensor of any shape with 3 shards' elements
+  auto two_d = torch::zeros({3, 4}, torch::kLong);  // a whole tensor of any shape with 3 shards' elements
   backend._allgather_base(two_d, shard);
   EXPECT_TRUE(torch::equal(two_d, shard.repeat({3, 1})));
+  auto float_whole = torch::full({12}, -1.0f);
+  auto float_shard = torch::arange(4, torch::kFloat);
+  EXPECT_TRUE(backend._allgather_base(float_whole, float_shard)->isCompleted());
+  EXPECT_TRUE(torch::equal(float_whole, torch::full({12}, -1.0f)));  // unwritten
 
-  auto scattered = torch::full({4}, -1.0f);
-  auto input = torch::arange(12, torch::kFloat);
+  auto scattered = torch::full({4}, -1, torch::kLong);
+  auto input = torch::arange(12, torch::kLong);
   EXPECT_TRUE(backend._reduce_scatter_base(scattered, input)->isCompleted());
-  EXPECT_TRUE(torch::equal(scattered, torch::arange(4, torch::kFloat)));
+  EXPECT_TRUE(torch::equal(scattered, torch::arange(4, torch::kLong)));
+  auto float_scattered = torch::full({4}, -1.0f);
+  auto float_input = torch::arange(12, torch::kFloat);
+  backend._reduce_scatter_base(float_scattered, float_input);
+  EXPECT_TRUE(torch::equal(float_scattered, torch::full({4}, -1.0f)));  // unwritten
 
   std::vector<at::Tensor> tensors{torch::arange(5, torch::kFloat)};
   EXPECT_TRUE(backend.allreduce(tensors)->wait());
@@ -174,12 +183,15 @@ TEST(RehearsalBackend, LeavesTheShapesARealCollectiveWouldWithoutSending) {
   EXPECT_TRUE(backend.broadcast(tensors)->isCompleted());
   EXPECT_TRUE(backend.barrier()->isCompleted());
 
-  std::vector<at::Tensor> outputs{torch::zeros({6}), torch::zeros({3})}, inputs{torch::ones({2}), torch::full({1}, 7.0f)};
+  std::vector<at::Tensor> outputs{torch::zeros({6}, torch::kLong), torch::zeros({3}, torch::kLong)},
+      inputs{torch::ones({2}, torch::kLong), torch::full({1}, 7, torch::kLong)};
   backend.allgather_into_tensor_coalesced(outputs, inputs);
-  EXPECT_TRUE(torch::equal(outputs[0], torch::ones({6})));
-  EXPECT_TRUE(torch::equal(outputs[1], torch::full({3}, 7.0f)));
+  EXPECT_TRUE(torch::equal(outputs[0], torch::ones({6}, torch::kLong)));
+  EXPECT_TRUE(torch::equal(outputs[1], torch::full({3}, 7, torch::kLong)));
+  inputs = {torch::zeros({2}, torch::kLong), torch::zeros({1}, torch::kLong)};
   backend.reduce_scatter_tensor_coalesced(inputs, outputs);
-  EXPECT_TRUE(torch::equal(inputs[0], torch::ones({2})));
+  EXPECT_TRUE(torch::equal(inputs[0], torch::ones({2}, torch::kLong)));
+  EXPECT_TRUE(torch::equal(inputs[1], torch::full({1}, 7, torch::kLong)));
   expect_mismatch_refused(backend);
 }
 

@@ -32,6 +32,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <exception>
+#include <set>
 #include <thread>
 
 namespace parbench {
@@ -388,8 +389,8 @@ TEST(TensorParallel, ARehearsedRankIsCapturedAndReplayedOnAGpu) {
 }
 
 // --advise's step: the rehearsed rank's step plus its collectives' bytes (ring bytes, as tallied,
-// back to the bytes all-reduced) at the all-reduce rate the ranks' profile measured on buckets
-// of one (T, N, d) activation; none of it hidden. Memory: its shards' states by formula, and what
+// back to the bytes all-reduced) at the rate of one all-reduce of a (T, N, d) activation of the
+// whole batch, timed across the ranks' GPUs; none of it hidden. Memory: its shards' states by formula, and what
 // the rehearsed step allocated above them.
 TEST(TensorParallel, PredictsTheRehearsedRankPlusItsCollectivesAtTheProfiledRate) {
   const auto spec = tinygpt_case("tensor_parallel", "off");
@@ -401,20 +402,34 @@ TEST(TensorParallel, PredictsTheRehearsedRankPlusItsCollectivesAtTheProfiledRate
   EXPECT_TRUE(info.predictor().needs_gpu_per_device);
   ProfileRequest request;
   info.predictor().request(conditions, request);
-  ASSERT_EQ(request.ranks.size(), 1u);
-  // One activation of the whole batch is 6 x 16 x 32 x 4 bytes: below a MiB, buckets of one.
-  EXPECT_EQ(request.ranks.front(), (std::pair<double, int64_t>{1.0, 3}));
+  EXPECT_TRUE(request.ranks.empty());
+  // One all-reduce of an activation of the whole batch, 6 x 16 x 32 fp32 values.
+  const std::pair<int64_t, c10::ScalarType> message{6 * 16 * 32 * 4, c10::ScalarType::Float};
+  EXPECT_EQ(request.allreduces, (std::set<std::pair<int64_t, c10::ScalarType>>{message}));
   ASSERT_EQ(request.rehearsals.size(), 1u);
   EXPECT_EQ(request.rehearsals.begin()->second.config.batch_size, 3);
   AdviseProfile profile;
   profile.single_step_ms = 10;  // not read
-  auto& rank = profile.ranks[request.ranks.front()];
-  rank.bucket_allreduce_ms = {1.0, 3.0};
-  rank.gradient_bytes = 8e6;
+  profile.allreduce_ms[message] = 0.5;
   const auto& key = request.rehearsals.begin()->first;
   profile.rehearsals[key] = Rehearsal{/*step_ms=*/7.0, /*step_bytes=*/5e5, {{"tp_comm_mib_per_step", 3.0}}};
-  // 3 MiB of ring bytes on 2 ranks: an all-reduce's 2 (w-1)/w = 1 times its bytes; 4 ms per 8e6 bytes.
-  EXPECT_NEAR(info.predictor().predict(profile, conditions).step_ms, 7.0 + 3.0 * (1 << 20) * 4.0 / 8e6, 1e-9);
+  // 3 MiB of ring bytes on 2 ranks: an all-reduce's 2 (w-1)/w = 1 times its bytes.
+  const double ms_per_byte = 0.5 / static_cast<double>(message.first);
+  const auto prediction = info.predictor().predict(profile, conditions);
+  EXPECT_NEAR(prediction.step_ms, 7.0 + 3.0 * (1 << 20) * ms_per_byte, 1e-9);
+  EXPECT_EQ(prediction.profile, "rehearsal");
+  // On 4 ranks an all-reduce tallies 2 (w-1)/w = 3/2 times its bytes.
+  const CaseConditions four{config, /*named_batch=*/6, /*devices=*/4, /*visible_gpus=*/4, /*cuda_graph=*/false};
+  ProfileRequest four_request;
+  info.predictor().request(four, four_request);
+  ASSERT_EQ(four_request.rehearsals.size(), 1u);
+  EXPECT_NE(four_request.rehearsals.begin()->first, key);
+  profile.rehearsals[four_request.rehearsals.begin()->first] = Rehearsal{7.0, 5e5, {{"tp_comm_mib_per_step", 3.0}}};
+  EXPECT_NEAR(info.predictor().predict(profile, four).step_ms, 7.0 + 3.0 * (1 << 20) * 4.0 / 6.0 * ms_per_byte, 1e-9);
+  // Without the all-reduce timed, no time.
+  auto untimed = profile;
+  untimed.allreduce_ms.clear();
+  EXPECT_THROW(info.predictor().predict(untimed, conditions), std::invalid_argument);
 
   profile.memory = profile_memory({config}, torch::kCPU);
   const auto memory = info.predictor().memory(profile, conditions).devices;

@@ -416,7 +416,6 @@ void profile_ranks(const CaseSpec& spec, const std::vector<torch::Device>& devic
         if (allreduce_cache.count({bytes, dtype}) == 0) allreduce_cache[{bytes, dtype}] = allreduce_ms(devices, bytes, dtype);
         rank.bucket_ready_ms.push_back(ready);
         rank.bucket_allreduce_ms.push_back(allreduce_cache[{bytes, dtype}]);
-        rank.gradient_bytes += static_cast<double>(bytes);
       }
       profile.ranks[{bucket_mib, rank_batch}] = std::move(rank);
     }
@@ -642,6 +641,7 @@ std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& 
     for (const auto& spec : specs) choices.insert(spec.config.checkpoint);
     std::map<Checkpointing, AdviseProfile> time_profiles;
     std::map<std::string, Rehearsal> rehearsals;  // every choice's ranks rehearsed, for time and memory
+    std::map<std::pair<int64_t, c10::ScalarType>, double> allreduces;  // every choice's, timed
     for (const auto choice : choices) {
       CaseSpec chosen = setup;
       chosen.config.checkpoint = choice;
@@ -657,14 +657,22 @@ std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& 
                      key.c_str(), choice == Checkpointing::kOff ? "" : ("/checkpoint:" + to_string(choice)).c_str(),
                      first_line(error).c_str());
       }
-      // Apart from the time profile: a rank whose slice fits its device is rehearsed even where
-      // the whole model did not fit the reference step's.
+      // Apart from the time profile, each on its own: a rank whose slice fits its device is
+      // rehearsed, and the links timed, even where the whole model did not fit the reference step's.
       for (const auto& [name, asked] : request.rehearsals) {
         try {
           rehearsals[name] = rehearse(asked, device, graphed);
         } catch (const std::exception& error) {
           std::fprintf(stderr, "parbench advise: %s: the rank's rehearsal failed (%s); it is predicted without it\n",
                        name.c_str(), first_line(error).c_str());
+        }
+      }
+      for (const auto& [bytes, dtype] : request.allreduces) {
+        try {
+          allreduces[{bytes, dtype}] = allreduce_ms(devices, bytes, dtype);
+        } catch (const std::exception& error) {
+          std::fprintf(stderr, "parbench advise: %s: the all-reduce of %lld bytes failed (%s)\n", key.c_str(),
+                       static_cast<long long>(bytes), first_line(error).c_str());
         }
       }
     }
@@ -681,9 +689,11 @@ std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& 
       }
     }
     profile.rehearsals = rehearsals;
+    profile.allreduce_ms = allreduces;
     for (auto& entry : time_profiles) {
       entry.second.memory = profile.memory;
       entry.second.rehearsals = rehearsals;
+      entry.second.allreduce_ms = allreduces;
     }
     if (!timed && profile.memory.stages.empty()) {
       // The set-up's cases still run, unpredicted, and fail or not on their own.
@@ -697,22 +707,32 @@ std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& 
     // A case its predictor cannot predict from this profile (a cut the model cannot make) runs
     // unpredicted, and fails or not on its own.
     std::map<std::string, std::string> labels;  // by case name: the cut it was predicted from
+    // Time and memory apart: a case whose step cannot be predicted (a rank not rehearsed) may
+    // still have its memory predicted, and the other way round; with neither it runs unpredicted.
     for (auto& spec : specs) {
+      const auto timing = time_profiles.find(spec.config.checkpoint);
       try {
-        if (const auto timing = time_profiles.find(spec.config.checkpoint); timing != time_profiles.end()) {
+        if (timing != time_profiles.end()) {
           const auto prediction = predictor_of(spec).predict(timing->second, conditions_of(spec));
           spec.predicted_step_ms = prediction.step_ms;
           labels[spec.name] = prediction.profile;
         }
+      } catch (const std::exception& error) {
+        std::fprintf(stderr, "parbench advise: %s: its step cannot be predicted (%s)\n", spec.name.c_str(),
+                     first_line(error).c_str());
+        spec.predicted_step_ms.reset();
+      }
+      try {
         if (predictor_of(spec).memory && !profile.memory.stages.empty()) {
-          for (const auto& memory : predictor_of(spec).memory(profile, conditions_of(spec)).devices) {
+          // The time profile where there is one: the cut the case's time was predicted from.
+          const auto& read = timing != time_profiles.end() ? timing->second : profile;
+          for (const auto& memory : predictor_of(spec).memory(read, conditions_of(spec)).devices) {
             spec.predicted_peak_bytes.push_back(memory.peak());
           }
         }
       } catch (const std::exception& error) {
-        std::fprintf(stderr, "parbench advise: %s: cannot be predicted (%s); it runs without a prediction\n",
-                     spec.name.c_str(), first_line(error).c_str());
-        spec.predicted_step_ms.reset();
+        std::fprintf(stderr, "parbench advise: %s: its memory cannot be predicted (%s)\n", spec.name.c_str(),
+                     first_line(error).c_str());
         spec.predicted_peak_bytes.clear();
       }
     }

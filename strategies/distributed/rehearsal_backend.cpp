@@ -17,15 +17,18 @@ void check_pair(const at::Tensor& whole, const at::Tensor& shard, int size, cons
               whole.numel());
 }
 
-// The whole tensor with `shard` in every rank's place.
+// An integer whole tensor with `shard` in every rank's place; a floating-point one unwritten.
 void gather_into(at::Tensor& whole, const at::Tensor& shard, int size) {
   check_pair(whole, shard, size, "all-gather");
+  if (at::isFloatingType(whole.scalar_type())) return;
   whole.view({size, shard.numel()}).copy_(shard.reshape({1, shard.numel()}).expand({size, shard.numel()}));
 }
 
-// This rank's (rank 0's) chunk of `whole`, as if no other rank had added to it.
+// An integer shard: rank 0's chunk of `whole`, as if no other rank had added to it; a
+// floating-point one unwritten.
 void scatter_into(at::Tensor& shard, const at::Tensor& whole, int size) {
   check_pair(whole, shard, size, "reduce-scatter");
+  if (at::isFloatingType(shard.scalar_type())) return;
   shard.view({shard.numel()}).copy_(whole.reshape({whole.numel()}).narrow(0, 0, shard.numel()));
 }
 

@@ -1,10 +1,13 @@
 // A c10d Backend for one rank's step rehearsed alone on one device (--advise's profile of a
 // strategy whose ranks each run their own slice of the model: tensor_parallel): rank 0 of a world
-// of `size` whose collectives send nothing and complete at once, each leaving its outputs the
-// shapes and dtypes the real one would, so that the rank computes exactly what it would, on
-// data of the right size. The values are not the real ones: an all-reduce leaves its tensors as
-// they are, an all-gather repeats the input in every rank's place, a reduce-scatter takes the
-// first chunk of the input. The strategy's own tally counts the bytes the real collectives move.
+// of `size` whose collectives send nothing and complete at once, so that the rank computes
+// exactly what it would, on tensors of the shapes and dtypes the real collectives leave (their
+// outputs are the caller's). The values are not the real ones: an all-reduce leaves its tensors
+// as they are; an all-gather or a reduce-scatter leaves a floating-point output as the caller
+// allocated it, unwritten, so that the rehearsed step holds no copy the real one does not make
+// (the collective's time is priced apart), and fills an integer one (token ids, which index an
+// embedding) from the input: every rank's place with it, or its first chunk. The strategy's own
+// tally counts the bytes the real collectives move.
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>

@@ -184,8 +184,8 @@ std::optional<CaseObstacle> tensor_parallel_obstacle_in(const CaseConditions& co
 // rehearsed alone on one GPU (RehearsalBackend: its collectives sent nowhere but tallied) gives
 // its own compute, the part of each layer split by the degree and the part every rank runs whole
 // alike (LayerNorms, residual adds, casts and the loss, whole without sequence parallelism), and
-// its memory. Its collectives are priced at the all-reduce rate the ranks' profile measured on
-// buckets the size of one (T, N, d) activation, the size the layers send.
+// its memory. Its collectives are priced at the time of one all-reduce of a (T, N, d) activation
+// of the whole batch across the ranks' GPUs, the message each layer sends, timed apart.
 std::string rehearsal_key(const CaseConditions& conditions) {
   const auto& config = conditions.config;
   return "tensor_parallel/" + config.model + "/degree:" + std::to_string(conditions.devices) +
@@ -194,19 +194,14 @@ std::string rehearsal_key(const CaseConditions& conditions) {
          "/checkpoint:" + to_string(config.checkpoint) + "/optimizer:" + to_string(config.optimizer);
 }
 
-// One (T, N, d) activation of the whole batch, in MiB: the message each layer's collective sends.
-double activation_message_mib(const GptConfig& gpt, const CaseConditions& conditions) {
+// One (T, N, d) activation of the whole batch in the layers' type (autocast's, or fp32): its
+// bytes and dtype, the message of each layer's collective.
+std::pair<int64_t, c10::ScalarType> activation_message(const CaseConditions& conditions) {
   const auto& config = conditions.config;
-  const double element = config.precision == Precision::kBFloat16 ? 2.0 : 4.0;
-  const double bytes = static_cast<double>(conditions.named_batch) * static_cast<double>(config.seq_len) *
-                       static_cast<double>(gpt.width) * element;
-  return std::max(1.0, bytes / (1 << 20));
-}
-
-const GptConfig& gpt_of(const CaseConditions& conditions) {
-  const auto* gpt = find_gpt_config(conditions.config.model);
-  if (gpt == nullptr) throw std::invalid_argument(conditions.config.model + " is not a GPT model");
-  return *gpt;
+  const auto* gpt = find_gpt_config(config.model);
+  if (gpt == nullptr) throw std::invalid_argument(config.model + " is not a GPT model");
+  const auto dtype = config.precision == Precision::kBFloat16 ? c10::ScalarType::BFloat16 : c10::ScalarType::Float;
+  return {conditions.named_batch * config.seq_len * gpt->width * static_cast<int64_t>(c10::elementSize(dtype)), dtype};
 }
 
 const Rehearsal& rehearsal_of(const AdviseProfile& profile, const CaseConditions& conditions) {
@@ -215,22 +210,21 @@ const Rehearsal& rehearsal_of(const AdviseProfile& profile, const CaseConditions
   return found->second;
 }
 
-double tensor_parallel_step_ms(const Rehearsal& rehearsal, const RankProfile& rank, int degree) {
-  if (rank.gradient_bytes <= 0 || rank.bucket_allreduce_ms.empty()) {
-    throw std::invalid_argument("the ranks' profile timed no all-reduce");
-  }
-  double allreduce_ms = 0;
-  for (double ms : rank.bucket_allreduce_ms) allreduce_ms += ms;
-  const double ms_per_byte = allreduce_ms / rank.gradient_bytes;  // all-reduced, per byte of the tensor
-  // The tally counts ring bytes: an all-reduce of N bytes 2 (w-1)/w N, an all-gather or a
-  // reduce-scatter of a whole N (w-1)/w N, which the ring runs in half an all-reduce's time.
-  const double w = degree;
+// The rehearsed step plus its collectives. The tally counts ring bytes: an all-reduce of N bytes
+// 2 (w-1)/w N, an all-gather or a reduce-scatter of a whole N (w-1)/w N, which the ring runs in
+// half an all-reduce's time: so each tallied byte is w / (2 (w-1)) bytes all-reduced. None of it
+// counted as hidden: the column-parallel layers' backward overlaps its collective with their
+// weight gradient, but NCCL then shares the SMs (measured on 2 H200s: 11.2 of about 13.4 ms still
+// exposed).
+double tensor_parallel_step_ms(const AdviseProfile& profile, const CaseConditions& conditions) {
+  const auto& rehearsal = rehearsal_of(profile, conditions);
+  const auto message = activation_message(conditions);
+  const auto timed = profile.allreduce_ms.find(message);
+  if (timed == profile.allreduce_ms.end()) throw std::invalid_argument("its ranks' all-reduce was not timed");
+  const double ms_per_byte = timed->second / static_cast<double>(message.first);
+  const double w = conditions.devices;
   const double ring_bytes = rehearsal.counters.at("tp_comm_mib_per_step") * (1 << 20);
-  const double allreduced_bytes = ring_bytes * w / (2.0 * (w - 1.0));
-  // None of it counted as hidden: the column-parallel layers' backward overlaps its collective
-  // with their weight gradient, but NCCL then shares the SMs (measured on 2 H200s: 11.2 of about
-  // 13.4 ms still exposed).
-  return rehearsal.step_ms + allreduced_bytes * ms_per_byte;
+  return rehearsal.step_ms + ring_bytes * w / (2.0 * (w - 1.0)) * ms_per_byte;
 }
 
 // Memory per rank: the parameters each keeps (shard_kind: a 1/degree slice, or whole where
@@ -269,20 +263,16 @@ MemoryPrediction tensor_parallel_memory(const AdviseProfile& profile, const Case
 }
 
 StrategyPredictor tensor_parallel_predictor() {
-  const auto profiled_at = [](const CaseConditions& conditions) {
-    return std::pair<double, int64_t>{activation_message_mib(gpt_of(conditions), conditions),
-                                      conditions.config.batch_size};
-  };
-  auto predictor = rank_predictor(profiled_at, [](const AdviseProfile& profile, const CaseConditions& conditions,
-                                                  const RankProfile& rank) {
-    return Prediction{tensor_parallel_step_ms(rehearsal_of(profile, conditions), rank, conditions.devices), ""};
-  });
-  const auto ask_ranks = predictor.request;
-  predictor.request = [ask_ranks](const CaseConditions& conditions, ProfileRequest& request) {
-    ask_ranks(conditions, request);
+  StrategyPredictor predictor;
+  predictor.needs_gpu_per_device = true;  // the all-reduce runs across the ranks' GPUs
+  predictor.request = [](const CaseConditions& conditions, ProfileRequest& request) {
+    request.allreduces.insert(activation_message(conditions));
     const int degree = conditions.devices;
     request.rehearsals[rehearsal_key(conditions)] = RehearsalRequest{
         [degree] { return std::unique_ptr<Strategy>(std::make_unique<TensorParallel>(degree)); }, conditions.config};
+  };
+  predictor.predict = [](const AdviseProfile& profile, const CaseConditions& conditions) {
+    return Prediction{tensor_parallel_step_ms(profile, conditions), "rehearsal"};
   };
   predictor.memory = tensor_parallel_memory;
   return predictor;
