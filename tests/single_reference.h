@@ -44,6 +44,18 @@ inline std::vector<torch::Tensor> single_on_rank_batches(RunConfig config, int r
   return tensors;
 }
 
+// The parameters the ranks and single_on_rank_batches start from: `config`'s model seeded
+// kRankModelSeed.
+inline std::vector<torch::Tensor> initial_rank_weights(RunConfig config) {
+  fit_config_to_model(config);
+  torch::manual_seed(kRankModelSeed);
+  std::vector<torch::Tensor> tensors;
+  for (const auto& parameter : make_model(config.model, config.num_classes)->module().parameters()) {
+    tensors.push_back(parameter.detach().clone());
+  }
+  return tensors;
+}
+
 // Per rank, what PARBENCH_TEST_SAVE_WEIGHTS=`dir` had it save: the whole parameters, then their gradients.
 inline std::vector<std::vector<torch::Tensor>> saved_rank_weights(const std::string& dir, int ranks) {
   std::vector<std::vector<torch::Tensor>> saved;

@@ -68,15 +68,27 @@ TensorParallelRun run_tensor_parallel(int ranks, const std::string& sequence_par
   return {run.facts, run.counters, saved_rank_weights(weights.path(), ranks)};
 }
 
-// Single-device training on every rank's share concatenated (the whole batch each rank trains
-// on), from the seeded initial weights.
-std::vector<torch::Tensor> run_single(int ranks, OptimizerKind optimizer, int steps) {
+RunConfig single_config(OptimizerKind optimizer) {
   RunConfig config;
   config.model = "tinygpt";
   config.optimizer = optimizer;
   config.seq_len = kSeq;
-  return single_on_rank_batches(config, ranks, kBatch / ranks, steps);
+  return config;
 }
+
+// Single-device training on every rank's share concatenated (the whole batch each rank trains
+// on), from the seeded initial weights.
+std::vector<torch::Tensor> run_single(int ranks, OptimizerKind optimizer, int steps) {
+  return single_on_rank_batches(single_config(optimizer), ranks, kBatch / ranks, steps);
+}
+
+// AdamW's weights are compared by their updates (the weights less the initial ones): AdamW divides
+// each gradient by its own root mean square, so a gradient near its rounding noise is amplified
+// into a sizeable part of the learning rate, and a bias that starts at zero has a norm no larger
+// than its updates. The gradients are compared at kTolerance as for SGD. Measured: updates within
+// 2.5e-7 of each other here, and in one CI run a weight 1.53e-5 off (h.0.ln_1.bias, norm 0.013)
+// on a loaded host; a missed step or a wrong bias correction moves an update by 26% or more.
+constexpr double kAdamwUpdateTolerance = 1e-3;
 
 void expect_matches_single(const TensorParallelRun& run, int ranks, OptimizerKind optimizer = OptimizerKind::kSgd,
                            double tolerance = kTolerance, int steps = kSteps) {
@@ -87,18 +99,25 @@ void expect_matches_single(const TensorParallelRun& run, int ranks, OptimizerKin
     }
   }
   const auto single = run_single(ranks, optimizer, steps);
+  const auto initial = initial_rank_weights(single_config(optimizer));
   ASSERT_EQ(run.ranks[0].size(), single.size());
+  ASSERT_EQ(initial.size() * 2, single.size());
   const auto names = make_model("tinygpt", 96)->module().named_parameters().keys();
   ASSERT_EQ(names.size() * 2, single.size());
   for (size_t i = 0; i < single.size(); ++i) {
     const auto& name = names[i % names.size()];
     ASSERT_EQ(run.ranks[0][i].sizes(), single[i].sizes()) << name;
     auto value = run.ranks[0][i], reference = single[i];
+    const bool adamw_weight = optimizer == OptimizerKind::kAdamW && i < names.size();
+    if (adamw_weight) {
+      value = value - initial[i];
+      reference = reference - initial[i];
+    }
     // The key bias's gradient is zero but for rounding (a constant added to every key adds
     // the same score to every key of a query, which softmax ignores); AdamW divides it by its own
     // root mean square, so its update is the rounding's sign times the learning rate, whatever
     // the strategy. The query and value biases are compared.
-    if (optimizer == OptimizerKind::kAdamW && i < names.size() && name.find("attn.c_attn.bias") != std::string::npos) {
+    if (adamw_weight && name.find("attn.c_attn.bias") != std::string::npos) {
       const auto thirds = [](const torch::Tensor& bias) {
         const auto parts = bias.chunk(3);
         return torch::cat({parts[0], parts[2]});
@@ -106,7 +125,8 @@ void expect_matches_single(const TensorParallelRun& run, int ranks, OptimizerKin
       value = thirds(value);
       reference = thirds(reference);
     }
-    EXPECT_LT(relative_difference(value, reference), tolerance) << (i < names.size() ? "weight " : "gradient ") << name;
+    EXPECT_LT(relative_difference(value, reference), adamw_weight ? kAdamwUpdateTolerance : tolerance)
+        << (adamw_weight ? "update " : i < names.size() ? "weight " : "gradient ") << name;
   }
 }
 
