@@ -1,6 +1,7 @@
 #include "core/text.h"
 #include "strategies/staged_options.h"
 #include "strategies/strategy.h"
+#include "strategies/whole_number.h"
 
 #include <algorithm>
 #include <stdexcept>
@@ -41,33 +42,25 @@ const std::string* option_text(const RunConfig& config, const std::string& field
 
 namespace {
 
-// The option's text read whole by `parse` (std::stoll's or std::stod's shape), or `fallback` where
-// the case has no such option; text that is not wholly `kind` is refused.
-template <typename Value, typename Parse>
-Value parsed_option(const RunConfig& config, const std::string& field, Value fallback, Parse parse,
-                    const std::string& kind) {
+// The option's text read whole by `parse` (parse_whole_number or parse_full_number), or
+// `fallback` where the case has no such option; text that is not wholly `kind` is refused.
+template <typename Value>
+Value parsed_option(const RunConfig& config, const std::string& field, Value fallback,
+                    std::optional<Value> (*parse)(const std::string&), const std::string& kind) {
   const auto* text = option_text(config, field);
   if (text == nullptr) return fallback;
-  size_t used = 0;
-  try {
-    const Value value = parse(*text, &used);
-    if (used == text->size()) return value;
-  } catch (const std::logic_error&) {
-  }
+  if (const auto value = parse(*text)) return *value;
   throw std::invalid_argument("option " + field + "='" + *text + "' is not " + kind);
 }
 
 }  // namespace
 
 int64_t option_integer(const RunConfig& config, const std::string& field, int64_t fallback) {
-  return parsed_option<int64_t>(
-      config, field, fallback, [](const std::string& text, size_t* used) { return std::stoll(text, used); },
-      "a whole number");
+  return parsed_option<int64_t>(config, field, fallback, parse_whole_number, "a whole number");
 }
 
 double option_number(const RunConfig& config, const std::string& field, double fallback) {
-  return parsed_option<double>(
-      config, field, fallback, [](const std::string& text, size_t* used) { return std::stod(text, used); }, "a number");
+  return parsed_option<double>(config, field, fallback, parse_full_number, "a number");
 }
 
 std::string option_choice(const RunConfig& config, const std::string& field, const std::string& fallback) {

@@ -50,14 +50,9 @@ int64_t parse_int(const std::string& flag, const std::string& text, int64_t mini
 // Numbers of flags are finite, above `minimum_exclusive` and at most `maximum`: "inf", "nan" and
 // 1e30 would overflow the durations and byte counts made of them.
 double parse_double(const std::string& flag, const std::string& text, double minimum_exclusive, double maximum) {
-  size_t used = 0;
-  double value = 0;
-  try {
-    value = std::stod(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != text.size()) throw UsageError("--" + flag + "=" + text + " is not a number");
+  const auto parsed = parse_full_number(text);
+  if (!parsed) throw UsageError("--" + flag + "=" + text + " is not a number");
+  const double value = *parsed;
   if (!std::isfinite(value)) throw UsageError("--" + flag + "=" + text + " is not a finite number");
   if (!(value > minimum_exclusive)) {
     throw UsageError("--" + flag + "=" + text + " must be greater than " + format_number(minimum_exclusive));
@@ -72,18 +67,10 @@ constexpr int64_t kMostRepetitions = 100000;
 double parse_percentage(const std::string& flag, const std::string& text) {
   std::string number = text;
   if (!number.empty() && number.back() == '%') number.pop_back();
-  size_t used = 0;
-  double value = 0;
-  try {
-    value = std::stod(number, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != number.size() || !std::isfinite(value)) {
-    throw UsageError("--" + flag + "=" + text + " is not a percentage (e.g. 0.5%)");
-  }
-  if (!(value > 0)) throw UsageError("--" + flag + "=" + text + " must be above 0%");
-  return value / 100;
+  const auto value = parse_full_number(number);
+  if (!value || !std::isfinite(*value)) throw UsageError("--" + flag + "=" + text + " is not a percentage (e.g. 0.5%)");
+  if (!(*value > 0)) throw UsageError("--" + flag + "=" + text + " must be above 0%");
+  return *value / 100;
 }
 
 template <typename T>
