@@ -8,7 +8,6 @@
 
 #include <gtest/gtest.h>
 
-#include <dirent.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -42,18 +41,6 @@ std::string own_lines(const std::string& err) {
 
 class InterruptTest : public testing::TestWithParam<Interrupt> {};
 
-std::vector<std::string> entries(const std::string& dir) {
-  std::vector<std::string> names;
-  if (DIR* handle = opendir(dir.c_str())) {
-    while (const dirent* entry = readdir(handle)) {
-      const std::string name = entry->d_name;
-      if (name != "." && name != "..") names.push_back(name);
-    }
-    closedir(handle);
-  }
-  return names;
-}
-
 TEST_P(InterruptTest, StopsEveryRankAndWritesTheCompletedCasesMarkedInterrupted) {
   const auto& interrupt = GetParam();
   TemporaryDirectory dir("parbench-interrupt-test");
@@ -86,8 +73,8 @@ TEST_P(InterruptTest, StopsEveryRankAndWritesTheCompletedCasesMarkedInterrupted)
                          (interrupt.signal_number == SIGINT ? "SIGINT" : "SIGTERM") + ": wrote the 1 cases completed to " + out),
             std::string::npos)
       << "parbench's own lines: " << own_lines(run.err) << "\nall of stderr:\n" << run.err;
-  EXPECT_EQ(entries(dir.path()), std::vector<std::string>{"run.json"}) << "a .partial file was left behind";
-  EXPECT_TRUE(entries(tmp.path()).empty()) << "a rank's results directory was left behind";
+  EXPECT_EQ(directory_entries(dir.path()), std::vector<std::string>{"run.json"}) << "a .partial file was left behind";
+  EXPECT_TRUE(directory_entries(tmp.path()).empty()) << "a rank's results directory was left behind";
   EXPECT_TRUE(live_processes_with("PARBENCH_INTERRUPT_TEST", marker).empty()) << "a rank outlived the run";
 
   const auto json = read_json(out);
@@ -124,7 +111,7 @@ TEST(Interrupt, BeforeAnyCaseCompletesTheFileHasNoCases) {
   const auto json = read_json(out);
   EXPECT_EQ(json.at("context").at("interrupted"), "SIGTERM");
   EXPECT_TRUE(json.at("benchmarks").empty());
-  EXPECT_EQ(entries(dir.path()), std::vector<std::string>{"run.json"});
+  EXPECT_EQ(directory_entries(dir.path()), std::vector<std::string>{"run.json"});
   EXPECT_TRUE(live_processes_with("PARBENCH_INTERRUPT_TEST", marker).empty());
 }
 

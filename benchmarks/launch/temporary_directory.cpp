@@ -19,7 +19,11 @@ std::string temporary_parent() {
   return tmpdir != nullptr && *tmpdir != '\0' ? tmpdir : "/tmp";
 }
 
-std::vector<std::string> entries(const std::string& path) {
+bool process_runs(pid_t pid) { return kill(pid, 0) == 0 || errno == EPERM; }
+
+}  // namespace
+
+std::vector<std::string> directory_entries(const std::string& path) {
   std::vector<std::string> names;
   if (DIR* dir = opendir(path.c_str())) {
     while (const dirent* entry = readdir(dir)) {
@@ -31,10 +35,6 @@ std::vector<std::string> entries(const std::string& path) {
   return names;
 }
 
-bool process_runs(pid_t pid) { return kill(pid, 0) == 0 || errno == EPERM; }
-
-}  // namespace
-
 TemporaryDirectory::TemporaryDirectory(const std::string& prefix) {
   const auto parent = temporary_parent();
   std::string pattern = parent + "/" + prefix + "-" + std::to_string(getpid()) + "-XXXXXX";
@@ -45,7 +45,7 @@ TemporaryDirectory::TemporaryDirectory(const std::string& prefix) {
 }
 
 void remove_plain_directory(const std::string& path) {
-  for (const auto& name : entries(path)) {
+  for (const auto& name : directory_entries(path)) {
     const auto child = path + "/" + name;
     struct stat info {};
     if (lstat(child.c_str(), &info) == 0 && S_ISDIR(info.st_mode)) {
@@ -61,7 +61,7 @@ int remove_stale_temporary_directories(const std::string& prefix) {
   const auto parent = temporary_parent();
   const auto start = prefix + "-";
   int removed = 0;
-  for (const auto& name : entries(parent)) {
+  for (const auto& name : directory_entries(parent)) {
     if (name.rfind(start, 0) != 0) continue;
     // "<pid>-XXXXXX" after the prefix; anything else is not one of ours.
     const auto rest = name.substr(start.size());

@@ -2,8 +2,13 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace parbench {
+
+// The names in directory `path`, "." and ".." left out, in the order readdir gives them; none
+// where it cannot be read.
+std::vector<std::string> directory_entries(const std::string& path);
 
 // Removes `path` and everything in it, subdirectories too; symbolic links are removed, not
 // followed.
