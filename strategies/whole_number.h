@@ -8,12 +8,14 @@
 
 namespace parbench {
 
-// The number `text` spells in full, or nullopt (empty, trailing characters, out of range).
-inline std::optional<int64_t> parse_whole_number(const std::string& text) {
+// What `convert` (std::stoll's or std::stod's shape) reads from the whole of `text`, or nullopt
+// (empty, trailing characters, out of range).
+template <typename Number, typename Convert>
+std::optional<Number> parse_in_full(const std::string& text, Convert convert) {
   size_t used = 0;
-  int64_t value = 0;
+  Number value{};
   try {
-    value = std::stoll(text, &used);
+    value = convert(text, &used);
   } catch (const std::exception&) {
     return std::nullopt;
   }
@@ -21,18 +23,14 @@ inline std::optional<int64_t> parse_whole_number(const std::string& text) {
   return value;
 }
 
-// The floating-point number `text` spells in full ("inf" and "nan" included), or nullopt (empty,
-// trailing characters, out of range).
+// The whole number `text` spells in full, or nullopt.
+inline std::optional<int64_t> parse_whole_number(const std::string& text) {
+  return parse_in_full<int64_t>(text, [](const std::string& digits, size_t* used) { return std::stoll(digits, used); });
+}
+
+// The floating-point number `text` spells in full ("inf" and "nan" included), or nullopt.
 inline std::optional<double> parse_full_number(const std::string& text) {
-  size_t used = 0;
-  double value = 0;
-  try {
-    value = std::stod(text, &used);
-  } catch (const std::exception&) {
-    return std::nullopt;
-  }
-  if (used == 0 || used != text.size()) return std::nullopt;
-  return value;
+  return parse_in_full<double>(text, [](const std::string& number, size_t* used) { return std::stod(number, used); });
 }
 
 }  // namespace parbench
