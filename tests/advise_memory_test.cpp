@@ -225,7 +225,7 @@ TEST(AdviseMemory, SinglesPredictedPeakIsWhatTheCpuAllocatorSees) {
 // The case's ranks launched as the benchmark process launches them; each rank's param_, grad_ and
 // optim_mem_gib against the formula.
 void expect_rank_states_match(const std::vector<std::string>& base_arguments) {
-  setenv("CUDA_VISIBLE_DEVICES", "", /*overwrite=*/1);  // CPU ranks even on a machine with GPUs
+  const GpusHiddenFromRanks gpus_hidden;  // CPU ranks even on a machine with GPUs
   auto arguments = base_arguments;
   for (const std::string extra : {"--repetitions=1", "--iterations=1", "--steps=1", "--warmup=1", "--allreduce=off",
                                   "--dist-timeout=30", "--image=16", "--seq=16", "--batch=4"}) {

@@ -22,12 +22,6 @@
 namespace parbench {
 namespace {
 
-// These tests cover the CPU path (the store backend); on a machine with GPUs the ranks would
-// pick NCCL and one GPU each, so they are hidden from the ranks this test starts. ctest runs
-// every test in its own process, so no other test is affected.
-void hide_gpus_from_ranks() { setenv("CUDA_VISIBLE_DEVICES", "", /*overwrite=*/1); }
-
-
 constexpr double kTolerance = 1e-5;  // relative, per tensor
 constexpr int64_t kBatchPerRank = 3;
 constexpr int kSteps = 3;  // one warm-up step and two timed iterations of one step
@@ -94,7 +88,7 @@ void expect_matches_single(const DdpResult& ddp, int ranks, Precision precision 
 }
 
 TEST(Ddp, TwoRanksAgreeBitwiseAndMatchSingleDeviceWhateverTheBucketsAndOverlap) {
-  hide_gpus_from_ranks();
+  const GpusHiddenFromRanks gpus_hidden;
   const auto ddp = run_ddp(2, "25", "on");
   EXPECT_EQ(ddp.facts.at("backend"), "store");
   EXPECT_EQ(ddp.facts.at("buckets"), "1");  // tinycnn's 156 KiB of gradients
@@ -111,13 +105,13 @@ TEST(Ddp, TwoRanksAgreeBitwiseAndMatchSingleDeviceWhateverTheBucketsAndOverlap) 
 
 // AdamW on every rank from the averaged gradients: the same update as single's on the whole batch.
 TEST(Ddp, AdamwMatchesSingleDevice) {
-  hide_gpus_from_ranks();
+  const GpusHiddenFromRanks gpus_hidden;
   const auto ddp = run_ddp(2, "0.01", "on", "fp32", /*cuda_graph=*/false, /*warmup_steps=*/1, "tinycnn", "adamw");
   expect_matches_single(ddp, 2, Precision::kFloat32, kTolerance, kSteps, "tinycnn", OptimizerKind::kAdamW);
 }
 
 TEST(Ddp, TransformerMatchesSingleDevice) {
-  hide_gpus_from_ranks();
+  const GpusHiddenFromRanks gpus_hidden;
   const auto ddp = run_ddp(2, "0.01", "on", "fp32", /*cuda_graph=*/false, /*warmup_steps=*/1, "tinygpt");
   expect_matches_single(ddp, 2, Precision::kFloat32, kTolerance, kSteps, "tinygpt");
 }
@@ -125,13 +119,13 @@ TEST(Ddp, TransformerMatchesSingleDevice) {
 // Checkpointed blocks: the gradient hooks fire as each block's recomputed backward accumulates
 // its weights' gradients, and the buckets reduce them as without.
 TEST(Ddp, CheckpointedBlocksMatchSingleDevice) {
-  hide_gpus_from_ranks();
+  const GpusHiddenFromRanks gpus_hidden;
   const auto ddp = run_ddp(2, "0.01", "on", "fp32", /*cuda_graph=*/false, /*warmup_steps=*/1, "tinygpt", "sgd", "blocks");
   expect_matches_single(ddp, 2, Precision::kFloat32, kTolerance, kSteps, "tinygpt");
 }
 
 TEST(Ddp, FourRanksMatchSingleDevice) {
-  hide_gpus_from_ranks();
+  const GpusHiddenFromRanks gpus_hidden;
   expect_matches_single(run_ddp(4, "0.01", "on"), 4);
 }
 
@@ -139,14 +133,14 @@ TEST(Ddp, FourRanksMatchSingleDevice) {
 // layout. A scrambled layout would be off by O(1); bf16 rounding of a 6-image batch split in
 // two stays near bf16's epsilon (2^-8).
 TEST(Ddp, Bf16ChannelsLastWeightsMatchSingleDevice) {
-  hide_gpus_from_ranks();
+  const GpusHiddenFromRanks gpus_hidden;
   expect_matches_single(run_ddp(2, "0.0001", "on", "bf16"), 2, Precision::kBFloat16, /*tolerance=*/2e-2);
 }
 
 // Building the model is a rank's own work, waiting for no peer: a build that outlasts
 // --dist-timeout and the watchdog's grace (1 + 5 s) is not taken for a stall.
 TEST(Ddp, AModelBuildLongerThanTheTimeoutIsNotAStall) {
-  hide_gpus_from_ranks();
+  const GpusHiddenFromRanks gpus_hidden;
   auto arguments = kOptions;
   arguments.back() = "--dist-timeout=1";
   arguments.insert(arguments.end(), {"--models=tinycnn", "--warmup=1"});
@@ -178,7 +172,7 @@ TEST(Ddp, CudaGraphReplaysMatchEagerStepsOnGpus) {
 }
 
 TEST(Ddp, SetupOutsideADistributedRunSaysHowToStartIt) {
-  hide_gpus_from_ranks();
+  const GpusHiddenFromRanks gpus_hidden;
   RunConfig config;
   config.model = "tinycnn";
   auto strategy = StrategyRegistry::instance().get("ddp").create();

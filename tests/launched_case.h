@@ -9,10 +9,34 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <optional>
 #include <string>
 #include <vector>
 
 namespace parbench {
+
+// Ranks this test starts run on CPUs (the store backend), until the end of the scope: the variable
+// is the process's, so a test that left it set would turn a later GPU test's ranks into CPU ones.
+class GpusHiddenFromRanks {
+ public:
+  GpusHiddenFromRanks() {
+    if (const char* value = std::getenv("CUDA_VISIBLE_DEVICES")) before_ = value;
+    setenv("CUDA_VISIBLE_DEVICES", "", /*overwrite=*/1);
+  }
+  ~GpusHiddenFromRanks() {
+    if (before_) {
+      setenv("CUDA_VISIBLE_DEVICES", before_->c_str(), /*overwrite=*/1);
+    } else {
+      unsetenv("CUDA_VISIBLE_DEVICES");
+    }
+  }
+  GpusHiddenFromRanks(const GpusHiddenFromRanks&) = delete;
+  GpusHiddenFromRanks& operator=(const GpusHiddenFromRanks&) = delete;
+
+ private:
+  std::optional<std::string> before_;
+};
 
 // `arguments` must select exactly one train case that runs on `ranks` devices.
 inline LaunchedCase only_train_case(std::vector<std::string> arguments, int ranks) {

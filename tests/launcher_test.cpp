@@ -21,12 +21,6 @@
 namespace parbench {
 namespace {
 
-// These tests cover the CPU path (the store backend); on a machine with GPUs the ranks would
-// pick NCCL and one GPU each, so they are hidden from the ranks this test starts. ctest runs
-// every test in its own process, so no other test is affected.
-void hide_gpus_from_ranks() { setenv("CUDA_VISIBLE_DEVICES", "", /*overwrite=*/1); }
-
-
 using Clock = std::chrono::steady_clock;
 
 constexpr double kShortTimeout = 3;  // seconds: how long ranks wait for each other in failure tests
@@ -65,7 +59,7 @@ std::pair<std::string, double> small_case_failure(const std::map<std::string, st
 }
 
 TEST(Launcher, RunsACaseAndReturnsRankZerosCombinedTimes) {
-  hide_gpus_from_ranks();
+  const GpusHiddenFromRanks gpus_hidden;
   const auto run = launch_case(PARBENCH_BINARY, kSmallDdp, small_ddp_case(2), 2, /*timeout_s=*/30);
   EXPECT_EQ(run.world_size, 2);
   EXPECT_EQ(run.facts.at("backend"), "store");
@@ -82,7 +76,7 @@ TEST(Launcher, RunsACaseAndReturnsRankZerosCombinedTimes) {
 }
 
 TEST(Launcher, ARankThatDiesEndsTheRunAndIsNamed) {
-  hide_gpus_from_ranks();
+  const GpusHiddenFromRanks gpus_hidden;
   const auto [failure, seconds] = small_case_failure({{"PARBENCH_TEST_FAIL_RANK", "1"}});
   EXPECT_NE(failure.find("rank 1 exited with code 3"), std::string::npos) << failure;
   EXPECT_EQ(failure.find('\n'), std::string::npos) << failure;
@@ -93,7 +87,7 @@ TEST(Launcher, ARankThatDiesEndsTheRunAndIsNamed) {
 // A rank that exits 0 before its case leaves the others waiting for it: the case fails at once,
 // naming it, instead of waiting out --dist-timeout and calling it a hang.
 TEST(Launcher, ARankThatExitsCleanlyBeforeHandingInItsResultsIsNamedAtOnce) {
-  hide_gpus_from_ranks();
+  const GpusHiddenFromRanks gpus_hidden;
   constexpr double kLongTimeout = 60;
   const auto [failure, seconds] = small_case_failure({{"PARBENCH_TEST_QUIT_RANK", "1"}}, 2, kLongTimeout);
   EXPECT_NE(failure.find("rank 1 exited with code 0 before handing in its results"), std::string::npos) << failure;
@@ -104,7 +98,7 @@ TEST(Launcher, ARankThatExitsCleanlyBeforeHandingInItsResultsIsNamedAtOnce) {
 }
 
 TEST(Launcher, ARankThatHangsIsNamedWithinTheTimeout) {
-  hide_gpus_from_ranks();
+  const GpusHiddenFromRanks gpus_hidden;
   const auto [failure, seconds] = small_case_failure({{"PARBENCH_TEST_HANG_RANK", "1"}});
   EXPECT_NE(failure.find("rank 0: rank 1 did not reach"), std::string::npos) << failure;
   EXPECT_NE(failure.find("within 3 s"), std::string::npos) << failure;
@@ -113,7 +107,7 @@ TEST(Launcher, ARankThatHangsIsNamedWithinTheTimeout) {
 }
 
 TEST(Launcher, ARankStuckWhereNoWaitTimesOutIsEndedByItsWatchdog) {
-  hide_gpus_from_ranks();
+  const GpusHiddenFromRanks gpus_hidden;
   // One rank, so that no other rank's wait times out first, and no rank to wait for in 1 s.
   const auto [failure, seconds] = small_case_failure({{"PARBENCH_TEST_HANG_RANK", "0"}}, /*ranks=*/1, /*timeout_s=*/1);
   EXPECT_NE(failure.find("rank 0: no progress for"), std::string::npos) << failure;
@@ -123,7 +117,7 @@ TEST(Launcher, ARankStuckWhereNoWaitTimesOutIsEndedByItsWatchdog) {
 }
 
 TEST(Launcher, ARankThatNeverJoinsIsNamedWithinTheTimeout) {
-  hide_gpus_from_ranks();
+  const GpusHiddenFromRanks gpus_hidden;
   const auto [failure, seconds] = small_case_failure({{"PARBENCH_TEST_ABSENT_RANK", "1"}});
   EXPECT_NE(failure.find("rank 0: rank 1 did not join the rendezvous at 127.0.0.1:"), std::string::npos) << failure;
   EXPECT_LT(seconds, kShortTimeout + kSlack);
@@ -131,7 +125,7 @@ TEST(Launcher, ARankThatNeverJoinsIsNamedWithinTheTimeout) {
 }
 
 TEST(Launcher, AllreduceCaseRunsOnTheStoreBackend) {
-  hide_gpus_from_ranks();
+  const GpusHiddenFromRanks gpus_hidden;
   const auto run = launch_case(PARBENCH_BINARY, {"--strategies=ddp", "--warmup=1", "--repetitions=1", "--iterations=2"},
                                launched(allreduce_case(1024, 2)), 2, /*timeout_s=*/30);
   EXPECT_EQ(run.facts.at("backend"), "store");
@@ -143,7 +137,7 @@ TEST(Launcher, AllreduceCaseRunsOnTheStoreBackend) {
 // TCPStore's server refuses values over 8 MiB; the store backend sends larger tensors in
 // chunks. The all-reduce case checks its sum before timing; ResNet-18's first broadcast is 47 MB.
 TEST(Launcher, TensorsLargerThanTheStoresValueLimitGoThroughTheStoreBackend) {
-  hide_gpus_from_ranks();
+  const GpusHiddenFromRanks gpus_hidden;
   const auto allreduce = launch_case(PARBENCH_BINARY, {"--strategies=ddp", "--warmup=0", "--repetitions=1", "--iterations=1"},
                                      launched(allreduce_case(16777216, 2)), 2, /*timeout_s=*/60);
   EXPECT_EQ(allreduce.repetitions.size(), 1u);
@@ -166,7 +160,7 @@ TEST(Allreduce, IterationsRunEnoughAllReducesToTimeAndToSpreadRankSkew) {
 // ---- An external launcher's ranks --------------------------------------------------------------
 
 TEST(ExternalLauncher, EveryRankRunsTheDistributedCasesAndRankZeroReports) {
-  hide_gpus_from_ranks();
+  const GpusHiddenFromRanks gpus_hidden;
   TemporaryDirectory dir("parbench-launcher-test");
   const int port = free_port();
   const auto runs =
@@ -195,7 +189,7 @@ TEST(ExternalLauncher, EveryRankRunsTheDistributedCasesAndRankZeroReports) {
 }
 
 TEST(ExternalLauncher, RanksStartedWithDifferentWorldSizesAreTold) {
-  hide_gpus_from_ranks();
+  const GpusHiddenFromRanks gpus_hidden;
   const int port = free_port();
   const auto runs =
       run_ranks({torchrun_environment(0, 2, port), torchrun_environment(1, 3, port)}, with(kSmallDdp, {"--dist-timeout=10"}));
@@ -210,7 +204,7 @@ TEST(ExternalLauncher, RanksStartedWithDifferentWorldSizesAreTold) {
 }
 
 TEST(ExternalLauncher, AnUnreachableRendezvousIsNamedWithinTheTimeout) {
-  hide_gpus_from_ranks();
+  const GpusHiddenFromRanks gpus_hidden;
   const int port = free_port();  // nobody listens there
   const auto runs = run_ranks({torchrun_environment(1, 2, port)}, with(kSmallDdp, {"--dist-timeout=3"}));
   EXPECT_EQ(runs[0].exit_code, 1) << runs[0].err;
@@ -231,7 +225,7 @@ void PrintTo(const BadLaunch& launch, std::ostream* os) { *os << launch.expected
 class ExternalLauncherBadInput : public ::testing::TestWithParam<BadLaunch> {};
 
 TEST_P(ExternalLauncherBadInput, OneLineUsageError) {
-  hide_gpus_from_ranks();
+  const GpusHiddenFromRanks gpus_hidden;
   const auto runs = run_ranks({GetParam().environment}, with(kSmallDdp, {GetParam().argument}));
   EXPECT_EQ(runs[0].exit_code, 2) << runs[0].err;
   EXPECT_EQ(std::count(runs[0].err.begin(), runs[0].err.end(), '\n'), 1) << runs[0].err;
@@ -304,7 +298,7 @@ class ScopedEnvironment {
 };
 
 TEST(RankInfo, TorchrunVariables) {
-  hide_gpus_from_ranks();
+  const GpusHiddenFromRanks gpus_hidden;
   ScopedEnvironment environment{{"RANK", "3"},
                                 {"WORLD_SIZE", "4"},
                                 {"LOCAL_RANK", "1"},
@@ -323,7 +317,7 @@ TEST(RankInfo, TorchrunVariables) {
 }
 
 TEST(RankInfo, OpenMpiOnOneNodeNeedsNoMasterAddr) {
-  hide_gpus_from_ranks();
+  const GpusHiddenFromRanks gpus_hidden;
   ScopedEnvironment environment{{"OMPI_COMM_WORLD_RANK", "1"},
                                 {"OMPI_COMM_WORLD_SIZE", "2"},
                                 {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
@@ -338,7 +332,7 @@ TEST(RankInfo, OpenMpiOnOneNodeNeedsNoMasterAddr) {
 }
 
 TEST(RankInfo, SlurmStepOfSeveralTasksIsALaunchButABatchScriptIsNot) {
-  hide_gpus_from_ranks();
+  const GpusHiddenFromRanks gpus_hidden;
   {
     ScopedEnvironment environment{{"SLURM_PROCID", "5"},
                                   {"SLURM_STEP_NUM_TASKS", "8"},

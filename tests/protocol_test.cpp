@@ -21,9 +21,6 @@
 namespace parbench {
 namespace {
 
-// The CPU path (the store backend); ctest runs every test in its own process.
-void hide_gpus_from_children() { setenv("CUDA_VISIBLE_DEVICES", "", /*overwrite=*/1); }
-
 std::string read_file(const std::string& path) {
   std::ifstream file(path);
   std::stringstream text;
@@ -64,7 +61,7 @@ TEST(CaseProtocol, AllreduceFieldsDescribeTheCaseAndBuildItBack) {
 // The ranks of an all-reduce case used to rebuild the sweep from their options and look the
 // case up by name: under these options the sweep is empty, and the case was "no case named".
 TEST(CaseProtocol, AllreduceRanksBuildTheirCaseFromItsFieldsNotFromTheirOptions) {
-  hide_gpus_from_children();
+  const GpusHiddenFromRanks gpus_hidden;
   auto options = parsed_options(kNoAllreduce, /*has_gpu=*/false);
   ASSERT_TRUE(build_allreduce_cases(options, 2).empty());
   const auto allreduce = allreduce_case(1024, 2);
@@ -79,7 +76,7 @@ TEST(CaseProtocol, AllreduceRanksBuildTheirCaseFromItsFieldsNotFromTheirOptions)
 // A train case's ranks build the case its fields describe: here a ddp case at batch 3, while
 // their own options sweep single at batch 2 only.
 TEST(CaseProtocol, TrainRanksBuildTheirCaseFromItsFieldsNotFromTheirOptions) {
-  hide_gpus_from_children();
+  const GpusHiddenFromRanks gpus_hidden;
   const std::vector<std::string> ddp = {"--strategies=ddp", "--models=tinycnn", "--batch=3", "--image=16",
                                         "--warmup=0",       "--repetitions=1",  "--iterations=1", "--allreduce=off"};
   const auto launched = only_train_case(ddp, 2);
@@ -99,7 +96,7 @@ TEST(CaseProtocol, ACaseWithoutFieldsIsNotLaunched) {
 // The profile companion is given a case's fields on its input, one case a line. Its options sweep
 // tinycnn at batch 2 only; the case it is asked for is at batch 3, which it builds and traces.
 TEST(CaseProtocol, TheProfileCompanionBuildsItsCaseFromItsFieldsNotFromItsOptions) {
-  hide_gpus_from_children();
+  const GpusHiddenFromRanks gpus_hidden;
   TemporaryDirectory dir("parbench-protocol-test");
   std::vector<std::string> asked = {"--strategies=single", "--models=tinycnn", "--batch=3", "--image=16",
                                     "--warmup=0"};

@@ -38,9 +38,6 @@
 namespace parbench {
 namespace {
 
-// On a machine with GPUs the ranks would pick NCCL: these tests are the CPU path.
-void hide_gpus_from_ranks() { setenv("CUDA_VISIBLE_DEVICES", "", /*overwrite=*/1); }
-
 constexpr double kTolerance = 1e-5;  // relative, per tensor (fp32)
 constexpr int64_t kBatch = 6;       // global: each of 2 ranks draws 3
 constexpr int64_t kSeq = 16;
@@ -147,7 +144,7 @@ double expected_comm_bytes(bool sequence_parallel) {
 }
 
 TEST(TensorParallel, TwoRanksTrainAsSingleDevice) {
-  hide_gpus_from_ranks();
+  const GpusHiddenFromRanks gpus_hidden;
   const auto run = run_tensor_parallel(2, "off");
   EXPECT_EQ(run.facts.at("backend"), "store");
   EXPECT_EQ(run.facts.at("degree"), "2");
@@ -157,7 +154,7 @@ TEST(TensorParallel, TwoRanksTrainAsSingleDevice) {
 }
 
 TEST(TensorParallel, TwoRanksWithSequenceParallelTrainAsSingleDevice) {
-  hide_gpus_from_ranks();
+  const GpusHiddenFromRanks gpus_hidden;
   const auto run = run_tensor_parallel(2, "on");
   EXPECT_EQ(run.facts.at("sp"), "on");
   expect_matches_single(run, 2);
@@ -168,14 +165,14 @@ TEST(TensorParallel, TwoRanksWithSequenceParallelTrainAsSingleDevice) {
 // (in the same order on every rank), and trains as single does; the recomputed forwards' bytes
 // are counted as sent.
 TEST(TensorParallel, CheckpointedBlocksWithSequenceParallelTrainAsSingleDevice) {
-  hide_gpus_from_ranks();
+  const GpusHiddenFromRanks gpus_hidden;
   const auto run = run_tensor_parallel(2, "on", "sgd", "blocks");
   expect_matches_single(run, 2);
   EXPECT_GT(run.counters.at("tp_comm_mib_per_step"), expected_comm_bytes(true) / (1 << 20));
 }
 
 TEST(TensorParallel, AdamwOnShardsMatchesSingleDevice) {
-  hide_gpus_from_ranks();
+  const GpusHiddenFromRanks gpus_hidden;
   expect_matches_single(run_tensor_parallel(2, "on", "adamw"), 2, OptimizerKind::kAdamW);
 }
 

@@ -84,13 +84,10 @@ INSTANTIATE_TEST_SUITE_P(TestOnlyModel, SplitEquivalence,
 #error "PARBENCH_WITH_TEST_MODEL names parbench built with the test-only model (tests/CMakeLists.txt)"
 #endif
 
-// The ranks' CPU path (the store backend): GPUs are hidden from the processes these tests start.
-void hide_gpus_from_ranks() { setenv("CUDA_VISIBLE_DEVICES", "", /*overwrite=*/1); }
-
 // ddp on 2 CPU ranks, started as parbench starts them: both ranks end bitwise equal, and equal to
 // single's training on both ranks' batches concatenated.
 TEST(TestOnlyModel, DdpRanksOnCpuTrainItAsSingleDoes) {
-  hide_gpus_from_ranks();
+  const GpusHiddenFromRanks gpus_hidden;
   constexpr int kRanks = 2, kBatchPerRank = 3, kSteps = 3;  // one warm-up step, two timed
   TemporaryDirectory weights("parbench-test-model-ddp");
   const std::vector<std::string> arguments = {"--strategies=ddp", "--models=" + kModel, "--batch=3", "--image=8",
@@ -162,7 +159,7 @@ std::vector<std::string> lines_of(const std::string& path) {
 // builds it nowhere, and a ddp run builds it once in each rank and never in the parbench process
 // that launched them.
 TEST(TestOnlyModel, OnlyTheProcessesThatTrainItBuildIt) {
-  hide_gpus_from_ranks();
+  const GpusHiddenFromRanks gpus_hidden;
   TemporaryDirectory dir("parbench-test-model-builds");
   const auto log = dir.file("builds");
 

@@ -104,9 +104,6 @@ TEST(ZeroLayout, AnEmptyGroupStillHasOneElementPerRankAndBadInputIsRefused) {
 
 // ---- training on CPU ranks --------------------------------------------------------------------
 
-// CPU path only: on a machine with GPUs the ranks would pick NCCL.
-void hide_gpus_from_ranks() { setenv("CUDA_VISIBLE_DEVICES", "", /*overwrite=*/1); }
-
 constexpr double kTolerance = 1e-5;  // relative, per tensor
 constexpr int64_t kBatchPerRank = 3;
 constexpr int kSteps = 3;  // one warm-up step and two timed iterations of one step
@@ -165,7 +162,7 @@ void expect_matches_single(const RankedWeights& zero, int ranks, const std::stri
 class ZeroStage : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(ZeroStage, TwoRanksMatchSingleDeviceWithSgdAndAdamw) {
-  hide_gpus_from_ranks();
+  const GpusHiddenFromRanks gpus_hidden;
   const auto stage = GetParam();
   for (const auto& [optimizer, kind] :
        std::vector<std::pair<std::string, OptimizerKind>>{{"sgd", OptimizerKind::kSgd}, {"adamw", OptimizerKind::kAdamW}}) {
@@ -198,7 +195,7 @@ std::vector<std::string> ddp_arguments_like(std::vector<std::string> arguments) 
 constexpr double kAdamwNoiseTolerance = 1e-4;
 
 TEST_P(ZeroStage, ThreeRanksOnATransformerMatchSingleDeviceAndDdp) {
-  hide_gpus_from_ranks();
+  const GpusHiddenFromRanks gpus_hidden;
   const auto stage = GetParam();
   const auto sgd = run_ranks(zero_arguments(stage, "tinygpt", "sgd"), 3);
   expect_matches_single(sgd, 3, "tinygpt", OptimizerKind::kSgd, "stage " + stage + " tinygpt sgd");
@@ -272,7 +269,7 @@ INSTANTIATE_TEST_SUITE_P(Zero, ZeroStage, ::testing::Values("1", "2", "3"),
 // The memory breakdown per rank against ddp's: the optimizer state is halved from stage 1, the
 // gradients from stage 2, the parameters at stage 3 (up to the padding: a few elements a group).
 TEST(Zero, ModelStatesPerRankAreDdpsOverTheWorldForWhatEachStageShards) {
-  hide_gpus_from_ranks();
+  const GpusHiddenFromRanks gpus_hidden;
   const auto ddp_arguments = ddp_arguments_like(zero_arguments("1", "tinycnn", "adamw"));
   const auto ddp = launch_case(PARBENCH_BINARY, ddp_arguments, only_train_case(ddp_arguments, 2), 2, 60).counters;
   const auto expect_share = [](double value, double ddps, double share, const std::string& what) {
@@ -361,7 +358,7 @@ std::string zero_failure(const std::map<std::string, std::string>& hooks) {
 }
 
 TEST(Zero, ARankThatDiesOrNeverJoinsIsNamed) {
-  hide_gpus_from_ranks();
+  const GpusHiddenFromRanks gpus_hidden;
   const auto died = zero_failure({{"PARBENCH_TEST_FAIL_RANK", "1"}});
   EXPECT_NE(died.find("rank 1 exited with code 3"), std::string::npos) << died;
   const auto absent = zero_failure({{"PARBENCH_TEST_ABSENT_RANK", "1"}});
