@@ -118,31 +118,39 @@ torch::Tensor GptBlockImpl::forward(torch::Tensor x) {
   return x + mlp(ln_2(x));
 }
 
-GPTImpl::GPTImpl(GptConfig config, bool initialise) : config_(std::move(config)) {
+GPTImpl::GPTImpl(GptConfig config, bool initialise, torch::Device device)
+    : config_(std::move(config)), device_(device) {
   reset();
   if (initialise) initialize_like_gpt2();
 }
 
 std::shared_ptr<GPTImpl> GPTImpl::same_architecture() const {
-  return std::make_shared<GPTImpl>(config_, /*initialise=*/false);
+  return std::make_shared<GPTImpl>(config_, /*initialise=*/false, device_);
 }
 
 void GPTImpl::reset() {
   const auto d = config_.width;
+  // Each piece to the device as soon as it is made: gpt-6.7b is 27 GB in fp32, one block 0.8 GB.
   wte = register_module("wte", torch::nn::Embedding(config_.vocabulary, d));
+  wte->to(device_);
   wpe = register_module("wpe", torch::nn::Embedding(config_.context, d));
+  wpe->to(device_);
   h = register_module("h", torch::nn::ModuleList());
   blocks_.clear();
   for (int64_t layer = 0; layer < config_.layers; ++layer) {
     blocks_.emplace_back(d, config_.heads);
+    blocks_.back()->to(device_);
     h->push_back(blocks_.back());
   }
   ln_f = register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d})));
+  ln_f->to(device_);
   lm_head = register_module("lm_head", torch::nn::Linear(torch::nn::LinearOptions(d, config_.vocabulary).bias(false)));
+  lm_head->to(device_);
 }
 
 // GPT-2's: weights ~ N(0, 0.02), biases 0, the projections into the residual stream scaled by
-// 1/sqrt(2 L); LayerNorms keep weight 1 and bias 0.
+// 1/sqrt(2 L); LayerNorms keep weight 1 and bias 0. Drawn from the CPU's generator whatever the
+// device, one weight at a time, so that a model built on a GPU has the weights it has on the CPU.
 void GPTImpl::initialize_like_gpt2() {
   torch::NoGradGuard no_grad;
   const double residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(config_.layers));
@@ -154,7 +162,12 @@ void GPTImpl::initialize_like_gpt2() {
       parameter.zero_();
     } else {
       const bool into_residual = name.size() > 13 && name.compare(name.size() - 13, 13, "c_proj.weight") == 0;
-      parameter.normal_(0.0, into_residual ? residual_std : 0.02);
+      const double std = into_residual ? residual_std : 0.02;
+      if (parameter.is_cpu()) {
+        parameter.normal_(0.0, std);
+      } else {
+        parameter.copy_(torch::empty(parameter.sizes(), parameter.options().device(torch::kCPU)).normal_(0.0, std));
+      }
     }
   }
 }
@@ -203,8 +216,8 @@ std::vector<ModelInfo> gpt_models() {
                          })
                          // Linear layers and attention's products: cuBLAS's TF32 switch decides them.
                          .fp32_runs_on(Fp32Engine::kCublasMatmul)
-                         .built_by([config](int64_t /*num_classes*/) -> ModelPtr {
-                           return std::make_shared<GPTImpl>(config);
+                         .built_by([config](int64_t /*num_classes*/, torch::Device device) -> ModelPtr {
+                           return std::make_shared<GPTImpl>(config, /*initialise=*/true, device);
                          }));
   }
   return models;

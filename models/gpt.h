@@ -75,7 +75,10 @@ TORCH_MODULE(GptBlock);
 class GPTImpl : public StagedModule<GPTImpl> {
  public:
   // initialise: false skips GPT-2's weight initialisation (for copies whose weights are overwritten).
-  explicit GPTImpl(GptConfig config, bool initialise = true);
+  // device: where the parameters live. Each piece (an embedding, a block, the head) is moved
+  // there as it is made, and each weight drawn on the host one at a time, so a model larger than
+  // the host's memory can still be built on a GPU; the weights do not depend on the device.
+  explicit GPTImpl(GptConfig config, bool initialise = true, torch::Device device = torch::kCPU);
   void reset() override;
   std::shared_ptr<GPTImpl> same_architecture() const;
 
@@ -95,6 +98,7 @@ class GPTImpl : public StagedModule<GPTImpl> {
   void initialize_like_gpt2();
 
   GptConfig config_;
+  torch::Device device_;
   std::vector<GptBlock> blocks_;
 };
 TORCH_MODULE(GPT);

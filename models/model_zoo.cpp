@@ -196,8 +196,8 @@ void check_sequence_length(const std::string& model, int64_t seq_len) {
   }
 }
 
-ModelPtr make_model(const std::string& name, int64_t num_classes) {
-  return ModelRegistry::instance().get(name).build(num_classes);
+ModelPtr make_model(const std::string& name, int64_t num_classes, torch::Device device) {
+  return ModelRegistry::instance().get(name).build(num_classes, device);
 }
 
 }  // namespace parbench

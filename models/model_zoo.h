@@ -16,8 +16,10 @@
 
 namespace parbench {
 
-// A model built and initialised on the CPU; what a strategy's setup calls for its model.
-using ModelFactory = std::function<ModelPtr()>;
+// What a strategy's setup calls for its model: a fresh one, initialised, its parameters on
+// `device` (the CPU for a model the strategy then cuts across devices). Its weights depend on the
+// seed only, not on the device.
+using ModelFactory = std::function<ModelPtr(torch::Device device)>;
 
 // What one sample of a model is.
 struct SampleShape {
@@ -47,8 +49,11 @@ struct ModelInfo {
   // Forward floating-point operations for one sample (2 per multiply-accumulate), given the
   // sample's size (an image's side, a sequence's tokens) and the classes it is built with.
   using FlopsFunction = std::function<double(int64_t sample_size, int64_t num_classes)>;
-  // A fresh model on the CPU with `num_classes` outputs (a token model's are its vocabulary).
-  using Builder = std::function<ModelPtr(int64_t num_classes)>;
+  // A fresh model with `num_classes` outputs (a token model's are its vocabulary), its
+  // parameters on `device`. A large model's builder places each piece on the device as it is
+  // made, so the host never holds the whole model; its weights are drawn from the CPU's
+  // generator either way, so they do not depend on the device.
+  using Builder = std::function<ModelPtr(int64_t num_classes, torch::Device device)>;
 
   std::string name;
   int order = 0;  // position in listings
@@ -103,9 +108,10 @@ class ModelRegistry {
 // Names of the registered models, by listing order.
 std::vector<std::string> model_names();
 
-// A freshly initialised model on the CPU; throws std::invalid_argument for an unknown name.
-// A language model ignores num_classes: its vocabulary is its own (fit_config_to_model).
-ModelPtr make_model(const std::string& name, int64_t num_classes);
+// A freshly initialised model, its parameters on `device`; throws std::invalid_argument for an
+// unknown name. A language model ignores num_classes: its vocabulary is its own
+// (fit_config_to_model).
+ModelPtr make_model(const std::string& name, int64_t num_classes, torch::Device device = torch::kCPU);
 
 // Whether the model is registered and takes token sequences (--seq) rather than images (--image).
 bool is_language_model(const std::string& name);

@@ -245,8 +245,10 @@ std::vector<ModelInfo> resnet_models() {
                          })
                          // Convolutions: cuDNN's TF32 switch decides their arithmetic.
                          .fp32_runs_on(Fp32Engine::kCudnnConvolution)
-                         .built_by([variant](int64_t num_classes) -> ModelPtr {
-                           return std::make_shared<ResNetImpl>(variant, num_classes);
+                         .built_by([variant](int64_t num_classes, torch::Device device) -> ModelPtr {
+                           auto model = std::make_shared<ResNetImpl>(variant, num_classes);
+                           model->to(device);  // at most ResNet-152's 60M parameters on the host
+                           return model;
                          }));
   }
   return models;

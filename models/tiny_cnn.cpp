@@ -55,8 +55,10 @@ PARBENCH_REGISTER_MODEL(ModelInfo::named("tinycnn")
                             .with_stages({"stem", "block1", "block2", "head"})
                             .with_forward_flops(forward_flops_per_sample)
                             .fp32_runs_on(Fp32Engine::kCudnnConvolution)
-                            .built_by([](int64_t num_classes) -> ModelPtr {
-                              return std::make_shared<TinyCnnImpl>(num_classes);
+                            .built_by([](int64_t num_classes, torch::Device device) -> ModelPtr {
+                              auto model = std::make_shared<TinyCnnImpl>(num_classes);
+                              model->to(device);
+                              return model;
                             }));
 
 }  // namespace

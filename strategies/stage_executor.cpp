@@ -424,7 +424,7 @@ void StagedStrategy::set_up_stages(const ModelFactory& make_model, const std::ve
                                    const RunConfig& config, int64_t micro_batch, int lanes, size_t chunks) {
   devices_ = devices;
   config_ = config;
-  model_ = make_model();
+  model_ = make_model(torch::kCPU);  // whole on the host, then each stage to its device
   std::vector<torch::Device> part_devices;
   for (size_t part = 0; part < devices.size() * chunks; ++part) part_devices.push_back(devices[part % devices.size()]);
   // With chunks each device holds several stages: the count asked for is of stages, not devices.

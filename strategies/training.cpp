@@ -20,8 +20,8 @@ void prepare_model(StagedModel& model, Precision precision) {
   }
 }
 
-ModelPtr make_case_model(const RunConfig& config) {
-  auto model = make_model(config.model, config.num_classes);
+ModelPtr make_case_model(const RunConfig& config, torch::Device device) {
+  auto model = make_model(config.model, config.num_classes, device);
   model->set_checkpoint_blocks(config.checkpoint == Checkpointing::kBlocks);
   return model;
 }
@@ -29,8 +29,8 @@ ModelPtr make_case_model(const RunConfig& config) {
 std::string to_string(Checkpointing checkpoint) { return checkpoint == Checkpointing::kBlocks ? "blocks" : "off"; }
 
 ModelPtr make_model_on(const ModelFactory& make_model, torch::Device device, Precision precision) {
-  auto model = make_model();
-  model->module().to(device);
+  auto model = make_model(device);
+  model->module().to(device);  // a test's factory may build on the CPU whatever it is asked
   prepare_model(*model, precision);
   return model;
 }

@@ -14,9 +14,10 @@ std::optional<c10::ScalarType> autocast_dtype(Precision precision);
 // conv weights. Call after the model is on its devices.
 void prepare_model(StagedModel& model, Precision precision);
 
-// A case's model, on the CPU as built (the caller seeds it): config.model with config's classes,
-// its blocks checkpointed where config.checkpoint asks. What the harness's ModelFactory makes.
-ModelPtr make_case_model(const RunConfig& config);
+// A case's model, its parameters on `device` (the caller seeds it): config.model with config's
+// classes, its blocks checkpointed where config.checkpoint asks. What the harness's ModelFactory
+// makes.
+ModelPtr make_case_model(const RunConfig& config, torch::Device device = torch::kCPU);
 
 std::string to_string(Checkpointing checkpoint);
 

@@ -160,7 +160,7 @@ TEST(AdviseMemory, ModelStatesByFormulaMatchEachOneProcessStrategy) {
         for (const auto& spec : specs) {
           auto strategy = spec.strategy->create();
           const auto config = spec.config;
-          strategy->setup([&config] { return make_case_model(config); }, case_devices(spec), config);
+          strategy->setup([&config](torch::Device) { return make_case_model(config); }, case_devices(spec), config);
           const auto batch = make_random_batch(config, config.batch_size, strategy->input_device(), strategy->target_device());
           strategy->train_step(batch);
           const auto facts = strategy->describe();
@@ -205,7 +205,7 @@ TEST(AdviseMemory, SinglesPredictedPeakIsWhatTheCpuAllocatorSees) {
       auto strategy = spec.strategy->create();
       AllocationCounter counter(torch::kCPU);
       const double before = counter.current();
-      strategy->setup([&config] { return make_case_model(config); }, {torch::kCPU}, config);
+      strategy->setup([&config](torch::Device) { return make_case_model(config); }, {torch::kCPU}, config);
       const auto batch = make_random_batch(config, config.batch_size, torch::kCPU, torch::kCPU);
       strategy->train_step(batch);
       counter.reset_peak();

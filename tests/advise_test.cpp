@@ -122,7 +122,7 @@ TEST(AdviseProfile, PredictsEachStagedCaseFromTheCutItRuns) {
   // The strategy, set up for the case, runs the cut the prediction was made from.
   auto strategy = spec.strategy->create();
   const auto config = spec.config;
-  strategy->setup([&config] { return make_model(config.model, config.num_classes); }, devices, config);
+  strategy->setup([&config](torch::Device) { return make_model(config.model, config.num_classes); }, devices, config);
   const auto prediction = predictor.predict(profile, CaseConditions{spec.config, spec.global_batch, spec.gpus});
   EXPECT_EQ(prediction.profile, strategy->describe().at("cut"));
   EXPECT_EQ(prediction.profile, profile.cuts.at(key).cut);

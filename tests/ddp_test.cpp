@@ -177,7 +177,7 @@ TEST(Ddp, SetupOutsideADistributedRunSaysHowToStartIt) {
   config.model = "tinycnn";
   auto strategy = StrategyRegistry::instance().get("ddp").create();
   try {
-    strategy->setup([&] { return make_model(config.model, config.num_classes); }, {torch::kCPU}, config);
+    strategy->setup([&](torch::Device) { return make_model(config.model, config.num_classes); }, {torch::kCPU}, config);
     FAIL() << "ddp set up without a process group";
   } catch (const c10::Error& error) {
     EXPECT_NE(std::string(error.what_without_backtrace()).find("torchrun"), std::string::npos);

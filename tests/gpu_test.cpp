@@ -18,7 +18,7 @@ std::map<std::string, torch::Tensor> step_and_collect(const std::string& strateg
                                                       const std::vector<torch::Device>& devices, const Batch& batch,
                                                       double* loss) {
   auto strategy = StrategyRegistry::instance().get(strategy_name).create();
-  strategy->setup([&] {
+  strategy->setup([&](torch::Device) {
     torch::manual_seed(99);
     auto model = make_model(config.model, config.num_classes);
     model->module().eval();  // batch-norm statistics must not depend on how the batch is split

@@ -37,7 +37,7 @@ std::unique_ptr<Strategy> make_strategy(const std::string& name, const RunConfig
                                         const std::vector<torch::Device>& devices) {
   auto strategy = StrategyRegistry::instance().get(name).create();
   strategy->setup(
-      [&] {
+      [&](torch::Device) {
         torch::manual_seed(11);
         return make_model(config.model, config.num_classes);
       },

@@ -389,7 +389,7 @@ std::vector<ModelStateBytes> states_after_steps(const std::string& strategy_name
   set_option(config, "schedule", "gpipe");
   fit_config_to_model(config);
   auto strategy = StrategyRegistry::instance().get(strategy_name).create();
-  strategy->setup([&] { return make_model(config.model, config.num_classes); },
+  strategy->setup([&](torch::Device) { return make_model(config.model, config.num_classes); },
                   std::vector<torch::Device>(devices, torch::kCPU), config);
   const auto batch = make_random_batch(config, config.batch_size, torch::kCPU, torch::kCPU);
   strategy->train_step(batch);

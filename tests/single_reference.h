@@ -31,7 +31,7 @@ inline std::vector<torch::Tensor> single_on_rank_batches(RunConfig config, int r
   const Batch batch{torch::cat(inputs), torch::cat(targets)};
   auto strategy = StrategyRegistry::instance().get("single").create();
   strategy->setup(
-      [&] {
+      [&](torch::Device) {
         torch::manual_seed(kRankModelSeed);
         return make_model(config.model, config.num_classes);
       },

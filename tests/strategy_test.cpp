@@ -47,7 +47,7 @@ ModelPtr seeded_model(const RunConfig& config, bool eval_mode, torch::Dtype dtyp
 StepResult train(const std::string& strategy_name, RunConfig config, size_t num_devices, const Batch& batch,
                  bool eval_mode, int steps = 1, torch::Dtype dtype = torch::kFloat) {
   auto strategy = StrategyRegistry::instance().get(strategy_name).create();
-  strategy->setup([&] { return seeded_model(config, eval_mode, dtype); },
+  strategy->setup([&](torch::Device) { return seeded_model(config, eval_mode, dtype); },
                   std::vector<torch::Device>(num_devices, torch::kCPU), config);
   // A language model's token ids stay integers.
   const Batch typed{batch.inputs.is_floating_point() ? batch.inputs.to(dtype) : batch.inputs, batch.targets};
@@ -301,7 +301,7 @@ TEST(DataParallel, BatchNormStatisticsFollowReplicaZerosShard) {
   torch::manual_seed(11);
   const auto batch = make_random_batch(config, config.batch_size, torch::kCPU, torch::kCPU);
   auto strategy = StrategyRegistry::instance().get("data_parallel").create();
-  strategy->setup([&] { return seeded_model(config, /*eval_mode=*/false); }, {torch::kCPU, torch::kCPU}, config);
+  strategy->setup([&](torch::Device) { return seeded_model(config, /*eval_mode=*/false); }, {torch::kCPU, torch::kCPU}, config);
   strategy->train_step(batch);
 
   const auto statistics_after_forward = [&](const torch::Tensor& inputs) {
@@ -331,7 +331,7 @@ TEST(DataParallel, RejectsAnUnknownReplicationAndTheCloneVariantOnCpu) {
   for (const std::string replicate : {"scatter", "clone"}) {
     set_option(config, "replicate", replicate);
     auto strategy = StrategyRegistry::instance().get("data_parallel").create();
-    EXPECT_THROW(strategy->setup([&] { return seeded_model(config, false); }, {torch::kCPU, torch::kCPU}, config),
+    EXPECT_THROW(strategy->setup([&](torch::Device) { return seeded_model(config, false); }, {torch::kCPU, torch::kCPU}, config),
                  std::invalid_argument)
         << replicate;
   }
@@ -344,7 +344,7 @@ TEST(SingleDevice, StepsReduceTheLossOnAFixedBatch) {
   config.batch_size = 4;
   config.image_size = 32;
   auto strategy = StrategyRegistry::instance().get("single").create();
-  strategy->setup([&] { return make_model(config.model, config.num_classes); }, {torch::kCPU}, config);
+  strategy->setup([&](torch::Device) { return make_model(config.model, config.num_classes); }, {torch::kCPU}, config);
   const auto batch = make_random_batch(config, config.batch_size, torch::kCPU, torch::kCPU);
   const double first = strategy->train_step(batch).item<double>();
   double last = first;
@@ -363,7 +363,7 @@ TEST(SingleDevice, Bf16AutocastStepRunsAndReducesTheLoss) {
   config.learning_rate = 0.5;
   config.loss = LossKind::kCrossEntropy;
   auto strategy = StrategyRegistry::instance().get("single").create();
-  strategy->setup([&] { return make_model(config.model, config.num_classes); }, {torch::kCPU}, config);
+  strategy->setup([&](torch::Device) { return make_model(config.model, config.num_classes); }, {torch::kCPU}, config);
   const auto batch = make_random_batch(config, config.batch_size, torch::kCPU, torch::kCPU);
   EXPECT_TRUE(batch.inputs.is_contiguous(torch::MemoryFormat::ChannelsLast));
   const double first = strategy->train_step(batch).item<double>();
@@ -428,7 +428,7 @@ TEST(Registry, OptionStructsDefaultToTheirDeclarations) {
   config.num_classes = 10;
   config.image_size = 16;
   auto data_parallel = StrategyRegistry::instance().get("data_parallel").create();
-  data_parallel->setup([&config] { return make_case_model(config); }, {torch::kCPU, torch::kCPU}, config);
+  data_parallel->setup([&config](torch::Device) { return make_case_model(config); }, {torch::kCPU, torch::kCPU}, config);
   EXPECT_EQ(data_parallel->describe().at("replicate"), declared_default("data_parallel", "replicate"));
 }
 
@@ -539,7 +539,7 @@ TEST(Pipeline, RejectsBadSplitSizeAndSchedule) {
   RunConfig config;
   config.model = "tinycnn";
   config.num_classes = 10;
-  const auto factory = [&] { return make_model(config.model, config.num_classes); };
+  const auto factory = [&](torch::Device) { return make_model(config.model, config.num_classes); };
   const std::vector<torch::Device> devices(2, torch::kCPU);
   for (int64_t split : {0, -3}) {
     set_option(config, "split", split);
@@ -746,7 +746,7 @@ TEST(Cut, StrategiesRejectABadCutAndTooManyDevices) {
   config.model = "tinycnn";
   config.num_classes = 10;
   set_cut(config, "stem,block1|block9,head");
-  const auto factory = [&] { return make_model(config.model, config.num_classes); };
+  const auto factory = [&](torch::Device) { return make_model(config.model, config.num_classes); };
   EXPECT_THROW(StrategyRegistry::instance().get("model_parallel").create()->setup(factory, {torch::kCPU, torch::kCPU}, config),
                std::invalid_argument);
   set_cut(config, "");
@@ -767,7 +767,7 @@ TEST(Cut, TooManyChunksAreCountedInStagesNotDevices) {
   config.batch_size = 4;
   set_option(config, "schedule", "interleaved-1f1b");
   set_option(config, "chunks", 3);
-  const auto factory = [&] { return make_model(config.model, config.num_classes); };
+  const auto factory = [&](torch::Device) { return make_model(config.model, config.num_classes); };
   try {
     StrategyRegistry::instance().get("pipeline").create()->setup(factory, {torch::kCPU, torch::kCPU}, config);
     ADD_FAILURE() << "no error";

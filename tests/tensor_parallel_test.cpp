@@ -378,7 +378,7 @@ TEST(TensorParallel, ARehearsedRankTalliesWhatARealRankSendsAndHoldsLessThanSing
     EXPECT_LT(rehearsal.step_bytes, single_bytes) << "sequence parallel " << sequence_parallel;
     // Its rank 0's shards, as a real rank 0 holds them.
     auto rank = asked.create();
-    rank->setup([&spec] { return make_case_model(spec.config); }, {torch::kCPU}, spec.config);
+    rank->setup([&spec](torch::Device) { return make_case_model(spec.config); }, {torch::kCPU}, spec.config);
     EXPECT_EQ(rank->describe().at("backend"), "rehearsal");
     auto whole = make_case_model(spec.config);
     const auto shards = rank->model().module().named_parameters();

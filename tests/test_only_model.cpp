@@ -61,7 +61,7 @@ class TestOnlyMlpImpl : public StagedModule<TestOnlyMlpImpl> {
   int64_t num_classes_;
 };
 
-ModelPtr build(int64_t num_classes) {
+ModelPtr build(int64_t num_classes, torch::Device device) {
   ++build_count;
   if (const char* log = std::getenv(kBuildLogVariable); log != nullptr && *log != '\0') {
     if (FILE* file = std::fopen(log, "a")) {
@@ -69,7 +69,9 @@ ModelPtr build(int64_t num_classes) {
       std::fclose(file);
     }
   }
-  return std::make_shared<TestOnlyMlpImpl>(num_classes);
+  auto model = std::make_shared<TestOnlyMlpImpl>(num_classes);
+  model->to(device);
+  return model;
 }
 
 PARBENCH_REGISTER_MODEL(ModelInfo::named(kName)

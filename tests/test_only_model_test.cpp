@@ -113,7 +113,7 @@ TEST(TestOnlyModel, DdpRanksOnCpuTrainItAsSingleDoes) {
   }
   auto single = StrategyRegistry::instance().get("single").create();
   single->setup(
-      [&] {
+      [&](torch::Device) {
         torch::manual_seed(kRankModelSeed);
         return make_model(config.model, config.num_classes);
       },

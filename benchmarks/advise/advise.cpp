@@ -115,7 +115,7 @@ class ReferenceStep {
   ReferenceStep(std::unique_ptr<Strategy> strategy, const RunConfig& config, torch::Device device, bool graphed,
                 double* step_bytes = nullptr)
       : strategy_(std::move(strategy)) {
-    strategy_->setup([&config] { return make_case_model(config); }, {device}, config);
+    strategy_->setup([&config](torch::Device on) { return make_case_model(config, on); }, {device}, config);
     batch_ = make_random_batch(config, config.batch_size, device, device);
     for (int step = 0; step < kProfileRepeats; ++step) strategy_->train_step(batch_);
     if (step_bytes != nullptr) {
@@ -543,7 +543,7 @@ AdviseProfile profile_setup(const CaseSpec& spec, const std::vector<torch::Devic
   auto strategy = request.set_up->create();
   auto config = request.set_up_config;
   config.batch_size = spec.config.batch_size;
-  strategy->setup([&config] { return make_case_model(config); }, devices, config);
+  strategy->setup([&config](torch::Device on) { return make_case_model(config, on); }, devices, config);
   profile.set_up_counters = strategy->counters();
   return profile;
 }

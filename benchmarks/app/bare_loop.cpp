@@ -106,7 +106,7 @@ int main(int argc, char** argv) {
   const auto& config = options.config;
   const bool language_model = parbench::ModelRegistry::instance().get(config.model).language_model();
   auto single = parbench::StrategyRegistry::instance().get("single").create();
-  single->setup([&] { return parbench::make_model(config.model, config.num_classes); }, {device}, config);
+  single->setup([&](torch::Device on) { return parbench::make_model(config.model, config.num_classes, on); }, {device}, config);
   const auto batch = parbench::make_random_batch(config, config.batch_size, device, device);
 
   for (int64_t step = 0; step < options.warmup; ++step) single->train_step(batch);

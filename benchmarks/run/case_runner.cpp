@@ -80,7 +80,7 @@ std::unique_ptr<PreparedCase> make_prepared_case(const CaseSpec& spec, const Opt
   fresh->name = spec.name;
   fresh->strategy = spec.strategy->create();
   const auto config = spec.config;
-  fresh->strategy->setup([&config] { return make_case_model(config); }, devices, config);
+  fresh->strategy->setup([&config](torch::Device on) { return make_case_model(config, on); }, devices, config);
   fresh->source = std::make_unique<BatchSource>(spec.config, spec.config.batch_size, spec.data,
                                                 fresh->strategy->input_device(), fresh->strategy->target_device());
   for (const auto& parameter : fresh->strategy->model().module().parameters()) fresh->params += parameter.numel();

@@ -102,11 +102,11 @@ RankedRun run_training_rank(World& world, const CaseSpec& spec, const Options& o
     auto config = spec.config;
     config.world = &world;
     strategy->setup(
-        [&config, &world] {
+        [&config, &world](torch::Device on) {
           world.report_own_work("building the model");
           test_hooks::while_building_model();
           torch::manual_seed(kRankModelSeed);
-          auto model = make_case_model(config);
+          auto model = make_case_model(config, on);
           world.report_progress("set-up");
           return model;
         },

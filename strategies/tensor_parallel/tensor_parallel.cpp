@@ -59,9 +59,9 @@ class TensorParallel final : public Strategy {
       world_ = &rank_world("tensor_parallel", config, devices);
       group_ = {world_->backend().get(), world_->rank(), world_->size(), &tally_, &clock_};
     }
-    // The whole model, built and seeded on the CPU as single's is; only this rank's shards
-    // reach the device.
-    auto whole = make_model();
+    // The whole model, seeded as single's is and built on the rank's device (the host holds one
+    // piece of it at a time); this rank's shards are cut from it, and it is freed.
+    auto whole = make_model(devices.front());
     auto* gpt = dynamic_cast<GPTImpl*>(&whole->module());
     TORCH_CHECK(gpt != nullptr, "tensor_parallel splits GPT models; ", whole->name(), " is not one");
     const auto obstacle =
