@@ -14,6 +14,9 @@
 #                             ref4_* (issue 42's 4-GPU reference run: see REFERENCE4_ARGS),
 #                             again4_*, again2_* (issues 42 and 35 again on a 4-GPU machine: see step_again4_resnet),
 #                             mem2_* (issues 37-39 on 2 GPUs: memory, zero, tensor_parallel; see MEM2_ARGS);
+#                             default_pair (issue 41: the run with no flags on GPUs 0 and 1, a baseline
+#                             binary's, PARBENCH_BASELINE_BINARY, then this one's, each timed),
+#                             default_tail (the same, for the cases after the first 34 only);
 #                             prebuilt instead of build: see step_prebuilt
 # PARBENCH_BENCH_TIMEOUT=SECONDS: each parbench run of a step is killed after that long, so that
 # one hang cannot take a whole device call.
@@ -957,6 +960,21 @@ sys.exit(0 if any("/zero/" in n for n, _ in ran) and not any("/zero/" in n for n
 PY
   return $status
 }
+# gpt-6.7b under single, ddp and ZeRO-3 in one process with --advise=all: the prediction flags
+# single and ddp as not fitting before they run (and run out of memory, the run going on), and
+# ZeRO-3 as fitting. Bounded by MEM2_BIG_TIMEOUT (420 s).
+step_mem2_big_advise() {
+  local memory batch
+  memory=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits -i 0)
+  batch=$((memory > 100000 ? 12 : 4))  # as mem2_big
+  PARBENCH_BENCH_TIMEOUT=${MEM2_BIG_TIMEOUT:-420} bench mem2_big_advise --models=gpt-6.7b --seq=1024 --batch="$batch" \
+    --precision=bf16 --optimizer=adamw --busy-profile=off --allreduce=off --warmup=2 --repetitions=3 --iterations=2 \
+    --strategies=zero,single,ddp --zero-stages=3 --advise=all
+  local status=$?
+  grep -E "predicted|does not fit|recommended|out of memory|failed|parbench:" "$results/mem2_big_advise.txt" \
+    "$results/mem2_big_advise.stderr" | cut -c1-260 | head -n 20
+  return $status
+}
 step_mem2_zero() {
   # shellcheck disable=SC2086
   PARBENCH_BENCH_TIMEOUT=${MEM2_TIMEOUT:-200} bench mem2_zero $MEM2_ARGS --strategies=ddp,zero --zero-stages=1,2,3 \
@@ -984,6 +1002,50 @@ step_mem2_fit() {
     --allreduce=off --fit=batch --fit-max-batch=128 --warmup=2 --repetitions=2 --iterations=2
   local status=$?
   tail -n 3 "$results/mem2_fit.stderr" | cut -c1-400
+  return $status
+}
+
+# Issue 41: `parbench` with no flags on 2 GPUs, as a new user runs it first: a baseline binary's
+# run (PARBENCH_BASELINE_BINARY, the issue's commit, built elsewhere and carried) and then this
+# one's, in one call, each's wall time and stdout lines. Each bounded by DEFAULT_PAIR_TIMEOUT (280 s).
+step_default_pair() {
+  local status=0 name binary started ended rc
+  for name in baseline current; do
+    binary=$parbench
+    if [[ $name == baseline ]]; then binary=${PARBENCH_BASELINE_BINARY:?the baseline binary}; fi
+    rc=0
+    started=$(date +%s.%N)
+    CUDA_VISIBLE_DEVICES=0,1 timeout -k 5 "${DEFAULT_PAIR_TIMEOUT:-280}" "$binary" \
+      >"$results/default_$name.stdout" 2>"$results/default_$name.stderr" || rc=$?
+    ended=$(date +%s.%N)
+    (( rc == 0 )) || status=1
+    echo "default_pair: $name ($binary): $(python3 -c "print(f'{$ended - $started:.1f}')") s wall," \
+      "$(wc -l <"$results/default_$name.stdout") stdout lines, exit $rc" | tee -a "$results/default_pair.txt"
+  done
+  tail -n 12 "$results/default_current.stdout"
+  return $status
+}
+
+# The cases after the first 34 of the run with no flags (ddp's weak case and the all-reduce
+# sweep: DEFAULT_TAIL_FILTER), for a baseline binary and this one, alternately, DEFAULT_TAIL_PAIRS
+# times (2): what a default_pair cut short by the call's limit did not reach.
+step_default_tail() {
+  local status=0 pair name binary started ended rc
+  for ((pair = 1; pair <= ${DEFAULT_TAIL_PAIRS:-2}; ++pair)); do
+    for name in baseline current; do
+      binary=$parbench
+      if [[ $name == baseline ]]; then binary=${PARBENCH_BASELINE_BINARY:?the baseline binary}; fi
+      rc=0
+      started=$(date +%s.%N)
+      CUDA_VISIBLE_DEVICES=0,1 timeout -k 5 "${DEFAULT_PAIR_TIMEOUT:-280}" "$binary" \
+        "--benchmark_filter=${DEFAULT_TAIL_FILTER:-^train/ddp/|^comm/allreduce/}" \
+        >"$results/tail_${name}_$pair.stdout" 2>"$results/tail_${name}_$pair.stderr" || rc=$?
+      ended=$(date +%s.%N)
+      (( rc == 0 )) || status=1
+      echo "default_tail: $name $pair ($binary): $(python3 -c "print(f'{$ended - $started:.1f}')") s wall," \
+        "$(grep -c '^\[' "$results/tail_${name}_$pair.stderr") cases, exit $rc" | tee -a "$results/default_tail.txt"
+    done
+  done
   return $status
 }
 
