@@ -8,6 +8,7 @@
 #include "tests/option_parsing.h"
 
 #include <gtest/gtest.h>
+#include <torch/cuda.h>
 
 #include <cstdlib>
 #include <optional>
@@ -18,9 +19,12 @@ namespace parbench {
 
 // Ranks this test starts run on CPUs (the store backend), until the end of the scope: the variable
 // is the process's, so a test that left it set would turn a later GPU test's ranks into CPU ones.
+// CUDA reads it once, when the process first asks for a device: asked here first, so that a GPU
+// test run after this one in the same process still sees the GPUs.
 class GpusHiddenFromRanks {
  public:
   GpusHiddenFromRanks() {
+    (void)torch::cuda::device_count();
     if (const char* value = std::getenv("CUDA_VISIBLE_DEVICES")) before_ = value;
     setenv("CUDA_VISIBLE_DEVICES", "", /*overwrite=*/1);
   }
