@@ -34,6 +34,31 @@ struct RankProfile {
   double step_lost_per_comm_ms = 0;
 };
 
+// A collective across the profile's GPUs, of one tensor whose whole is `bytes` of `dtype`: an
+// all-reduce's buffer, an all-gather's output, a reduce-scatter's input. What a predictor asks to
+// have timed (ProfileRequest::collectives).
+enum class CollectiveKind { kAllReduce, kAllGather, kReduceScatter };
+struct CollectiveMessage {
+  CollectiveKind kind = CollectiveKind::kAllReduce;
+  int64_t bytes = 0;
+  c10::ScalarType dtype = c10::ScalarType::Float;
+  bool operator<(const CollectiveMessage& other) const {
+    return std::tie(kind, bytes, dtype) < std::tie(other.kind, other.bytes, other.dtype);
+  }
+  bool operator==(const CollectiveMessage& other) const {
+    return kind == other.kind && bytes == other.bytes && dtype == other.dtype;
+  }
+};
+
+inline std::string to_string(CollectiveKind kind) {
+  switch (kind) {
+    case CollectiveKind::kAllReduce: return "all-reduce";
+    case CollectiveKind::kAllGather: return "all-gather";
+    case CollectiveKind::kReduceScatter: return "reduce-scatter";
+  }
+  return "collective";
+}
+
 // One rank of a strategy whose ranks each run their own slice of the model (tensor_parallel),
 // rehearsed alone on one device: its own compute and memory, its collectives sent nowhere
 // (strategies/distributed/rehearsal_backend.h) but tallied in its counters.
@@ -141,7 +166,7 @@ struct AdviseProfile {
   bool graphed = false;  // every piece captured in a CUDA graph and replayed
   MemoryProfile memory;  // for the memory predictions (StrategyPredictor::memory)
   std::map<std::string, Rehearsal> rehearsals;  // by the key the case asked with (ProfileRequest::rehearsals)
-  std::map<std::pair<int64_t, c10::ScalarType>, double> allreduce_ms;  // ProfileRequest::allreduces', timed
+  std::map<CollectiveMessage, double> collective_ms;  // ProfileRequest::collectives', timed
 };
 
 // What a set-up's cases need profiled beyond the reference step; each case's predictor adds its
@@ -159,8 +184,8 @@ struct ProfileRequest {
   // Ranks to rehearse, by a key their predictor names them by; each rehearsed once, on its own
   // (a rehearsal that fails leaves its key out, and the rest of the profile stands).
   std::map<std::string, RehearsalRequest> rehearsals;
-  // All-reduces of (bytes, dtype) across the profile's GPUs, each timed once, on its own.
-  std::set<std::pair<int64_t, c10::ScalarType>> allreduces;
+  // Collectives across the profile's GPUs, each timed once, on its own.
+  std::set<CollectiveMessage> collectives;
 
   // Asks for a rank's profile at this bucket size and per-rank batch, once.
   void add_rank(double bucket_mib, int64_t batch) {

@@ -143,6 +143,14 @@ double expected_comm_bytes(bool sequence_parallel) {
   return bytes;
 }
 
+// Of those, the all-gathers' and reduce-scatters': the batch's gather and the log-sum-exp's, and
+// with sequence parallelism every layer's collective.
+double expected_gather_scatter_bytes(bool sequence_parallel) {
+  const double activation = 16.0 * 6 * 32 * 4;
+  const double gathers = 2 * 0.5 * (6.0 * 16 * 8) + 0.5 * (2.0 * 96 * 4);
+  return gathers + (sequence_parallel ? 10 * 2 * 0.5 * activation : 0.0);
+}
+
 TEST(TensorParallel, TwoRanksTrainAsSingleDevice) {
   const GpusHiddenFromRanks gpus_hidden;
   const auto run = run_tensor_parallel(2, "off");
@@ -151,6 +159,7 @@ TEST(TensorParallel, TwoRanksTrainAsSingleDevice) {
   EXPECT_EQ(run.facts.at("sp"), "off");
   expect_matches_single(run, 2);
   EXPECT_DOUBLE_EQ(run.counters.at("tp_comm_mib_per_step"), expected_comm_bytes(false) / (1 << 20));
+  EXPECT_DOUBLE_EQ(run.counters.at("tp_gather_scatter_mib_per_step"), expected_gather_scatter_bytes(false) / (1 << 20));
 }
 
 TEST(TensorParallel, TwoRanksWithSequenceParallelTrainAsSingleDevice) {
@@ -159,6 +168,7 @@ TEST(TensorParallel, TwoRanksWithSequenceParallelTrainAsSingleDevice) {
   EXPECT_EQ(run.facts.at("sp"), "on");
   expect_matches_single(run, 2);
   EXPECT_DOUBLE_EQ(run.counters.at("tp_comm_mib_per_step"), expected_comm_bytes(true) / (1 << 20));
+  EXPECT_DOUBLE_EQ(run.counters.at("tp_gather_scatter_mib_per_step"), expected_gather_scatter_bytes(true) / (1 << 20));
 }
 
 // --checkpoint=blocks: each parallel block runs again in the backward, its collectives with it
@@ -373,6 +383,9 @@ TEST(TensorParallel, ARehearsedRankTalliesWhatARealRankSendsAndHoldsLessThanSing
     const auto rehearsal = rehearse(asked, torch::kCPU, /*graphed=*/false);
     EXPECT_DOUBLE_EQ(rehearsal.counters.at("tp_comm_mib_per_step"), expected_comm_bytes(sequence_parallel == "on") / (1 << 20))
         << "sequence parallel " << sequence_parallel;
+    EXPECT_DOUBLE_EQ(rehearsal.counters.at("tp_gather_scatter_mib_per_step"),
+                     expected_gather_scatter_bytes(sequence_parallel == "on") / (1 << 20))
+        << "sequence parallel " << sequence_parallel;
     EXPECT_GT(rehearsal.step_ms, 0.0);
     EXPECT_GT(rehearsal.step_bytes, 0.0);
     EXPECT_LT(rehearsal.step_bytes, single_bytes) << "sequence parallel " << sequence_parallel;
@@ -405,10 +418,11 @@ TEST(TensorParallel, ARehearsedRankIsCapturedAndReplayedOnAGpu) {
   EXPECT_DOUBLE_EQ(rehearsal.counters.at("tp_comm_mib_per_step"), expected_comm_bytes(true) / (1 << 20));
 }
 
-// --advise's step: the rehearsed rank's step plus its collectives' bytes (ring bytes, as tallied,
-// back to the bytes all-reduced) at the rate of one all-reduce of a (T, N, d) activation of the
-// whole batch, timed across the ranks' GPUs; none of it hidden. Memory: its shards' states by formula, and what
-// the rehearsed step allocated above them.
+// --advise's step: the rehearsed rank's step plus its collectives, counted back from their
+// tallied ring bytes into activation-sized collectives: the all-reduces at the time of one
+// all-reduce of a (T, N, d) activation of the whole batch, the all-gathers and reduce-scatters at
+// the mean of one of each; none of it hidden. Memory: its shards' states by formula, and what the
+// rehearsed step allocated above them.
 TEST(TensorParallel, PredictsTheRehearsedRankPlusItsCollectivesAtTheProfiledRate) {
   const auto spec = tinygpt_case("tensor_parallel", "off");
   const auto& info = *spec.strategy;
@@ -420,33 +434,46 @@ TEST(TensorParallel, PredictsTheRehearsedRankPlusItsCollectivesAtTheProfiledRate
   ProfileRequest request;
   info.predictor().request(conditions, request);
   EXPECT_TRUE(request.ranks.empty());
-  // One all-reduce of an activation of the whole batch, 6 x 16 x 32 fp32 values.
-  const std::pair<int64_t, c10::ScalarType> message{6 * 16 * 32 * 4, c10::ScalarType::Float};
-  EXPECT_EQ(request.allreduces, (std::set<std::pair<int64_t, c10::ScalarType>>{message}));
+  // One of each collective of an activation of the whole batch, 6 x 16 x 32 fp32 values.
+  const int64_t whole = 6 * 16 * 32 * 4;
+  const CollectiveMessage all_reduce{CollectiveKind::kAllReduce, whole, c10::ScalarType::Float};
+  const CollectiveMessage all_gather{CollectiveKind::kAllGather, whole, c10::ScalarType::Float};
+  const CollectiveMessage reduce_scatter{CollectiveKind::kReduceScatter, whole, c10::ScalarType::Float};
+  EXPECT_EQ(request.collectives, (std::set<CollectiveMessage>{all_reduce, all_gather, reduce_scatter}));
   ASSERT_EQ(request.rehearsals.size(), 1u);
   EXPECT_EQ(request.rehearsals.begin()->second.config.batch_size, 3);
   AdviseProfile profile;
   profile.single_step_ms = 10;  // not read
-  profile.allreduce_ms[message] = 0.5;
+  profile.collective_ms = {{all_reduce, 0.5}, {all_gather, 0.2}, {reduce_scatter, 0.4}};
   const auto& key = request.rehearsals.begin()->first;
-  profile.rehearsals[key] = Rehearsal{/*step_ms=*/7.0, /*step_bytes=*/5e5, {{"tp_comm_mib_per_step", 3.0}}};
-  // 3 MiB of ring bytes on 2 ranks: an all-reduce's 2 (w-1)/w = 1 times its bytes.
-  const double ms_per_byte = 0.5 / static_cast<double>(message.first);
+  // 3 MiB of ring bytes on 2 ranks, 1 MiB of them gathered or scattered.
+  const auto rehearsed = [](double ring_mib, double gather_scatter_mib) {
+    return Rehearsal{/*step_ms=*/7.0, /*step_bytes=*/5e5,
+                     {{"tp_comm_mib_per_step", ring_mib}, {"tp_gather_scatter_mib_per_step", gather_scatter_mib}}};
+  };
+  profile.rehearsals[key] = rehearsed(3.0, 1.0);
+  // On 2 ranks an all-reduce tallies 2 (w-1)/w = 1 times the whole, an all-gather or a
+  // reduce-scatter 1/2 of it: 2 MiB are 2 MiB / whole all-reduces, 1 MiB is 2 MiB / whole
+  // gathers or scatters at (0.2 + 0.4) / 2 ms.
+  const double mib = 1 << 20;
   const auto prediction = info.predictor().predict(profile, conditions);
-  EXPECT_NEAR(prediction.step_ms, 7.0 + 3.0 * (1 << 20) * ms_per_byte, 1e-9);
+  EXPECT_NEAR(prediction.step_ms, 7.0 + 2.0 * mib / whole * 0.5 + 2.0 * mib / whole * 0.3, 1e-9);
   EXPECT_EQ(prediction.profile, "rehearsal");
-  // On 4 ranks an all-reduce tallies 2 (w-1)/w = 3/2 times its bytes.
+  // On 4 ranks an all-reduce tallies 2 (w-1)/w = 3/2 times the whole, a gather or scatter 3/4.
   const CaseConditions four{config, /*named_batch=*/6, /*devices=*/4, /*visible_gpus=*/4, /*cuda_graph=*/false};
   ProfileRequest four_request;
   info.predictor().request(four, four_request);
   ASSERT_EQ(four_request.rehearsals.size(), 1u);
   EXPECT_NE(four_request.rehearsals.begin()->first, key);
-  profile.rehearsals[four_request.rehearsals.begin()->first] = Rehearsal{7.0, 5e5, {{"tp_comm_mib_per_step", 3.0}}};
-  EXPECT_NEAR(info.predictor().predict(profile, four).step_ms, 7.0 + 3.0 * (1 << 20) * 4.0 / 6.0 * ms_per_byte, 1e-9);
-  // Without the all-reduce timed, no time.
-  auto untimed = profile;
-  untimed.allreduce_ms.clear();
-  EXPECT_THROW(info.predictor().predict(untimed, conditions), std::invalid_argument);
+  profile.rehearsals[four_request.rehearsals.begin()->first] = rehearsed(3.0, 1.0);
+  EXPECT_NEAR(info.predictor().predict(profile, four).step_ms,
+              7.0 + 2.0 * mib / (1.5 * whole) * 0.5 + 1.0 * mib / (0.75 * whole) * 0.3, 1e-9);
+  // Without any of the three timed, no time.
+  for (const auto& message : {all_reduce, all_gather, reduce_scatter}) {
+    auto untimed = profile;
+    untimed.collective_ms.erase(message);
+    EXPECT_THROW(info.predictor().predict(untimed, conditions), std::invalid_argument) << to_string(message.kind);
+  }
 
   profile.memory = profile_memory({config}, torch::kCPU);
   const auto memory = info.predictor().memory(profile, conditions).devices;

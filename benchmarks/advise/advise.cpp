@@ -279,22 +279,37 @@ std::vector<torch::Device> round_robin(const std::vector<torch::Device>& devices
   return part_devices;
 }
 
+// The time of one collective of `message` across `devices`, one buffer (or shard) on each, by
+// NCCL in this process.
+double collective_ms(const std::vector<torch::Device>& devices, const CollectiveMessage& message) {
+#ifdef PARBENCH_WITH_CUDA
+  const int64_t values = message.bytes / static_cast<int64_t>(c10::elementSize(message.dtype));
+  const int64_t shard = values / static_cast<int64_t>(devices.size());
+  std::vector<torch::Tensor> wholes, shards;
+  for (const auto& device : devices) {
+    const auto options = torch::TensorOptions().dtype(message.dtype).device(device);
+    wholes.push_back(torch::ones({values}, options));
+    shards.push_back(torch::ones({shard}, options));
+  }
+  const auto collective = [&] {
+    switch (message.kind) {
+      case CollectiveKind::kAllReduce: torch::cuda::nccl::all_reduce(wholes, wholes); break;
+      case CollectiveKind::kAllGather: torch::cuda::nccl::all_gather(shards, wholes); break;
+      case CollectiveKind::kReduceScatter: torch::cuda::nccl::reduce_scatter(wholes, shards); break;
+    }
+  };
+  collective();  // the communicators are made on the first one
+  return median_ms(devices, collective);
+#else
+  (void)devices, (void)message;
+  throw std::logic_error("the ranks' collectives are profiled with NCCL, on GPUs");
+#endif
+}
+
 // The time of one all-reduce (sum) of `bytes` of `dtype` across `devices`, one buffer on each,
 // by NCCL in this process (the ranks are processes; on one host NCCL takes the same links).
 double allreduce_ms(const std::vector<torch::Device>& devices, int64_t bytes, c10::ScalarType dtype) {
-#ifdef PARBENCH_WITH_CUDA
-  std::vector<torch::Tensor> buffers;
-  for (const auto& device : devices) {
-    buffers.push_back(torch::ones({bytes / static_cast<int64_t>(c10::elementSize(dtype))},
-                                  torch::TensorOptions().dtype(dtype).device(device)));
-  }
-  const auto all_reduce = [&] { torch::cuda::nccl::all_reduce(buffers, buffers); };
-  all_reduce();  // the communicators are made on the first one
-  return median_ms(devices, all_reduce);
-#else
-  (void)devices, (void)bytes, (void)dtype;
-  throw std::logic_error("the ranks' all-reduces are profiled with NCCL, on GPUs");
-#endif
+  return collective_ms(devices, {CollectiveKind::kAllReduce, bytes, dtype});
 }
 
 // RankProfile::step_lost_per_comm_ms: `reference` (single's step at the per-rank batch on the
@@ -641,7 +656,7 @@ std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& 
     for (const auto& spec : specs) choices.insert(spec.config.checkpoint);
     std::map<Checkpointing, AdviseProfile> time_profiles;
     std::map<std::string, Rehearsal> rehearsals;  // every choice's ranks rehearsed, for time and memory
-    std::map<std::pair<int64_t, c10::ScalarType>, double> allreduces;  // every choice's, timed
+    std::map<CollectiveMessage, double> collectives;  // every choice's, timed
     for (const auto choice : choices) {
       CaseSpec chosen = setup;
       chosen.config.checkpoint = choice;
@@ -667,13 +682,13 @@ std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& 
                        name.c_str(), first_line(error).c_str());
         }
       }
-      for (const auto& [bytes, dtype] : request.allreduces) {
-        if (allreduces.count({bytes, dtype}) != 0) continue;  // timed for another checkpointing choice
+      for (const auto& message : request.collectives) {
+        if (collectives.count(message) != 0) continue;  // timed for another checkpointing choice
         try {
-          allreduces[{bytes, dtype}] = allreduce_ms(devices, bytes, dtype);
+          collectives[message] = collective_ms(devices, message);
         } catch (const std::exception& error) {
-          std::fprintf(stderr, "parbench advise: %s: the all-reduce of %lld bytes failed (%s)\n", key.c_str(),
-                       static_cast<long long>(bytes), first_line(error).c_str());
+          std::fprintf(stderr, "parbench advise: %s: the %s of %lld bytes failed (%s)\n", key.c_str(),
+                       to_string(message.kind).c_str(), static_cast<long long>(message.bytes), first_line(error).c_str());
         }
       }
     }
@@ -690,11 +705,11 @@ std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& 
       }
     }
     profile.rehearsals = rehearsals;
-    profile.allreduce_ms = allreduces;
+    profile.collective_ms = collectives;
     for (auto& entry : time_profiles) {
       entry.second.memory = profile.memory;
       entry.second.rehearsals = rehearsals;
-      entry.second.allreduce_ms = allreduces;
+      entry.second.collective_ms = collectives;
     }
     if (!timed && profile.memory.stages.empty()) {
       // The set-up's cases still run, unpredicted, and fail or not on their own.

@@ -33,6 +33,8 @@ PARBENCH_DECLARE_COUNTER(Counter("tp_comm_mib_per_step").unit("MiB").lower_is_be
                              .means("tensor_parallel: bytes one rank sends per step by the ring algorithms' counts, / 2^20"));
 PARBENCH_DECLARE_COUNTER(Counter("tp_comm_ms").unit("ms").lower_is_better()
                              .means("tensor_parallel, GPUs, eager: the compute stream's waits on the last step's collectives: the exposed communication"));
+PARBENCH_DECLARE_COUNTER(Counter("tp_gather_scatter_mib_per_step").unit("MiB").lower_is_better()
+                             .means("tensor_parallel: of tp_comm_mib_per_step, the all-gathers' and reduce-scatters'"));
 PARBENCH_DECLARE_COUNTER(Counter("tp_collectives_per_step").unit("count").lower_is_better()
                              .means("tensor_parallel: collectives one rank issues per step"));
 
@@ -135,6 +137,7 @@ class TensorParallel final : public Strategy {
 
   std::map<std::string, double> counters() const override {
     std::map<std::string, double> values = {{"tp_comm_mib_per_step", last_step_.bytes / (1 << 20)},
+                                            {"tp_gather_scatter_mib_per_step", last_step_.gather_scatter_bytes / (1 << 20)},
                                             {"tp_collectives_per_step", static_cast<double>(last_step_.calls)}};
     if (const auto waited = clock_.last_step_ms()) values["tp_comm_ms"] = *waited;
     return values;
@@ -184,8 +187,9 @@ std::optional<CaseObstacle> tensor_parallel_obstacle_in(const CaseConditions& co
 // rehearsed alone on one GPU (RehearsalBackend: its collectives sent nowhere but tallied) gives
 // its own compute, the part of each layer split by the degree and the part every rank runs whole
 // alike (LayerNorms, residual adds, casts and the loss, whole without sequence parallelism), and
-// its memory. Its collectives are priced at the time of one all-reduce of a (T, N, d) activation
-// of the whole batch across the ranks' GPUs, the message each layer sends, timed apart.
+// its memory. Its collectives are priced at the times of one all-reduce, one all-gather and one
+// reduce-scatter of a (T, N, d) activation of the whole batch across the ranks' GPUs, the message
+// each layer sends, timed apart.
 std::string rehearsal_key(const CaseConditions& conditions) {
   const auto& config = conditions.config;
   return "tensor_parallel/" + config.model + "/degree:" + std::to_string(conditions.devices) +
@@ -194,15 +198,19 @@ std::string rehearsal_key(const CaseConditions& conditions) {
          "/checkpoint:" + to_string(config.checkpoint) + "/optimizer:" + to_string(config.optimizer);
 }
 
-// One (T, N, d) activation of the whole batch in the layers' type (autocast's, or fp32): its
-// bytes and dtype, the message of each layer's collective.
-std::pair<int64_t, c10::ScalarType> activation_message(const CaseConditions& conditions) {
+// One (T, N, d) activation of the whole batch in the layers' type (autocast's, or fp32), the
+// message of each layer's collective, as a collective of `kind`.
+CollectiveMessage activation_message(const CaseConditions& conditions, CollectiveKind kind) {
   const auto& config = conditions.config;
   const auto* gpt = find_gpt_config(config.model);
   if (gpt == nullptr) throw std::invalid_argument(config.model + " is not a GPT model");
   const auto dtype = config.precision == Precision::kBFloat16 ? c10::ScalarType::BFloat16 : c10::ScalarType::Float;
-  return {conditions.named_batch * config.seq_len * gpt->width * static_cast<int64_t>(c10::elementSize(dtype)), dtype};
+  return {kind, conditions.named_batch * config.seq_len * gpt->width * static_cast<int64_t>(c10::elementSize(dtype)),
+          dtype};
 }
+
+constexpr CollectiveKind kActivationCollectives[] = {CollectiveKind::kAllReduce, CollectiveKind::kAllGather,
+                                                     CollectiveKind::kReduceScatter};
 
 const Rehearsal& rehearsal_of(const AdviseProfile& profile, const CaseConditions& conditions) {
   const auto found = profile.rehearsals.find(rehearsal_key(conditions));
@@ -210,21 +218,38 @@ const Rehearsal& rehearsal_of(const AdviseProfile& profile, const CaseConditions
   return found->second;
 }
 
-// The rehearsed step plus its collectives. The tally counts ring bytes: an all-reduce of N bytes
-// 2 (w-1)/w N, an all-gather or a reduce-scatter of a whole N (w-1)/w N, which the ring runs in
-// half an all-reduce's time: so each tallied byte is w / (2 (w-1)) bytes all-reduced. None of it
-// counted as hidden: the column-parallel layers' backward overlaps its collective with their
-// weight gradient, but NCCL then shares the SMs (measured on 2 H200s: 11.2 of about 13.4 ms still
-// exposed).
+// The rehearsed step plus its collectives. The tally counts ring bytes: an all-reduce of a whole
+// N bytes 2 (w-1)/w N, an all-gather or a reduce-scatter (w-1)/w N. So the all-reduces' tallied
+// bytes are that many activation-sized all-reduces times 2 (w-1)/w N, each at the all-reduce's
+// time; the all-gathers' and reduce-scatters' (sequence parallelism's, in equal numbers), that
+// many of either times (w-1)/w N, each at the mean of the two's times. Timed each on its own,
+// since at these sizes a collective's fixed cost matters: sequence parallelism sends the same
+// bytes as all-reduces in twice the calls. None of it counted as hidden: the column-parallel
+// layers' backward overlaps its collective with their weight gradient, but NCCL then shares the
+// SMs (measured on 2 H200s: 11.2 of about 13.4 ms still exposed).
 double tensor_parallel_step_ms(const AdviseProfile& profile, const CaseConditions& conditions) {
   const auto& rehearsal = rehearsal_of(profile, conditions);
-  const auto message = activation_message(conditions);
-  const auto timed = profile.allreduce_ms.find(message);
-  if (timed == profile.allreduce_ms.end()) throw std::invalid_argument("its ranks' all-reduce was not timed");
-  const double ms_per_byte = timed->second / static_cast<double>(message.first);
+  std::map<CollectiveKind, double> message_ms;
+  int64_t message_bytes = 0;
+  for (const auto kind : kActivationCollectives) {
+    const auto message = activation_message(conditions, kind);
+    const auto timed = profile.collective_ms.find(message);
+    if (timed == profile.collective_ms.end()) {
+      throw std::invalid_argument("its ranks' " + to_string(kind) + " was not timed");
+    }
+    message_ms[kind] = timed->second;
+    message_bytes = message.bytes;
+  }
   const double w = conditions.devices;
+  const double whole = static_cast<double>(message_bytes);
   const double ring_bytes = rehearsal.counters.at("tp_comm_mib_per_step") * (1 << 20);
-  return rehearsal.step_ms + ring_bytes * w / (2.0 * (w - 1.0)) * ms_per_byte;
+  const double gather_scatter_bytes = rehearsal.counters.at("tp_gather_scatter_mib_per_step") * (1 << 20);
+  const double all_reduces = (ring_bytes - gather_scatter_bytes) / (2.0 * (w - 1.0) / w * whole);
+  const double gathers_and_scatters = gather_scatter_bytes / ((w - 1.0) / w * whole);
+  const double gather_or_scatter_ms =
+      (message_ms[CollectiveKind::kAllGather] + message_ms[CollectiveKind::kReduceScatter]) / 2.0;
+  return rehearsal.step_ms + all_reduces * message_ms[CollectiveKind::kAllReduce] +
+         gathers_and_scatters * gather_or_scatter_ms;
 }
 
 // Memory per rank: the parameters each keeps (shard_kind: a 1/degree slice, or whole where
@@ -264,9 +289,9 @@ MemoryPrediction tensor_parallel_memory(const AdviseProfile& profile, const Case
 
 StrategyPredictor tensor_parallel_predictor() {
   StrategyPredictor predictor;
-  predictor.needs_gpu_per_device = true;  // the all-reduce runs across the ranks' GPUs
+  predictor.needs_gpu_per_device = true;  // the collectives run across the ranks' GPUs
   predictor.request = [](const CaseConditions& conditions, ProfileRequest& request) {
-    request.allreduces.insert(activation_message(conditions));
+    for (const auto kind : kActivationCollectives) request.collectives.insert(activation_message(conditions, kind));
     const int degree = conditions.devices;
     request.rehearsals[rehearsal_key(conditions)] = RehearsalRequest{
         [degree] { return std::unique_ptr<Strategy>(std::make_unique<TensorParallel>(degree)); }, conditions.config};

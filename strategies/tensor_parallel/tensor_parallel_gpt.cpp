@@ -19,10 +19,13 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// The ring algorithms' bytes per rank (docs/METRICS.md): the whole tensor is `bytes`.
+// The ring algorithms' bytes per rank (docs/METRICS.md): the whole tensor is `bytes`; ring_factor
+// 2 for an all-reduce, 1 for an all-gather or a reduce-scatter.
 void tally(const TensorParallelGroup& group, double bytes, double ring_factor) {
   if (group.tally == nullptr || group.degree <= 1) return;
-  group.tally->bytes += ring_factor * (group.degree - 1) / group.degree * bytes;
+  const double sent = ring_factor * (group.degree - 1) / group.degree * bytes;
+  group.tally->bytes += sent;
+  if (ring_factor == 1.0) group.tally->gather_scatter_bytes += sent;
   group.tally->calls += 1;
 }
 

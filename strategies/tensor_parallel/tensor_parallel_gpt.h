@@ -35,6 +35,7 @@ namespace parbench {
 // whose whole tensor is N bytes (w-1)/w N. Kept by the collectives below as they are issued.
 struct CollectiveTally {
   double bytes = 0;
+  double gather_scatter_bytes = 0;  // of `bytes`, the all-gathers' and reduce-scatters'
   int64_t calls = 0;
   void clear() { *this = {}; }
 };
