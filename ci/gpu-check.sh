@@ -1005,45 +1005,43 @@ step_mem2_fit() {
   return $status
 }
 
-# Issue 41: `parbench` with no flags on 2 GPUs, as a new user runs it first: a baseline binary's
-# run (PARBENCH_BASELINE_BINARY, the issue's commit, built elsewhere and carried) and then this
-# one's, in one call, each's wall time and stdout lines. Each bounded by DEFAULT_PAIR_TIMEOUT (280 s).
+# Issue 41: the run with no flags on GPUs 0 and 1, of the baseline binary (PARBENCH_BASELINE_BINARY,
+# the issue's commit, built elsewhere and carried) or of this one: `timed_default_run STEP WHICH
+# OUTPUT [ARGUMENTS...]`, WHICH baseline or current, its stdout and stderr in $results/OUTPUT.*,
+# bounded by DEFAULT_PAIR_TIMEOUT (280 s); one line of its wall time, stdout lines and cases
+# started (the progress lines on stderr) in $results/STEP.txt. Fails where the run did.
+timed_default_run() {
+  local step=$1 which=$2 output=$3 binary=$parbench started ended rc=0
+  shift 3
+  if [[ $which == baseline ]]; then binary=${PARBENCH_BASELINE_BINARY:?the baseline binary}; fi
+  started=$(date +%s.%N)
+  CUDA_VISIBLE_DEVICES=0,1 timeout -k 5 "${DEFAULT_PAIR_TIMEOUT:-280}" "$binary" "$@" \
+    >"$results/$output.stdout" 2>"$results/$output.stderr" || rc=$?
+  ended=$(date +%s.%N)
+  echo "$step: $output ($binary): $(python3 -c "print(f'{$ended - $started:.1f}')") s wall," \
+    "$(wc -l <"$results/$output.stdout") stdout lines, $(grep -c '^\[' "$results/$output.stderr") cases started," \
+    "exit $rc" | tee -a "$results/$step.txt"
+  return $rc
+}
+
+# The whole run, the baseline's and then this one's, in one call.
 step_default_pair() {
-  local status=0 name binary started ended rc
-  for name in baseline current; do
-    binary=$parbench
-    if [[ $name == baseline ]]; then binary=${PARBENCH_BASELINE_BINARY:?the baseline binary}; fi
-    rc=0
-    started=$(date +%s.%N)
-    CUDA_VISIBLE_DEVICES=0,1 timeout -k 5 "${DEFAULT_PAIR_TIMEOUT:-280}" "$binary" \
-      >"$results/default_$name.stdout" 2>"$results/default_$name.stderr" || rc=$?
-    ended=$(date +%s.%N)
-    (( rc == 0 )) || status=1
-    echo "default_pair: $name ($binary): $(python3 -c "print(f'{$ended - $started:.1f}')") s wall," \
-      "$(wc -l <"$results/default_$name.stdout") stdout lines, exit $rc" | tee -a "$results/default_pair.txt"
-  done
+  local status=0
+  timed_default_run default_pair baseline default_baseline || status=1
+  timed_default_run default_pair current default_current || status=1
   tail -n 12 "$results/default_current.stdout"
   return $status
 }
 
-# The cases after the first 34 of the run with no flags (ddp's weak case and the all-reduce
-# sweep: DEFAULT_TAIL_FILTER), for a baseline binary and this one, alternately, DEFAULT_TAIL_PAIRS
-# times (2): what a default_pair cut short by the call's limit did not reach.
+# The cases after the first 34 of the run (ddp's weak case and the all-reduce sweep:
+# DEFAULT_TAIL_FILTER), the baseline's and this one's alternately, DEFAULT_TAIL_PAIRS times (2):
+# what a default_pair cut short by the call's limit did not reach.
 step_default_tail() {
-  local status=0 pair name binary started ended rc
+  local status=0 pair which
   for ((pair = 1; pair <= ${DEFAULT_TAIL_PAIRS:-2}; ++pair)); do
-    for name in baseline current; do
-      binary=$parbench
-      if [[ $name == baseline ]]; then binary=${PARBENCH_BASELINE_BINARY:?the baseline binary}; fi
-      rc=0
-      started=$(date +%s.%N)
-      CUDA_VISIBLE_DEVICES=0,1 timeout -k 5 "${DEFAULT_PAIR_TIMEOUT:-280}" "$binary" \
-        "--benchmark_filter=${DEFAULT_TAIL_FILTER:-^train/ddp/|^comm/allreduce/}" \
-        >"$results/tail_${name}_$pair.stdout" 2>"$results/tail_${name}_$pair.stderr" || rc=$?
-      ended=$(date +%s.%N)
-      (( rc == 0 )) || status=1
-      echo "default_tail: $name $pair ($binary): $(python3 -c "print(f'{$ended - $started:.1f}')") s wall," \
-        "$(grep -c '^\[' "$results/tail_${name}_$pair.stderr") cases, exit $rc" | tee -a "$results/default_tail.txt"
+    for which in baseline current; do
+      timed_default_run default_tail "$which" "tail_${which}_$pair" \
+        "--benchmark_filter=${DEFAULT_TAIL_FILTER:-^train/ddp/|^comm/allreduce/}" || status=1
     done
   done
   return $status
