@@ -125,7 +125,9 @@ GPTImpl::GPTImpl(GptConfig config, bool initialise, torch::Device device)
 }
 
 std::shared_ptr<GPTImpl> GPTImpl::same_architecture() const {
-  return std::make_shared<GPTImpl>(config_, /*initialise=*/false, device_);
+  // On the CPU, as before: a copy's weights are overwritten, and clone() then moves it to its
+  // device (data_parallel's clone variant makes one per replica every step).
+  return std::make_shared<GPTImpl>(config_, /*initialise=*/false);
 }
 
 void GPTImpl::reset() {

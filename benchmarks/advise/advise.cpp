@@ -294,13 +294,15 @@ void release_cached_memory() {
 // NCCL in this process.
 double collective_ms(const std::vector<torch::Device>& devices, const CollectiveMessage& message) {
 #ifdef PARBENCH_WITH_CUDA
+  // A gather's or a scatter's whole is a whole number of equal shards.
   const int64_t values = message.bytes / static_cast<int64_t>(c10::elementSize(message.dtype));
   const int64_t shard = values / static_cast<int64_t>(devices.size());
+  const bool sharded = message.kind != CollectiveKind::kAllReduce;
   std::vector<torch::Tensor> wholes, shards;
   for (const auto& device : devices) {
     const auto options = torch::TensorOptions().dtype(message.dtype).device(device);
-    wholes.push_back(torch::ones({values}, options));
-    shards.push_back(torch::ones({shard}, options));
+    wholes.push_back(torch::ones({sharded ? shard * static_cast<int64_t>(devices.size()) : values}, options));
+    if (sharded) shards.push_back(torch::ones({shard}, options));
   }
   const auto collective = [&] {
     switch (message.kind) {
@@ -700,6 +702,7 @@ std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& 
         try {
           collectives[message] = collective_ms(devices, message);
         } catch (const std::exception& error) {
+          release_cached_memory();
           std::fprintf(stderr, "parbench advise: %s: the %s of %lld bytes failed (%s)\n", key.c_str(),
                        to_string(message.kind).c_str(), static_cast<long long>(message.bytes), first_line(error).c_str());
         }
@@ -713,6 +716,7 @@ std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& 
       try {
         profile.memory = profile_memory(configs, device);
       } catch (const std::exception& error) {
+        release_cached_memory();
         std::fprintf(stderr, "parbench advise: %s: the memory profile failed (%s); its cases' memory is not predicted\n",
                      key.c_str(), first_line(error).c_str());
       }

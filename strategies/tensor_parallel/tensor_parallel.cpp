@@ -61,9 +61,11 @@ class TensorParallel final : public Strategy {
       world_ = &rank_world("tensor_parallel", config, devices);
       group_ = {world_->backend().get(), world_->rank(), world_->size(), &tally_, &clock_};
     }
-    // The whole model, seeded as single's is and built on the rank's device (the host holds one
-    // piece of it at a time); this rank's shards are cut from it, and it is freed.
-    auto whole = make_model(devices.front());
+    // The whole model, built and seeded on the CPU as single's is; only this rank's shards reach
+    // the device. Built on the device instead, the whole model would sit there beside the shards
+    // during set-up, a peak the case's memory would count (gpt-6.7b: 27 GB on every rank) and
+    // that a model larger than one GPU could not reach.
+    auto whole = make_model(torch::kCPU);
     auto* gpt = dynamic_cast<GPTImpl*>(&whole->module());
     TORCH_CHECK(gpt != nullptr, "tensor_parallel splits GPT models; ", whole->name(), " is not one");
     const auto obstacle =

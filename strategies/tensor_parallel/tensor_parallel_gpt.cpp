@@ -375,8 +375,8 @@ TensorParallelGptImpl::TensorParallelGptImpl(GPTImpl& whole, TensorParallelGroup
   TORCH_CHECK(config_.width % config_.heads == 0, "the width ", config_.width, " does not divide into ",
               config_.heads, " heads");
   const auto d = config_.width;
-  // Each piece made on the host and moved at once to the whole model's device, so that the host
-  // never holds a rank's shards whole.
+  // Each piece made on the host and moved at once to the whole model's device (the CPU where the
+  // strategy builds it, TensorParallel::setup).
   const auto device = whole.parameters().front().device();
   wte = register_module("wte", torch::nn::Embedding(config_.vocabulary / group.degree, d));
   wte->to(device);
