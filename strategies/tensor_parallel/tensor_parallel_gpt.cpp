@@ -375,24 +375,16 @@ TensorParallelGptImpl::TensorParallelGptImpl(GPTImpl& whole, TensorParallelGroup
   TORCH_CHECK(config_.width % config_.heads == 0, "the width ", config_.width, " does not divide into ",
               config_.heads, " heads");
   const auto d = config_.width;
-  // Each piece made on the host and moved at once to the whole model's device (the CPU where the
-  // strategy builds it, TensorParallel::setup).
-  const auto device = whole.parameters().front().device();
   wte = register_module("wte", torch::nn::Embedding(config_.vocabulary / group.degree, d));
-  wte->to(device);
   wpe = register_module("wpe", torch::nn::Embedding(config_.context, d));
-  wpe->to(device);
   h = register_module("h", torch::nn::ModuleList());
   for (int64_t layer = 0; layer < config_.layers; ++layer) {
     blocks_.emplace_back(config_, group_, sequence_parallel_);
-    blocks_.back()->to(device);
     h->push_back(blocks_.back());
   }
   ln_f = register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d})));
-  ln_f->to(device);
   lm_head = register_module(
       "lm_head", torch::nn::Linear(torch::nn::LinearOptions(d, config_.vocabulary / group.degree).bias(false)));
-  lm_head->to(device);
 
   torch::NoGradGuard no_grad;
   const auto shards = named_parameters();
