@@ -3,6 +3,7 @@
 #include "benchmarks/advise/advise_memory.h"
 #include "benchmarks/config/test_hooks.h"
 #include "benchmarks/measure/graphed_step.h"
+#include "benchmarks/measure/memory.h"
 #include "core/device_timer.h"
 #include "core/text.h"
 #include "models/model_zoo.h"
@@ -19,7 +20,6 @@
 
 #ifdef PARBENCH_WITH_CUDA
 #include <ATen/cuda/CUDAEvent.h>
-#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/csrc/cuda/nccl.h>
 #endif
@@ -278,16 +278,6 @@ std::vector<torch::Device> round_robin(const std::vector<torch::Device>& devices
     part_devices.push_back(devices[part % devices.size()]);
   }
   return part_devices;
-}
-
-// What a failed piece of the profile left cached goes back to the driver: the next piece may
-// allocate outside the caching allocator (cuBLAS's handle, NCCL's buffers). Measured on 2 H200s:
-// after gpt-6.7b's reference step ran out of memory, the memory profile's cuBLAS handle could not
-// be made.
-void release_cached_memory() {
-#ifdef PARBENCH_WITH_CUDA
-  if (torch::cuda::is_available()) c10::cuda::CUDACachingAllocator::emptyCache();
-#endif
 }
 
 // The time of one collective of `message` across `devices`, one buffer (or shard) on each, by
@@ -680,8 +670,11 @@ std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& 
       try {
         time_profiles[choice] = profile_setup(chosen, devices, graphed, request);
       } catch (const std::exception& error) {
+        // What a failed piece left cached goes back to the driver (release_cached_memory): on 2
+        // H200s, after gpt-6.7b's reference step ran out of memory, the memory profile's cuBLAS
+        // handle could not be made. A model too large for the reference step's device still has
+        // its memory predicted.
         release_cached_memory();
-        // A model too large for the reference step's device still has its memory predicted.
         std::fprintf(stderr, "parbench advise: %s%s: the time profile failed (%s); its cases' times are not predicted\n",
                      key.c_str(), choice == Checkpointing::kOff ? "" : ("/checkpoint:" + to_string(choice)).c_str(),
                      first_line(error).c_str());

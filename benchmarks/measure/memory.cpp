@@ -27,6 +27,12 @@ std::vector<ModelStateBytes> model_state_bytes(const Strategy& strategy) {
   return bytes;
 }
 
+void release_cached_memory() {
+#ifdef PARBENCH_WITH_CUDA
+  if (torch::cuda::is_available()) c10::cuda::CUDACachingAllocator::emptyCache();
+#endif
+}
+
 std::vector<AllocatorStats> allocator_stats(const std::vector<torch::Device>& devices, bool release_cublas_workspaces) {
   std::vector<AllocatorStats> all;
 #ifdef PARBENCH_WITH_CUDA

@@ -32,6 +32,11 @@ struct AllocatorStats {
   double ooms = 0;
 };
 
+// Hands what the caching allocator holds unused back to the driver (where there is a GPU): after
+// a case, or a failed piece of --advise's profile, so that the next one starts from free memory,
+// also for what allocates outside the allocator (cuBLAS's handles, NCCL's buffers).
+void release_cached_memory();
+
 // Per device; empty off CUDA (every device must be a GPU). `release_cublas_workspaces`: first hand
 // the cuBLAS workspaces that LibTorch keeps allocated per handle and stream (up to 32 MiB each
 // on Hopper, ResNet-50's SGD model states being 200 MiB) back to the cache, so that what stays

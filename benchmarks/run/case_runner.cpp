@@ -22,10 +22,6 @@
 
 #include <nlohmann/json.hpp>
 
-#ifdef PARBENCH_WITH_CUDA
-#include <c10/cuda/CUDACachingAllocator.h>
-#endif
-
 #include <algorithm>
 #include <cctype>
 #include <chrono>
@@ -64,9 +60,7 @@ std::unique_ptr<PreparedCase>& prepared_case() {
 
 void release_prepared_case() {
   prepared_case().reset();
-#ifdef PARBENCH_WITH_CUDA
-  if (torch::cuda::is_available()) c10::cuda::CUDACachingAllocator::emptyCache();
-#endif
+  release_cached_memory();
 }
 
 // Set-up, warm-up and, for a graphed case, the capture: everything before the timed steps.
@@ -183,9 +177,7 @@ CaseProfile profile_case(const CaseSpec& spec, const Options& options) {
     save_step_trace(devices, [&] { prepared->step(); }, profile.trace_path);
   }
   prepared.reset();
-#ifdef PARBENCH_WITH_CUDA
-  if (torch::cuda::is_available()) c10::cuda::CUDACachingAllocator::emptyCache();
-#endif
+  release_cached_memory();
   if (!profile.trace_path.empty()) {
     if (const auto predicted = simulate_case(spec)) {
       auto path = profile.trace_path;
