@@ -21,6 +21,7 @@
 #include "core/text.h"
 #include "models/autocast_cache.h"
 #include "strategies/distributed/collective_clock.h"
+#include "strategies/distributed/collective_lane.h"
 #include "strategies/distributed/rank_setup.h"
 #include "strategies/distributed/flat_shards.h"
 #include "strategies/distributed/world.h"
@@ -51,6 +52,10 @@ PARBENCH_DECLARE_COUNTER(Counter("zero_reduce_wait_ms").unit("ms").lower_is_bett
                              .means("zero, GPUs, eager: the compute stream's waits on the last step's gradient reductions"));
 PARBENCH_DECLARE_COUNTER(Counter("zero_exposed_comm_ms").unit("ms").lower_is_better().per_rank()
                              .means("zero, GPUs, eager: zero_gather_wait_ms + zero_reduce_wait_ms, the exposed communication"));
+PARBENCH_DECLARE_COUNTER(Counter("zero_gather_ms").unit("ms").lower_is_better().per_rank()
+                             .means("zero, GPUs, eager: the last step's all-gathers' own durations, summed"));
+PARBENCH_DECLARE_COUNTER(Counter("zero_reduce_ms").unit("ms").lower_is_better().per_rank()
+                             .means("zero, GPUs, eager: the last step's gradient reductions' own durations, summed"));
 
 namespace {
 
@@ -132,6 +137,7 @@ class Zero final : public Strategy {
   torch::Tensor train_step(const Batch& batch) override {
     gather_clock_.start_step();
     reduce_clock_.start_step();
+    lane_.start_step();
     prepare_gradients();
     // Stages 1 and 2: the shards the last step updated go to every rank now, unit by unit, and
     // each unit's forward waits for its own (at the end of the last step nothing would hide them).
@@ -174,6 +180,12 @@ class Zero final : public Strategy {
       values["zero_reduce_wait_ms"] = *reductions;
       values["zero_exposed_comm_ms"] = *gathers + *reductions;
     }
+    const auto gathering = lane_.last_step_ms(kGather);
+    const auto reducing = lane_.last_step_ms(kReduce);
+    if (gathering && reducing) {
+      values["zero_gather_ms"] = *gathering;
+      values["zero_reduce_ms"] = *reducing;
+    }
     return values;
   }
 
@@ -197,7 +209,7 @@ class Zero final : public Strategy {
     std::vector<torch::Tensor> param_views, grad_views;  // shaped and strided like each member
     size_t pending = 0;          // members whose gradient has not been accumulated this step
     bool reduce_started = false;
-    c10::intrusive_ptr<c10d::Work> gather_work, reduce_work;
+    CollectiveLane::Issued gather_work, reduce_work;
   };
 
   // Stage 3's units: each stage alone, or a run of stages the model groups (ResNet's layer1).
@@ -385,12 +397,16 @@ class Zero final : public Strategy {
     if (stage_ == 1) {
       c10d::AllreduceOptions average;
       average.reduceOp = c10d::ReduceOp::AVG;
-      std::vector<at::Tensor> tensors{group.full_grads};
-      group.reduce_work = backend_->allreduce(tensors, average);
+      group.reduce_work = lane_.issue(kReduce, group.full_grads, [&] {
+        std::vector<at::Tensor> tensors{group.full_grads};
+        return backend_->allreduce(tensors, average);
+      });
     } else {
       c10d::ReduceScatterOptions average;
       average.reduceOp = c10d::ReduceOp::AVG;
-      group.reduce_work = backend_->_reduce_scatter_base(group.shard_grads, group.full_grads, average);
+      group.reduce_work = lane_.issue(kReduce, group.full_grads, [&] {
+        return backend_->_reduce_scatter_base(group.shard_grads, group.full_grads, average);
+      });
     }
     group.reduce_started = true;
     // The unit's backward is done: its whole parameters go (the gradients once the reduction ends).
@@ -434,15 +450,15 @@ class Zero final : public Strategy {
     for (auto& group : groups_) {
       RECORD_USER_SCOPE("zero gather " + group.name);
       // The input is the output's own slice at this rank's place: NCCL's in-place all-gather.
-      group.gather_work = backend_->_allgather_base(group.full_params, group.shard_params);
+      group.gather_work = lane_.issue(kGather, group.full_params, [&] {
+        return backend_->_allgather_base(group.full_params, group.shard_params);
+      });
     }
   }
 
-  // Waits for `work`, timing how long the compute stream of `on`'s device waits on it.
-  static void wait_for(const c10::intrusive_ptr<c10d::Work>& work, CollectiveClock& clock, const torch::Tensor& on) {
-    clock.before(on);
-    work->wait();
-    clock.after(on);
+  // Waits for `issued`, timing how long the compute stream of `on`'s device waits on it.
+  void wait_for(const CollectiveLane::Issued& issued, CollectiveClock& clock, const torch::Tensor& on) {
+    lane_.wait(issued, clock, on);
   }
 
   // Stage 3.
@@ -451,7 +467,9 @@ class Zero final : public Strategy {
     if (group.gather_work) return;
     RECORD_USER_SCOPE("zero gather " + group.name);
     allocate_memory(group.full_params);
-    group.gather_work = backend_->_allgather_base(group.full_params, group.shard_params);
+    group.gather_work = lane_.issue(kGather, group.full_params, [&] {
+      return backend_->_allgather_base(group.full_params, group.shard_params);
+    });
   }
 
   void wait_gathered(size_t unit) {
@@ -530,6 +548,9 @@ class Zero final : public Strategy {
   std::unique_ptr<Optimizer> optimizer_;
   // How long the compute stream waits on the gathers and on the reductions (GPUs, eager).
   CollectiveClock gather_clock_, reduce_clock_;
+  // Every collective of the step, timed by kind (GPUs, eager).
+  static constexpr size_t kGather = 0, kReduce = 1;
+  CollectiveLane lane_{2};
   size_t next_to_reduce_ = 0;
   // Stage 3: the model's stages, and per unit its name and stages.
   std::vector<Stage> stages_;

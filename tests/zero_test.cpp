@@ -246,7 +246,8 @@ TEST_P(ZeroStage, TwoGpusOnNcclTrainAsDdpEagerAndGraphed) {
 }
 
 // On GPUs, eager: how long each rank's compute stream waited on the gathers and the reductions,
-// and their sum as the exposed communication (CUDA events around each wait).
+// and their sum as the exposed communication (CUDA events around each wait); and the collectives'
+// own durations per kind (CUDA events around each on the lane's side stream).
 TEST_P(ZeroStage, TwoGpusOnNcclReportTheirWaitsOnEachCollectiveKind) {
   const int gpus = visible_gpu_count();
   if (gpus < 2) GTEST_SKIP() << "needs 2 GPUs, " << gpus << " visible";
@@ -260,6 +261,24 @@ TEST_P(ZeroStage, TwoGpusOnNcclReportTheirWaitsOnEachCollectiveKind) {
     EXPECT_DOUBLE_EQ(counters.at("zero_exposed_comm_ms_" + rank), gathers + reductions) << rank;
     // Every step waits on a reduction at least: a CUDA event pair costs a few microseconds.
     EXPECT_GT(gathers + reductions, 0.0) << rank;
+
+    // A value every rank shares is reported once, under the counter's own name.
+    const auto of_rank = [&](const std::string& name) {
+      const auto own = counters.find(name + "_" + rank);
+      return own != counters.end() ? own->second : counters.at(name);
+    };
+    const double gathering = of_rank("zero_gather_ms"), reducing = of_rank("zero_reduce_ms");
+    EXPECT_GT(gathering, 0.0) << rank;
+    EXPECT_GT(reducing, 0.0) << rank;
+    // The compute stream waits only while one of the step's collectives runs, and they run one
+    // after another: the exposed part is at most their summed durations (an event's resolution
+    // is about half a microsecond; 50 us covers the hops between the streams).
+    EXPECT_LE(gathers + reductions, gathering + reducing + 0.05) << rank;
+    // No link moves more than 1 TB/s: durations too short for the bytes sent mean a broken clock.
+    const double sent = of_rank("comm_bytes_per_step");
+    EXPECT_GT(sent, 0.0) << rank;
+    EXPECT_LT(sent / ((gathering + reducing) * 1e-3), 1e12) << rank << ": " << sent << " bytes in "
+                                                            << gathering + reducing << " ms";
   }
 }
 
@@ -281,6 +300,8 @@ TEST(Zero, ModelStatesPerRankAreDdpsOverTheWorldForWhatEachStageShards) {
     const auto zero = launch_case(PARBENCH_BINARY, arguments, only_train_case(arguments, 2), 2, 60).counters;
     // The waits are timed on GPUs only (the store backend's collectives run on the host).
     EXPECT_EQ(zero.count("zero_exposed_comm_ms"), 0u) << "stage " << stage;
+    EXPECT_EQ(zero.count("zero_gather_ms"), 0u) << "stage " << stage;
+    EXPECT_EQ(zero.count("zero_reduce_ms"), 0u) << "stage " << stage;
     for (const std::string device : {"dev0", "dev1"}) {
       const auto what = "stage " + stage + " " + device;
       expect_share(zero.at("optim_mem_gib_" + device), ddp.at("optim_mem_gib_" + device), 0.5, what + " optimizer state");
