@@ -36,6 +36,10 @@ namespace parbench {
 namespace {
 
 constexpr int kProfileRepeats = 5;
+// tensor_parallel's activation collectives are timed as a burst of this many back to back
+// (collective_ms): a step issues them every few kernels while its GPUs are busy, so neither their
+// launch nor a synchronisation is part of each one's cost.
+constexpr int kCollectiveBurst = 10;
 
 double median_ms(const std::vector<torch::Device>& devices, const std::function<void()>& work) {
   return 1e3 * median_synchronised_seconds(devices, kProfileRepeats, work);
@@ -281,8 +285,10 @@ std::vector<torch::Device> round_robin(const std::vector<torch::Device>& devices
 }
 
 // The time of one collective of `message` across `devices`, one buffer (or shard) on each, by
-// NCCL in this process.
-double collective_ms(const std::vector<torch::Device>& devices, const CollectiveMessage& message) {
+// NCCL in this process: a synchronised run of `burst` of them back to back, over `burst`. One
+// alone (burst 1) carries its launch and the synchronisation; a step that issues many while its
+// GPUs are busy (tensor_parallel's) does not pay those for each.
+double collective_ms(const std::vector<torch::Device>& devices, const CollectiveMessage& message, int burst = 1) {
 #ifdef PARBENCH_WITH_CUDA
   // A gather's or a scatter's whole is a whole number of equal shards.
   const int64_t values = message.bytes / static_cast<int64_t>(c10::elementSize(message.dtype));
@@ -302,9 +308,12 @@ double collective_ms(const std::vector<torch::Device>& devices, const Collective
     }
   };
   collective();  // the communicators are made on the first one
-  return median_ms(devices, collective);
+  return median_ms(devices, [&] {
+           for (int i = 0; i < burst; ++i) collective();
+         }) /
+         burst;
 #else
-  (void)devices, (void)message;
+  (void)devices, (void)message, (void)burst;
   throw std::logic_error("the ranks' collectives are profiled with NCCL, on GPUs");
 #endif
 }
@@ -693,7 +702,7 @@ std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& 
       for (const auto& message : request.collectives) {
         if (collectives.count(message) != 0) continue;  // timed for another checkpointing choice
         try {
-          collectives[message] = collective_ms(devices, message);
+          collectives[message] = collective_ms(devices, message, kCollectiveBurst);
         } catch (const std::exception& error) {
           release_cached_memory();
           std::fprintf(stderr, "parbench advise: %s: the %s of %lld bytes failed (%s)\n", key.c_str(),
