@@ -251,7 +251,9 @@ TEST_P(ZeroStage, TwoGpusOnNcclTrainAsDdpEagerAndGraphed) {
 TEST_P(ZeroStage, TwoGpusOnNcclReportTheirWaitsOnEachCollectiveKind) {
   const int gpus = visible_gpu_count();
   if (gpus < 2) GTEST_SKIP() << "needs 2 GPUs, " << gpus << " visible";
-  const auto arguments = zero_arguments(GetParam(), "tinygpt", "sgd");
+  auto arguments = zero_arguments(GetParam(), "tinygpt", "sgd");
+  // The durations are timed on the third step: a warm-up step, as by default.
+  std::replace(arguments.begin(), arguments.end(), std::string("--warmup=1"), std::string("--warmup=3"));
   const auto counters = launch_case(PARBENCH_BINARY, arguments, only_train_case(arguments, 2), 2, 120).counters;
   // Each rank reports its own waits (the counters are per rank: `_rank<r>`).
   for (const std::string rank : {"rank0", "rank1"}) {
@@ -271,9 +273,10 @@ TEST_P(ZeroStage, TwoGpusOnNcclReportTheirWaitsOnEachCollectiveKind) {
     EXPECT_GT(gathering, 0.0) << rank;
     EXPECT_GT(reducing, 0.0) << rank;
     // The compute stream waits only while one of the step's collectives runs, and they run one
-    // after another: the exposed part is at most their summed durations (an event's resolution
-    // is about half a microsecond; 50 us covers the hops between the streams).
-    EXPECT_LE(gathers + reductions, gathering + reducing + 0.05) << rank;
+    // after another: a step's exposed part is at most their summed durations. The waits are the
+    // last step's and the durations the third's, alike steps: twice, and 0.1 ms for the hops
+    // between the streams, allow for the difference between the two.
+    EXPECT_LE(gathers + reductions, 2 * (gathering + reducing) + 0.1) << rank;
     // No link moves more than 1 TB/s: durations too short for the bytes sent mean a broken clock.
     const double sent = of_rank("comm_bytes_per_step");
     EXPECT_GT(sent, 0.0) << rank;

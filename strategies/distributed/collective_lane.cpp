@@ -21,6 +21,7 @@ struct CollectiveLane::Streams {
   std::vector<std::unique_ptr<at::cuda::CUDAEvent>> starts, ends;
   std::vector<size_t> kind_of;
   size_t used = 0;
+  bool active = false;    // this step is timed
   bool timed = false;     // a step issued through the side stream
   bool captured = false;  // a collective was issued while its stream was captured
 };
@@ -28,13 +29,16 @@ struct CollectiveLane::Streams {
 CollectiveLane::CollectiveLane(size_t kinds) : streams_(std::make_unique<Streams>(kinds)) {}
 CollectiveLane::~CollectiveLane() = default;
 
-void CollectiveLane::start_step() { streams_->used = 0; }
+void CollectiveLane::start_step(bool timed) {
+  streams_->active = timed;
+  if (timed) streams_->used = 0;
+}
 
 CollectiveLane::Issued CollectiveLane::issue(size_t kind, const torch::Tensor& on,
                                              const std::function<c10::intrusive_ptr<c10d::Work>()>& collective) {
   auto& s = *streams_;
   TORCH_CHECK(kind < s.kinds, "CollectiveLane: kind ", kind, " of ", s.kinds);
-  if (!on.is_cuda()) return Issued{collective(), -1};
+  if (!s.active || !on.is_cuda()) return Issued{collective(), -1};
   const auto device = on.device().index();
   const auto current = c10::cuda::getCurrentCUDAStream(device);
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
@@ -92,7 +96,7 @@ std::optional<double> CollectiveLane::last_step_ms(size_t kind) const {
 struct CollectiveLane::Streams {};
 CollectiveLane::CollectiveLane(size_t) {}
 CollectiveLane::~CollectiveLane() = default;
-void CollectiveLane::start_step() {}
+void CollectiveLane::start_step(bool) {}
 CollectiveLane::Issued CollectiveLane::issue(size_t, const torch::Tensor&,
                                              const std::function<c10::intrusive_ptr<c10d::Work>()>& collective) {
   return Issued{collective(), -1};
