@@ -401,5 +401,29 @@ TEST(Advise, PredictsMemoryWhereTheTimeProfileFails) {
   }
 }
 
+// A set-up whose reference step (the whole model at its batch on one device, where the time
+// profile starts) is predicted not to fit is not time-profiled at all: a model too large for one
+// GPU would take minutes to build only to run out of memory. Its cases still have their memory
+// predicted, and run.
+TEST(Advise, SkipsTheTimeProfileWhereItsReferenceStepIsPredictedNotToFit) {
+  auto cases = cases_of({"--preset=cpu", "--models=tinycnn", "--batch=4", "--image=16",
+                         "--strategies=single,model_parallel"});
+  ASSERT_EQ(cases.size(), 2u);
+  const auto options = parsed_options({"--advise=all"}, /*has_gpu=*/false);
+  // A kibibyte: less than any case's predicted peak.
+  ScopedEnvironment hook("PARBENCH_TEST_DEVICE_GIB", "0.000001");
+  const auto [to_run, table, errors] = advise_capturing(cases, options);
+  EXPECT_NE(errors.find("the time profile was skipped: its reference step (the whole model at batch 4 on one "
+                        "device) is predicted to need"),
+            std::string::npos)
+      << errors;
+  EXPECT_EQ(errors.find("the time profile failed"), std::string::npos) << errors;
+  ASSERT_EQ(to_run.size(), 2u) << table << errors;
+  for (const auto& spec : to_run) {
+    EXPECT_FALSE(spec.predicted_step_ms.has_value()) << spec.name;
+    EXPECT_FALSE(spec.predicted_peak_bytes.empty()) << spec.name;
+  }
+}
+
 }  // namespace
 }  // namespace parbench

@@ -36,6 +36,7 @@ namespace parbench {
 namespace {
 
 constexpr int kProfileRepeats = 5;
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 // tensor_parallel's activation collectives are timed as a burst of this many back to back
 // (collective_ms): a step issues them every few kernels while its GPUs are busy, so neither their
 // launch nor a synchronisation is part of each one's cost.
@@ -519,6 +520,30 @@ double fullest_bytes(const CaseSpec& spec) {
 }
 bool fits(const CaseSpec& spec, double capacity_bytes) { return capacity_bytes <= 0 || fullest_bytes(spec) <= capacity_bytes; }
 
+// What profile_memory reads of its configs: set-ups that differ only in batch (a distributed
+// set-up's global batch against the reference's) share one memory profile.
+std::string memory_profile_key(const std::vector<RunConfig>& configs, torch::Device device) {
+  std::string key = device.str();
+  for (const auto& config : configs) {
+    key += "|" + config.model + "/" + std::to_string(config.num_classes) + "/" + std::to_string(config.image_size) +
+           "/" + std::to_string(config.seq_len) + "/" + std::to_string(static_cast<int>(config.precision)) + "/" +
+           std::to_string(static_cast<int>(config.loss)) + "/" + std::to_string(static_cast<int>(config.checkpoint));
+  }
+  return key;
+}
+
+// The reference step's predicted peak (the whole model at `config`'s batch on one device, as the
+// time profile runs it first), where the memory profile predicts it.
+std::optional<double> reference_peak_bytes(const AdviseProfile& profile, const RunConfig& config) {
+  const auto& predictor = reference_strategy().predictor();
+  if (!predictor.memory || profile.memory.stages.count(config.checkpoint) == 0) return std::nullopt;
+  const auto devices = predictor.memory(profile, CaseConditions{config, config.batch_size, 1, visible_gpu_count(), false}).devices;
+  if (devices.empty()) return std::nullopt;
+  double fullest = 0;
+  for (const auto& memory : devices) fullest = std::max(fullest, memory.peak());
+  return fullest;
+}
+
 }  // namespace
 
 AdviseProfile profile_setup(const CaseSpec& spec, const std::vector<torch::Device>& devices, bool graphed,
@@ -651,6 +676,7 @@ std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& 
 
   nlohmann::json predictions = nlohmann::json::array();
   double profile_seconds = 0;
+  std::map<std::string, MemoryProfile> memory_profiles;  // by memory_profile_key
   for (const auto& key : order) {
     auto& specs = setups[key];
     const auto began = std::chrono::steady_clock::now();
@@ -666,6 +692,25 @@ std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& 
     // choice runs them (a checkpointed backward runs its blocks' forwards again).
     std::set<Checkpointing> choices;
     for (const auto& spec : specs) choices.insert(spec.config.checkpoint);
+    // The memory profile first, apart (a case's memory is predicted where its time cannot be), and
+    // once per model and shape: a model too large for one GPU takes minutes to build.
+    AdviseProfile profile;  // what the memory predictions read
+    profile.graphed = graphed;
+    if (const auto configs = memory_configs(specs); !configs.empty()) {
+      const auto memory_key = memory_profile_key(configs, device);
+      if (const auto cached = memory_profiles.find(memory_key); cached != memory_profiles.end()) {
+        profile.memory = cached->second;
+      } else {
+        try {
+          profile.memory = profile_memory(configs, device);
+          memory_profiles[memory_key] = profile.memory;
+        } catch (const std::exception& error) {
+          release_cached_memory();
+          std::fprintf(stderr, "parbench advise: %s: the memory profile failed (%s); its cases' memory is not predicted\n",
+                       key.c_str(), first_line(error).c_str());
+        }
+      }
+    }
     std::map<Checkpointing, AdviseProfile> time_profiles;
     std::map<std::string, Rehearsal> rehearsals;  // every choice's ranks rehearsed, for time and memory
     std::map<CollectiveMessage, double> collectives;  // every choice's, timed
@@ -676,7 +721,18 @@ std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& 
       for (const auto& spec : specs) {
         if (spec.config.checkpoint == choice) add_to_request(spec, request);  // each asked once already, without a throw
       }
-      try {
+      const auto reference_peak = reference_peak_bytes(profile, chosen.config);
+      const double capacity = profile.memory.device_bytes;
+      if (reference_peak && capacity > 0 && *reference_peak > capacity) {
+        // The time profile starts with that step: it would only run out of memory, after building
+        // the whole model on the device.
+        std::fprintf(stderr,
+                     "parbench advise: %s%s: the time profile was skipped: its reference step (the whole model at "
+                     "batch %lld on one device) is predicted to need %.0f GiB of %.0f; its cases' times are not "
+                     "predicted\n",
+                     key.c_str(), choice == Checkpointing::kOff ? "" : ("/checkpoint:" + to_string(choice)).c_str(),
+                     static_cast<long long>(chosen.config.batch_size), *reference_peak / kGiB, capacity / kGiB);
+      } else try {
         time_profiles[choice] = profile_setup(chosen, devices, graphed, request);
       } catch (const std::exception& error) {
         // What a failed piece left cached goes back to the driver (release_cached_memory): on 2
@@ -711,18 +767,6 @@ std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& 
       }
     }
     const bool timed = !time_profiles.empty();
-    // The memory profile, apart: a case's memory is predicted where its time cannot be.
-    AdviseProfile profile;  // what the memory predictions read
-    profile.graphed = graphed;
-    if (const auto configs = memory_configs(specs); !configs.empty()) {
-      try {
-        profile.memory = profile_memory(configs, device);
-      } catch (const std::exception& error) {
-        release_cached_memory();
-        std::fprintf(stderr, "parbench advise: %s: the memory profile failed (%s); its cases' memory is not predicted\n",
-                     key.c_str(), first_line(error).c_str());
-      }
-    }
     profile.rehearsals = rehearsals;
     profile.collective_ms = collectives;
     for (auto& entry : time_profiles) {
@@ -801,7 +845,6 @@ std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& 
     if (!device.is_cuda() && multi != specs.end()) {
       std::printf("  CPU stand-ins: the predictions assume the devices run side by side; here they share one CPU\n");
     }
-    constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
     std::printf("  %4s  %12s  %10s  %8s  %s\n", "rank", "predicted ms", "images/s", "peak GiB", "case");
     for (size_t rank = 0; rank < specs.size(); ++rank) {
       auto& spec = specs[rank];
