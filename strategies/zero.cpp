@@ -426,13 +426,13 @@ class Zero final : public Strategy {
       group.pending = 0;
     }
     start_ready_reductions();
-    for (auto& group : groups_) wait_for(group.reduce_work, reduce_clock_, group.shard_params);
+    for (auto& group : groups_) lane_.wait(group.reduce_work, reduce_clock_, group.shard_params);
     if (stage_ == 1) return;
     if (stage_ == 3) {
       // A unit prefetched for a backward that never reached it: gathered again next step, from
       // the updated shards.
       for (auto& group : groups_) {
-        if (group.gather_work) wait_for(group.gather_work, gather_clock_, group.shard_params);
+        if (group.gather_work) lane_.wait(group.gather_work, gather_clock_, group.shard_params);
         release_parameters(group);
       }
     }
@@ -456,11 +456,6 @@ class Zero final : public Strategy {
     }
   }
 
-  // Waits for `issued`, timing how long the compute stream of `on`'s device waits on it.
-  void wait_for(const CollectiveLane::Issued& issued, CollectiveClock& clock, const torch::Tensor& on) {
-    lane_.wait(issued, clock, on);
-  }
-
   // Stage 3.
   void start_gather(size_t unit) {
     auto& group = groups_[unit];
@@ -475,7 +470,7 @@ class Zero final : public Strategy {
   void wait_gathered(size_t unit) {
     start_gather(unit);
     auto& group = groups_[unit];
-    wait_for(group.gather_work, gather_clock_, group.shard_params);
+    lane_.wait(group.gather_work, gather_clock_, group.shard_params);
   }
 
   void release_parameters(FlatGroup& group) {
@@ -491,7 +486,7 @@ class Zero final : public Strategy {
     for (size_t u = 0; u < units; ++u) {
       if (stage_ != 3) {
         // The unit's updated parameters, gathered at the step's start.
-        wait_for(groups_[u].gather_work, gather_clock_, groups_[u].shard_params);
+        lane_.wait(groups_[u].gather_work, gather_clock_, groups_[u].shard_params);
         groups_[u].gather_work.reset();
         for (size_t s : unit_stages_[u]) x = stages_[s].forward(x);
         continue;

@@ -721,6 +721,7 @@ std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& 
       for (const auto& spec : specs) {
         if (spec.config.checkpoint == choice) add_to_request(spec, request);  // each asked once already, without a throw
       }
+      const std::string choice_text = choice == Checkpointing::kOff ? "" : "/checkpoint:" + to_string(choice);
       const auto reference_peak = reference_peak_bytes(profile, chosen.config);
       const double capacity = profile.memory.device_bytes;
       if (reference_peak && capacity > 0 && *reference_peak > capacity) {
@@ -730,7 +731,7 @@ std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& 
                      "parbench advise: %s%s: the time profile was skipped: its reference step (the whole model at "
                      "batch %lld on one device) is predicted to need %.0f GiB of %.0f; its cases' times are not "
                      "predicted\n",
-                     key.c_str(), choice == Checkpointing::kOff ? "" : ("/checkpoint:" + to_string(choice)).c_str(),
+                     key.c_str(), choice_text.c_str(),
                      static_cast<long long>(chosen.config.batch_size), *reference_peak / kGiB, capacity / kGiB);
       } else try {
         time_profiles[choice] = profile_setup(chosen, devices, graphed, request);
@@ -741,7 +742,7 @@ std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& 
         // its memory predicted.
         release_cached_memory();
         std::fprintf(stderr, "parbench advise: %s%s: the time profile failed (%s); its cases' times are not predicted\n",
-                     key.c_str(), choice == Checkpointing::kOff ? "" : ("/checkpoint:" + to_string(choice)).c_str(),
+                     key.c_str(), choice_text.c_str(),
                      first_line(error).c_str());
       }
       // Apart from the time profile, each on its own: a rank whose slice fits its device is

@@ -20,9 +20,8 @@ struct CollectiveLane::Streams {
   // Per collective of a step, reused step after step.
   std::vector<std::unique_ptr<at::cuda::CUDAEvent>> starts, ends;
   std::vector<size_t> kind_of;
-  size_t used = 0;
+  size_t used = 0;        // collectives of the last timed step issued through the side stream
   bool active = false;    // this step is timed
-  bool timed = false;     // a step issued through the side stream
   bool captured = false;  // a collective was issued while its stream was captured
 };
 
@@ -66,24 +65,12 @@ CollectiveLane::Issued CollectiveLane::issue(size_t kind, const torch::Tensor& o
     work->wait();  // the side stream waits for NCCL's end
     s.ends[slot]->record(*s.side);
   }
-  s.timed = true;
   return Issued{work, static_cast<int>(slot)};
-}
-
-void CollectiveLane::wait(const Issued& issued, CollectiveClock& clock, const torch::Tensor& on) {
-  if (!issued) return;
-  clock.before(on);
-  if (issued.slot < 0) {
-    issued.work->wait();
-  } else {
-    streams_->ends.at(static_cast<size_t>(issued.slot))->block(c10::cuda::getCurrentCUDAStream(on.device().index()));
-  }
-  clock.after(on);
 }
 
 std::optional<double> CollectiveLane::last_step_ms(size_t kind) const {
   const auto& s = *streams_;
-  if (!s.timed || s.captured) return std::nullopt;
+  if (s.used == 0 || s.captured) return std::nullopt;
   double total = 0;
   for (size_t i = 0; i < s.used; ++i) {
     if (s.kind_of[i] != kind) continue;
@@ -101,13 +88,20 @@ CollectiveLane::Issued CollectiveLane::issue(size_t, const torch::Tensor&,
                                              const std::function<c10::intrusive_ptr<c10d::Work>()>& collective) {
   return Issued{collective(), -1};
 }
+std::optional<double> CollectiveLane::last_step_ms(size_t) const { return std::nullopt; }
+#endif
+
 void CollectiveLane::wait(const Issued& issued, CollectiveClock& clock, const torch::Tensor& on) {
   if (!issued) return;
   clock.before(on);
-  issued.work->wait();
+  if (issued.slot < 0) {
+    issued.work->wait();
+  } else {
+#ifdef PARBENCH_WITH_CUDA
+    streams_->ends.at(static_cast<size_t>(issued.slot))->block(c10::cuda::getCurrentCUDAStream(on.device().index()));
+#endif
+  }
   clock.after(on);
 }
-std::optional<double> CollectiveLane::last_step_ms(size_t) const { return std::nullopt; }
-#endif
 
 }  // namespace parbench
