@@ -564,6 +564,50 @@ torch::autograd::variable_list BeforeUnitBackward::backward(torch::autograd::Aut
   return {gradients.at(0), torch::Tensor(), torch::Tensor()};
 }
 
+// zero's units (its flat groups) from the memory profile, as Zero::unit_members makes them: each
+// stage alone, or a run of stages the model groups; per unit, its parameters' indices.
+std::vector<std::vector<size_t>> zero_units(const MemoryProfile& memory) {
+  std::vector<std::vector<size_t>> groups;
+  std::map<std::string, std::string> group_of;
+  for (const auto& group : memory.stage_groups) {
+    for (const auto& name : group.stages) group_of[name] = group.name;
+  }
+  std::vector<std::string> unit_of_stage;
+  for (const auto& name : memory.stage_names) {
+    const auto grouped = group_of.find(name);
+    unit_of_stage.push_back(grouped == group_of.end() ? name : grouped->second);
+  }
+  std::map<size_t, size_t> unit_index;  // first stage of a unit -> its group
+  for (size_t i = 0; i < memory.parameters.size(); ++i) {
+    size_t first = memory.parameter_stage[i];
+    while (first > 0 && unit_of_stage[first - 1] == unit_of_stage[first]) --first;
+    if (unit_index.count(first) == 0) {
+      unit_index[first] = groups.size();
+      groups.emplace_back();
+    }
+    groups[unit_index[first]].push_back(i);
+  }
+  return groups;
+}
+
+// A unit's flat group's bytes, padded as FlatShardLayout pads it for `world` ranks.
+double padded_unit_bytes(const MemoryProfile& memory, const std::vector<size_t>& members, int world) {
+  std::vector<int64_t> numels;
+  for (auto index : members) numels.push_back(memory.parameters[index].numel());
+  return static_cast<double>(FlatShardLayout(numels, world).padded()) *
+         static_cast<double>(memory.parameters[members.front()].element_size());
+}
+
+// The first unit's share of all of zero's flat bytes (0 without a memory profile). Stage 3
+// gathers that unit before any compute and reduce-scatters it after the whole backward: both show.
+double first_unit_share(const MemoryProfile& memory, int world) {
+  const auto units = zero_units(memory);
+  if (units.empty()) return 0;
+  double total = 0;
+  for (const auto& members : units) total += padded_unit_bytes(memory, members, world);
+  return total > 0 ? padded_unit_bytes(memory, units.front(), world) / total : 0;
+}
+
 // --advise: a rank's step (the whole model's at the per-rank batch, the whole optimizer step
 // included) plus the collectives, each from ddp's profiled bucket all-reduces by the ring
 // relation: an all-gather or reduce-scatter of the same bytes takes half an all-reduce's time;
@@ -581,29 +625,7 @@ MemoryPrediction zero_memory(const AdviseProfile& profile, const CaseConditions&
   const auto& config = conditions.config;
   const int stage = std::stoi(config.options.at("stage"));
   const int world = conditions.devices;
-  // Its units, as Zero::unit_members makes them.
-  std::vector<std::vector<size_t>> groups;
-  {
-    std::map<std::string, std::string> group_of;
-    for (const auto& group : memory.stage_groups) {
-      for (const auto& name : group.stages) group_of[name] = group.name;
-    }
-    std::vector<std::string> unit_of_stage;
-    for (const auto& name : memory.stage_names) {
-      const auto grouped = group_of.find(name);
-      unit_of_stage.push_back(grouped == group_of.end() ? name : grouped->second);
-    }
-    std::map<size_t, size_t> unit_index;  // first stage of a unit -> its group
-    for (size_t i = 0; i < memory.parameters.size(); ++i) {
-      size_t first = memory.parameter_stage[i];
-      while (first > 0 && unit_of_stage[first - 1] == unit_of_stage[first]) --first;
-      if (unit_index.count(first) == 0) {
-        unit_index[first] = groups.size();
-        groups.emplace_back();
-      }
-      groups[unit_index[first]].push_back(i);
-    }
-  }
+  const auto groups = zero_units(memory);
   // Its gradients are views of its flat groups, which the step does not set to none; stage 3
   // makes each unit's whole gradients just before the unit's backward, as a step that makes its
   // gradients afresh does: the activations then count them from each unit's backward on, while
@@ -642,10 +664,14 @@ StrategyPredictor zero_predictor() {
       allreduce_total_ms += ms;
     }
     const double gather_ms = allreduce_total_ms / 2;  // all of the parameters once
-    // Every stage's first gathers hide behind the forward (what is not backward), as far as it
-    // lasts; the first unit's gather is not modelled apart.
+    // Stage 3 gathers its first unit before any compute, and reduce-scatters it after the whole
+    // backward (the last gradients to come): both show whole. (Stages 1 and 2 gather at the
+    // step's start, behind its set-up, and their reductions are ddp's buckets, tail included.)
+    const double first_unit_ms = stage == 3 ? first_unit_share(profile.memory, conditions.devices) * gather_ms : 0;
+    // Every stage's (other) first gathers hide behind the forward (what is not backward), as far
+    // as it lasts.
     const double forward_ms = std::max(0.0, rank.rank_step_ms - rank.backward_ms);
-    double exposed_ms = std::max(0.0, gather_ms - forward_ms);
+    double exposed_ms = first_unit_ms + std::max(0.0, gather_ms - first_unit_ms - forward_ms);
     double comm_ms = gather_ms;
     if (stage == 1) {
       exposed_ms += exposed_allreduce_ms(rank.bucket_ready_ms, rank.bucket_allreduce_ms, rank.backward_ms, true);
@@ -654,8 +680,9 @@ StrategyPredictor zero_predictor() {
       exposed_ms += exposed_allreduce_ms(rank.bucket_ready_ms, half_ms, rank.backward_ms, true);
       comm_ms += allreduce_total_ms / 2;
     } else {
-      // The second gathers and the reduce-scatters behind the backward.
-      exposed_ms += std::max(0.0, 2 * gather_ms - rank.backward_ms);
+      // The second gathers and the reduce-scatters behind the backward, but the first unit's
+      // reduce-scatter after it.
+      exposed_ms += first_unit_ms + std::max(0.0, 2 * gather_ms - first_unit_ms - rank.backward_ms);
       comm_ms += 2 * gather_ms;
     }
     // What is hidden still costs the step (hidden_comm_cost_ms).

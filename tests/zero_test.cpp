@@ -369,6 +369,46 @@ TEST(Zero, PredictsEachStageFromDdpsProfileByTheRingRelation) {
   EXPECT_DOUBLE_EQ(predicted("zero", "3"), 130);
 }
 
+// Stage 3's first unit: gathered before any compute, reduce-scattered after the whole backward,
+// so both show whole. The profile above, with two units of equal size: each unit's gather or
+// reduce-scatter takes 20 ms. The forward hides the second unit's gather (20 of its 30 ms), the
+// backward the rest but the first unit's reduce-scatter (60 of its 70 ms): 40 ms show. Stages 1
+// and 2 gather behind the step's start and reduce in ddp's buckets: as before.
+TEST(Zero, PredictsStageThreesFirstUnitGatherAndLastReduceScatterAsExposed) {
+  AdviseProfile profile;
+  RankProfile rank;
+  rank.rank_step_ms = 100;
+  rank.backward_ms = 70;
+  rank.bucket_ready_ms = {10, 40};
+  rank.bucket_allreduce_ms = {40, 40};
+  RunConfig config;
+  config.batch_size = 8;
+  profile.ranks[{ddp_options(config).bucket_mib, config.batch_size}] = rank;
+  const auto meta = torch::TensorOptions().dtype(torch::kFloat32).device(torch::kMeta);
+  profile.memory.parameters = {torch::empty({40}, meta), torch::empty({30}, meta), torch::empty({10}, meta)};
+  profile.memory.parameter_names = {"a.weight", "b.weight", "b.bias"};
+  profile.memory.parameter_stage = {0, 1, 1};
+  profile.memory.stage_names = {"a", "b"};
+  const auto predicted = [&](const std::string& stage) {
+    auto case_config = config;
+    case_config.options["stage"] = stage;
+    const CaseConditions conditions{case_config, case_config.batch_size, 2};
+    return StrategyRegistry::instance().get("zero").predictor().predict(profile, conditions).step_ms;
+  };
+  EXPECT_DOUBLE_EQ(predicted("1"), 130);
+  EXPECT_DOUBLE_EQ(predicted("2"), 110);
+  EXPECT_DOUBLE_EQ(predicted("3"), 140);
+  // Hidden: 120 ms of collectives less the 40 that show, at 0.1 ms a millisecond.
+  profile.ranks.begin()->second.step_lost_per_comm_ms = 0.1;
+  EXPECT_DOUBLE_EQ(predicted("3"), 148);
+  // A first unit of a quarter: 10 ms each way; the forward hides the other 30 of the gather, the
+  // backward 70 of the other 70: 20 ms show.
+  profile.memory.parameters[0] = torch::empty({20}, meta);
+  profile.memory.parameters[1] = torch::empty({50}, meta);
+  profile.ranks.begin()->second.step_lost_per_comm_ms = 0;
+  EXPECT_DOUBLE_EQ(predicted("3"), 120);
+}
+
 // ---- faults, as ddp's (tests/launcher_test.cpp, tests/fault_test.cpp) --------------------------
 
 std::string zero_failure(const std::map<std::string, std::string>& hooks) {
