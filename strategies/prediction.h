@@ -72,6 +72,9 @@ struct Rehearsal {
 struct RehearsalRequest {
   std::function<std::unique_ptr<Strategy>()> create;  // the rank, set up on one device
   RunConfig config;                                   // as the case's rank runs: its own batch
+  // Read only with the set-up's time profile (zero's: its prediction needs the rank profile too):
+  // not rehearsed where that was skipped or failed.
+  bool time_only = false;
 };
 
 // What `hidden_comm_ms` of collectives hidden behind the step still cost it (RankProfile).

@@ -23,6 +23,7 @@
 #include "strategies/distributed/collective_clock.h"
 #include "strategies/distributed/collective_lane.h"
 #include "strategies/distributed/rank_setup.h"
+#include "strategies/distributed/rehearsal_backend.h"
 #include "strategies/distributed/flat_shards.h"
 #include "strategies/distributed/world.h"
 #include "strategies/flat_tensors.h"
@@ -99,20 +100,32 @@ struct BeforeUnitBackward : torch::autograd::Function<BeforeUnitBackward> {
 
 class Zero final : public Strategy {
  public:
+  Zero() = default;
+  // One rank of `rehearsed_world` rehearsed alone on its one device (--advise's profile): rank 0's
+  // shards and its own work, its collectives sent nowhere (RehearsalBackend).
+  explicit Zero(int rehearsed_world) : rehearsal_(c10::make_intrusive<RehearsalBackend>(rehearsed_world)) {}
+
   ~Zero() override {
     for (const auto& parameter : parameters_) torch::autograd::impl::set_post_acc_grad_hooks(parameter, nullptr);
   }
 
   void setup(const ModelFactory& make_model, const std::vector<torch::Device>& devices,
              const RunConfig& config) override {
-    world_ = &rank_world("zero", config, devices);
+    if (rehearsal_) {
+      TORCH_CHECK(devices.size() == 1, "a rehearsed zero rank runs on one device, got ", devices.size());
+      backend_ = rehearsal_;
+    } else {
+      world_ = &rank_world("zero", config, devices);
+      backend_ = world_->backend();
+    }
+    rank_ = backend_->getRank();
+    world_size_ = backend_->getSize();
     const auto stage = config.options.find("stage");
     TORCH_CHECK(stage != config.options.end(), "zero needs its stage option (--zero-stages=1,2,3)");
     stage_ = std::stoi(stage->second);
     TORCH_CHECK(stage_ >= 1 && stage_ <= 3, "--zero-stages takes 1, 2 or 3, got ", stage->second);
     devices_ = devices;
     config_ = config;
-    backend_ = world_->backend();
     model_ = make_model_on(make_model, devices.front(), config.precision);
     parameters_ = model_->module().parameters();
     auto state = parameters_;
@@ -155,7 +168,7 @@ class Zero final : public Strategy {
   std::vector<torch::Tensor> gradients_for_check() const override { return gathered_for_check(/*gradients=*/true); }
 
   std::map<std::string, std::string> describe() const override {
-    std::map<std::string, std::string> facts = {{"backend", world_->backend_name()},
+    std::map<std::string, std::string> facts = {{"backend", world_ != nullptr ? world_->backend_name() : backend_->getBackendName()},
                                                 {"sharded", stage_ == 1   ? "optimizer state"
                                                             : stage_ == 2 ? "optimizer state, gradients"
                                                                           : "optimizer state, gradients, parameters"},
@@ -253,7 +266,7 @@ class Zero final : public Strategy {
   // Lays each group out flat, makes the model's parameters views of it, and keeps this rank's shard.
   void build_groups(const std::vector<std::vector<size_t>>& member_lists) {
     torch::NoGradGuard no_grad;
-    const int rank = world_->rank(), world = world_->size();
+    const int rank = rank_, world = world_size_;
     for (size_t g = 0; g < member_lists.size(); ++g) {
       FlatGroup group;
       group.members = member_lists[g];
@@ -519,7 +532,7 @@ class Zero final : public Strategy {
   }
 
   double comm_bytes_per_step() const {
-    const double share = ring_share(world_->size());
+    const double share = ring_share(world_size_);
     double bytes = 0;
     for (size_t g = 0; g < groups_.size(); ++g) {
       const auto& group = groups_[g];
@@ -533,8 +546,10 @@ class Zero final : public Strategy {
   }
 
   RunConfig config_;
-  World* world_ = nullptr;
+  World* world_ = nullptr;                          // null when rehearsed
+  c10::intrusive_ptr<RehearsalBackend> rehearsal_;  // set when rehearsed
   c10::intrusive_ptr<c10d::Backend> backend_;
+  int rank_ = 0, world_size_ = 1;
   int stage_ = 1;
   std::vector<torch::Tensor> parameters_;  // the model's, in its order
   std::vector<FlatGroup> groups_;
@@ -653,10 +668,25 @@ MemoryPrediction zero_memory(const AdviseProfile& profile, const CaseConditions&
   return MemoryPrediction{std::vector<DeviceMemory>(static_cast<size_t>(world), rank)};
 }
 
+// The key of a zero case's rank rehearsal: what its rehearsed step depends on.
+std::string zero_rehearsal_key(const CaseConditions& conditions) {
+  const auto& config = conditions.config;
+  return "zero/" + config.model + "/world:" + std::to_string(conditions.devices) +
+         "/stage:" + config.options.at("stage") + "/batch:" + std::to_string(config.batch_size) +
+         "/seq:" + std::to_string(config.seq_len) + "/image:" + std::to_string(config.image_size) +
+         "/precision:" + (config.precision == Precision::kBFloat16 ? "bf16" : "fp32") +
+         "/checkpoint:" + to_string(config.checkpoint) + "/optimizer:" + to_string(config.optimizer);
+}
+
 StrategyPredictor zero_predictor() {
   auto predictor = rank_predictor(at_bucket_and_batch, [](const AdviseProfile& profile, const CaseConditions& conditions,
                                         const RankProfile& rank) {
     const int stage = std::stoi(conditions.config.options.at("stage"));
+    // The rank's own work: its step rehearsed alone (its collectives sent nowhere), which steps
+    // the optimizer on its shard and does zero's own copies, allocations and waits; single's
+    // whole step where the rehearsal failed.
+    const auto rehearsed = profile.rehearsals.find(zero_rehearsal_key(conditions));
+    const double own_step_ms = rehearsed != profile.rehearsals.end() ? rehearsed->second.step_ms : rank.rank_step_ms;
     std::vector<double> half_ms;
     double allreduce_total_ms = 0;
     for (double ms : rank.bucket_allreduce_ms) {
@@ -686,9 +716,18 @@ StrategyPredictor zero_predictor() {
       comm_ms += 2 * gather_ms;
     }
     // What is hidden still costs the step (hidden_comm_cost_ms).
-    return Prediction{rank.rank_step_ms + exposed_ms + hidden_comm_cost_ms(rank, comm_ms - exposed_ms),
-                      profile.parts.cut};
+    return Prediction{own_step_ms + exposed_ms + hidden_comm_cost_ms(rank, comm_ms - exposed_ms),
+                      rehearsed != profile.rehearsals.end() ? "rehearsal" : profile.parts.cut};
   });
+  const auto ask_rank = predictor.request;
+  predictor.request = [ask_rank](const CaseConditions& conditions, ProfileRequest& request) {
+    ask_rank(conditions, request);
+    const int world = conditions.devices;
+    RehearsalRequest rehearsal{[world] { return std::unique_ptr<Strategy>(std::make_unique<Zero>(world)); },
+                               conditions.config};
+    rehearsal.time_only = true;
+    request.rehearsals[zero_rehearsal_key(conditions)] = rehearsal;
+  };
   predictor.memory = zero_memory;
   return predictor;
 }

@@ -5,6 +5,7 @@
 // the model states per rank are what the stage shards, and stage 3 holds no unit's whole
 // parameters between steps; --advise predicts each stage from ddp's profile; a rank that dies or
 // never joins fails the case, naming it.
+#include "benchmarks/advise/advise.h"
 #include "benchmarks/launch/launcher.h"
 #include "benchmarks/launch/temporary_directory.h"
 #include "benchmarks/measure/graphed_step.h"
@@ -407,6 +408,46 @@ TEST(Zero, PredictsStageThreesFirstUnitGatherAndLastReduceScatterAsExposed) {
   profile.memory.parameters[1] = torch::empty({50}, meta);
   profile.ranks.begin()->second.step_lost_per_comm_ms = 0;
   EXPECT_DOUBLE_EQ(predicted("3"), 120);
+}
+
+// --advise's profile of a zero case: its rank 0 rehearsed alone on one device (its collectives
+// sent nowhere), in every stage; the prediction adds the collectives to the rehearsed step in
+// place of single's, which steps the whole optimizer where zero steps a shard.
+TEST(Zero, ARehearsedRankRunsAloneAndItsStepReplacesSinglesInThePrediction) {
+  RankProfile rank;
+  rank.rank_step_ms = 100;
+  rank.backward_ms = 70;
+  rank.bucket_ready_ms = {10, 40};
+  rank.bucket_allreduce_ms = {40, 40};
+  for (const std::string stage : {"1", "2", "3"}) {
+    auto specs = build_cases(parsed_options({"--strategies=zero", "--models=tinygpt", "--gpus=2", "--batch=4",
+                                             "--seq=16", "--optimizer=adamw", "--zero-stages=" + stage},
+                                            /*has_gpu=*/false),
+                             /*visible_gpus=*/2);
+    ASSERT_EQ(specs.size(), 1u);
+    const auto& spec = specs.front();
+    const CaseConditions conditions{spec.config, spec.global_batch, 2};
+    const auto& predictor = spec.strategy->predictor();
+    ProfileRequest request;
+    predictor.request(conditions, request);
+    ASSERT_EQ(request.rehearsals.size(), 1u) << "stage " << stage;
+    const auto& [key, asked] = *request.rehearsals.begin();
+    EXPECT_TRUE(asked.time_only);
+    EXPECT_EQ(asked.config.batch_size, spec.config.batch_size);
+    const auto rehearsal = rehearse(asked, torch::kCPU, /*graphed=*/false);
+    EXPECT_GT(rehearsal.step_ms, 0.0) << "stage " << stage;
+    auto alone = asked.create();
+    alone->setup([&spec](torch::Device) { return make_case_model(spec.config); }, {torch::kCPU}, spec.config);
+    EXPECT_EQ(alone->describe().at("backend"), "rehearsal");
+
+    AdviseProfile profile;
+    profile.ranks[at_bucket_and_batch(conditions)] = rank;
+    const double from_single = predictor.predict(profile, conditions).step_ms;
+    profile.rehearsals[key] = Rehearsal{90, 0, {}};
+    const auto from_rehearsal = predictor.predict(profile, conditions);
+    EXPECT_DOUBLE_EQ(from_rehearsal.step_ms, from_single - 10) << "stage " << stage;
+    EXPECT_EQ(from_rehearsal.profile, "rehearsal");
+  }
 }
 
 // ---- faults, as ddp's (tests/launcher_test.cpp, tests/fault_test.cpp) --------------------------

@@ -748,6 +748,7 @@ std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& 
       // Apart from the time profile, each on its own: a rank whose slice fits its device is
       // rehearsed, and the links timed, even where the whole model did not fit the reference step's.
       for (const auto& [name, asked] : request.rehearsals) {
+        if (asked.time_only && time_profiles.count(choice) == 0) continue;
         try {
           rehearsals[name] = rehearse(asked, device, graphed);
         } catch (const std::exception& error) {
