@@ -987,6 +987,19 @@ others_refused = all(f is False for n, f in fits.items() if "/single/" in n or "
 sys.exit(0 if zero_ok and others_refused and len(fits) >= 3 else 1)
 PY
 }
+# Issue 39's table at gpt-6.7b, which no single GPU holds: tensor_parallel (sequence parallel on)
+# against ZeRO-3 and the 1f1b pipeline on the same 2 GPUs, one process, at the same global batch
+# (ZeRO-3: MEM2_BIG_TP_RANK_BATCH a rank, default 12; the others that times 2). The filter keeps
+# only those three cases of --batch's two values. Bounded by MEM2_BIG_TIMEOUT (420 s).
+step_mem2_big_tp() {
+  local per_rank=${MEM2_BIG_TP_RANK_BATCH:-12}
+  local global=$((2 * per_rank))
+  PARBENCH_BENCH_TIMEOUT=${MEM2_BIG_TIMEOUT:-420} bench mem2_big_tp --models=gpt-6.7b --seq=1024 \
+    --batch="$per_rank,$global" --precision=bf16 --optimizer=adamw --busy-profile=off --allreduce=off --warmup=2 \
+    --repetitions=3 --iterations=2 --strategies=zero,tensor_parallel,pipeline --zero-stages=3 \
+    --sequence-parallel=on --schedules=1f1b --split-sizes=2 \
+    --benchmark_filter="(zero/gpt-6.7b/batch:$per_rank|tensor_parallel/gpt-6.7b/batch:$global|pipeline/gpt-6.7b/batch:$global)/"
+}
 step_mem2_zero() {
   # shellcheck disable=SC2086
   PARBENCH_BENCH_TIMEOUT=${MEM2_TIMEOUT:-200} bench mem2_zero $MEM2_ARGS --strategies=ddp,zero --zero-stages=1,2,3 \
