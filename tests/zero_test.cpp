@@ -439,6 +439,11 @@ TEST(Zero, ARehearsedRankRunsAloneAndItsStepReplacesSinglesInThePrediction) {
     auto alone = asked.create();
     alone->setup([&spec](torch::Device) { return make_case_model(spec.config); }, {torch::kCPU}, spec.config);
     EXPECT_EQ(alone->describe().at("backend"), "rehearsal");
+    if (stage == "3") {
+      // It keeps every unit's whole parameters (real values, not leftover bytes) through its steps.
+      alone->train_step(make_random_batch(spec.config, spec.config.batch_size, torch::kCPU, torch::kCPU));
+      EXPECT_EQ(alone->describe().at("whole_units_held"), alone->describe().at("units"));
+    }
 
     AdviseProfile profile;
     profile.ranks[at_bucket_and_batch(conditions)] = rank;
