@@ -274,10 +274,11 @@ TEST_P(ZeroStage, TwoGpusOnNcclReportTheirWaitsOnEachCollectiveKind) {
     EXPECT_GT(gathering, 0.0) << rank;
     EXPECT_GT(reducing, 0.0) << rank;
     // The compute stream waits only while one of the step's collectives runs, and they run one
-    // after another: a step's exposed part is at most their summed durations. The waits are the
-    // last step's and the durations the third's, alike steps: twice, and 0.1 ms for the hops
-    // between the streams, allow for the difference between the two.
-    EXPECT_LE(gathers + reductions, 2 * (gathering + reducing) + 0.1) << rank;
+    // after another: a step's exposed part is at most their summed durations, plus a late peer's
+    // lateness. The waits are the last step's and the durations the third's, alike steps: twice
+    // the durations, and 5 ms for the peer's lateness in that step (tinygpt's collectives take
+    // microseconds; on 2 H200s rank 1 once waited 2.4 ms against 0.57 ms of durations).
+    EXPECT_LE(gathers + reductions, 2 * (gathering + reducing) + 5.0) << rank;
     // No link moves more than 1 TB/s: durations too short for the bytes sent mean a broken clock.
     const double sent = of_rank("comm_bytes_per_step");
     EXPECT_GT(sent, 0.0) << rank;
