@@ -1010,6 +1010,14 @@ step_mem2_tp() {
   PARBENCH_BENCH_TIMEOUT=${MEM2_TIMEOUT:-200} bench mem2_tp $MEM2_ARGS --strategies=single,tensor_parallel \
     --sequence-parallel=off,on --cuda-graph=off,on --allreduce=off --advise=all --repetitions=3 --benchmark_min_time=0.2
 }
+# Issue 39: tensor_parallel's two halves interleaved (--tp-halves=on) against the whole batch at
+# once, sequence parallel on, eager and graphed, beside single, with --advise=all.
+step_mem2_tp_halves() {
+  # shellcheck disable=SC2086
+  PARBENCH_BENCH_TIMEOUT=${MEM2_TIMEOUT:-200} bench mem2_tp_halves $MEM2_ARGS --strategies=single,tensor_parallel \
+    --sequence-parallel=on --tp-halves=off,on --cuda-graph=off,on --allreduce=off --advise=all --repetitions=3 \
+    --benchmark_min_time=0.2
+}
 step_mem2_tp_trace() {
   local status=0 trace
   # shellcheck disable=SC2086

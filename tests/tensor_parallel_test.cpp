@@ -203,6 +203,78 @@ TEST(TensorParallel, TwoGpusOnNcclTrainAsSingleDeviceEagerAndGraphed) {
   }
 }
 
+// --tp-halves=on: the batch's two halves interleaved collective by collective, sequence parallel
+// off and on, train as single does; they send the same bytes in twice the collectives, but the
+// batch's and the replicated gradients' (issued once for both halves).
+TEST(TensorParallel, TwoRanksInHalvesTrainAsSingleDevice) {
+  const GpusHiddenFromRanks gpus_hidden;
+  for (const std::string sequence_parallel : {"off", "on"}) {
+    const auto whole = run_tensor_parallel(2, sequence_parallel);
+    const auto halves = run_tensor_parallel(2, sequence_parallel, "sgd", "off", {"--tp-halves=on"});
+    EXPECT_EQ(halves.facts.at("halves"), "on, one stream");
+    expect_matches_single(halves, 2);
+    EXPECT_DOUBLE_EQ(halves.counters.at("tp_comm_mib_per_step"), expected_comm_bytes(sequence_parallel == "on") / (1 << 20))
+        << "sequence parallel " << sequence_parallel;
+    // Once for both halves: the batch's two gathers, and with sequence parallelism the replicated
+    // parameters' gradient all-reduce.
+    const double once = sequence_parallel == "on" ? 3 : 2;
+    EXPECT_DOUBLE_EQ(halves.counters.at("tp_collectives_per_step"),
+                     2 * whole.counters.at("tp_collectives_per_step") - once)
+        << "sequence parallel " << sequence_parallel;
+  }
+}
+
+// On GPUs: the second half on its own CUDA stream, eager and replayed from a CUDA graph.
+TEST(TensorParallel, TwoGpusOnNcclInHalvesTrainAsSingleDeviceEagerAndGraphed) {
+  const int gpus = visible_gpu_count();
+  if (gpus < 2) GTEST_SKIP() << "needs 2 GPUs, " << gpus << " visible";
+  for (const std::string sequence_parallel : {"off", "on"}) {
+    const auto eager = run_tensor_parallel(2, sequence_parallel, "sgd", "off", {"--tp-halves=on"});
+    EXPECT_EQ(eager.facts.at("halves"), "on, two CUDA streams");
+    expect_matches_single(eager, 2, OptimizerKind::kSgd, 1e-3);
+    EXPECT_GE(eager.counters.at("tp_comm_ms"), 0.0);
+    const auto graphed = run_tensor_parallel(2, sequence_parallel, "sgd", "off", {"--tp-halves=on", "--cuda-graph=on"});
+    expect_matches_single(graphed, 2, OptimizerKind::kSgd, 1e-3, kSteps + kGraphWarmupSteps);
+  }
+}
+
+// The exposed part of waits on several streams: a wait shows only while no other stream, between
+// its own first and last wait, is computing.
+TEST(TensorParallel, ExposedWaitsOnTwoStreamsCountOnlyWhatNoStreamComputesThrough) {
+  // One stream: the sum.
+  EXPECT_DOUBLE_EQ(exposed_wait_ms({{1, 0, 2}, {1, 5, 6}}), 3.0);
+  // Stream 1 waits 0-2 and 5-6; stream 2 waits 1-3 and 7-8. Stream 2's span is 1-8, stream 1's
+  // 0-6. 0-1: only stream 1 is within its span: exposed 1. 1-2: both wait: 1. 2-3: stream 2
+  // waits, stream 1 computes: 0. 5-6: stream 1 waits, stream 2 computes: 0. 7-8: stream 2 waits,
+  // stream 1 is past its span: 1.
+  EXPECT_DOUBLE_EQ(exposed_wait_ms({{1, 0, 2}, {1, 5, 6}, {2, 1, 3}, {2, 7, 8}}), 3.0);
+  EXPECT_DOUBLE_EQ(exposed_wait_ms({}), 0.0);
+}
+
+// --tp-halves=on is refused where the halves cannot be made or interleaved.
+TEST(TensorParallel, HalvesNeedAnEvenBatchAndNoCheckpointing) {
+  const auto skip_reason = [](const std::vector<std::string>& arguments) {
+    auto specs = build_cases(parsed_options(arguments, /*has_gpu=*/false), /*visible_gpus=*/3);
+    return specs.size() == 1 ? specs.front().skip_reason : std::string("cases: ") + std::to_string(specs.size());
+  };
+  // gpt2-small: 12 heads, which 3 ranks split (an even degree makes every whole batch even).
+  const std::vector<std::string> common = {"--strategies=tensor_parallel", "--models=gpt2-small", "--seq=16",
+                                           "--tp-halves=on"};
+  auto even = common;
+  even.push_back("--gpus=3");
+  even.push_back("--batch=6");  // 2 a rank, 6 in all
+  EXPECT_EQ(skip_reason(even), "");
+  auto odd = common;
+  odd.push_back("--gpus=3");
+  odd.push_back("--batch=9");  // 3 a rank, 9 in all: no halves
+  EXPECT_NE(skip_reason(odd).find("the batch 9 must be even"), std::string::npos) << skip_reason(odd);
+  auto checkpointed = common;
+  checkpointed.push_back("--gpus=2");
+  checkpointed.push_back("--batch=6");
+  checkpointed.push_back("--checkpoint=blocks");
+  EXPECT_NE(skip_reason(checkpointed).find("--checkpoint=off"), std::string::npos) << skip_reason(checkpointed);
+}
+
 // Ranks as threads of this process, each with a store backend over one in-memory store.
 template <class Body>
 void run_in_process_ranks(int degree, const Body& body) {
@@ -496,6 +568,40 @@ TEST(TensorParallel, PredictsTheRehearsedRankPlusItsCollectivesAtTheProfiledRate
   const auto counted = info.predictor().memory(profile, conditions).devices.front();
   EXPECT_FALSE(counted.fresh_gradients);
   EXPECT_GT(counted.activations, 0.0);
+}
+
+// --tp-halves=on: its collectives are half an activation each, and each shows only by what it lasts
+// beyond an even share of the rehearsed step between two of them (the other half's compute).
+TEST(TensorParallel, PredictsHalvesCollectivesBeyondTheOtherHalfsComputeBetweenThem) {
+  auto specs = build_cases(parsed_options({"--strategies=tensor_parallel", "--models=tinygpt", "--gpus=2",
+                                           "--batch=" + std::to_string(kBatch), "--seq=" + std::to_string(kSeq),
+                                           "--tp-halves=on"},
+                                          /*has_gpu=*/false),
+                           /*visible_gpus=*/2);
+  ASSERT_EQ(specs.size(), 1u);
+  const auto& info = *specs.front().strategy;
+  const CaseConditions conditions{specs.front().config, /*named_batch=*/6, /*devices=*/2, /*visible_gpus=*/2, false};
+  ProfileRequest request;
+  info.predictor().request(conditions, request);
+  const int64_t half = 3 * 16 * 32 * 4;
+  const CollectiveMessage all_reduce{CollectiveKind::kAllReduce, half, c10::ScalarType::Float};
+  const CollectiveMessage all_gather{CollectiveKind::kAllGather, half, c10::ScalarType::Float};
+  const CollectiveMessage reduce_scatter{CollectiveKind::kReduceScatter, half, c10::ScalarType::Float};
+  EXPECT_EQ(request.collectives, (std::set<CollectiveMessage>{all_reduce, all_gather, reduce_scatter}));
+  ASSERT_EQ(request.rehearsals.size(), 1u);
+  EXPECT_NE(request.rehearsals.begin()->first.find("/halves:on"), std::string::npos);
+  AdviseProfile profile;
+  profile.collective_ms = {{all_reduce, 0.5}, {all_gather, 0.2}, {reduce_scatter, 0.4}};
+  profile.rehearsals[request.rehearsals.begin()->first] =
+      Rehearsal{/*step_ms=*/7.0, 0, {{"tp_comm_mib_per_step", 3.0}, {"tp_gather_scatter_mib_per_step", 1.0}}};
+  const double mib = 1 << 20;
+  const double all_reduces = 2.0 * mib / half, gathers_and_scatters = 2.0 * mib / half;
+  const double between = 7.0 / (all_reduces + gathers_and_scatters);
+  EXPECT_NEAR(info.predictor().predict(profile, conditions).step_ms,
+              7.0 + all_reduces * (0.5 - between) + gathers_and_scatters * (0.3 - between), 1e-9);
+  // A rehearsed step long enough to cover every collective: nothing shows.
+  profile.rehearsals.begin()->second.step_ms = 0.5 * (all_reduces + gathers_and_scatters);
+  EXPECT_DOUBLE_EQ(info.predictor().predict(profile, conditions).step_ms, profile.rehearsals.begin()->second.step_ms);
 }
 
 }  // namespace

@@ -22,8 +22,14 @@
 #include "strategies/training.h"
 
 #include <ATen/record_function.h>
+#ifdef PARBENCH_WITH_CUDA
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
 
 #include <algorithm>
+#include <optional>
 #include <stdexcept>
 
 namespace parbench {
@@ -40,6 +46,13 @@ PARBENCH_DECLARE_COUNTER(Counter("tp_collectives_per_step").unit("count").lower_
 
 bool sequence_parallel_on(const RunConfig& config) {
   const auto value = config.options.find("sp");
+  return value != config.options.end() && value->second == "on";
+}
+
+// --tp-halves=on: the batch in two halves interleaved collective by collective
+// (TensorParallelGptImpl::forward_halves), each on its own CUDA stream.
+bool halves_on(const RunConfig& config) {
+  const auto value = config.options.find("halves");
   return value != config.options.end() && value->second == "on";
 }
 
@@ -80,6 +93,12 @@ class TensorParallel final : public Strategy {
     for (const auto& item : sharded->named_parameters()) kinds_.push_back(shard_kind(item.key()));
     optimizer_ = std::make_unique<Optimizer>(sharded->parameters(), config.optimizer, config.learning_rate,
                                              Optimizer::SgdKernels::kPerParameter);
+    halves_ = halves_on(config);
+#ifdef PARBENCH_WITH_CUDA
+    if (halves_ && devices.front().is_cuda()) {
+      second_stream_ = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, devices.front().index());
+    }
+#endif
   }
 
   torch::Device input_device() const override { return devices_.front(); }
@@ -93,12 +112,14 @@ class TensorParallel final : public Strategy {
     const auto tokens = all_gather_first_dim(batch.inputs, group_);
     const auto targets = all_gather_first_dim(batch.targets, group_);
     torch::Tensor loss;
-    {
-      RECORD_USER_SCOPE("forward");
-      const auto logits = model_->forward(tokens);  // (T, N, V/w)
-      loss = vocab_parallel_cross_entropy(logits.flatten(0, 1), targets.t().flatten(), group_);
-    }
-    {
+    if (halves_) {
+      loss = halves_step(tokens, targets);
+    } else {
+      {
+        RECORD_USER_SCOPE("forward");
+        const auto logits = model_->forward(tokens);  // (T, N, V/w)
+        loss = vocab_parallel_cross_entropy(logits.flatten(0, 1), targets.t().flatten(), group_);
+      }
       RECORD_USER_SCOPE("backward");
       loss.backward();
     }
@@ -134,7 +155,8 @@ class TensorParallel final : public Strategy {
   std::map<std::string, std::string> describe() const override {
     return {{"backend", world_ != nullptr ? world_->backend_name() : rehearsal_->getBackendName()},
             {"degree", std::to_string(group_.degree)},
-            {"sp", model_ptr_->sequence_parallel() ? "on" : "off"}};
+            {"sp", model_ptr_->sequence_parallel() ? "on" : "off"},
+            {"halves", halves_ ? (second_stream_ ? "on, two CUDA streams" : "on, one stream") : "off"}};
   }
 
   std::map<std::string, double> counters() const override {
@@ -146,6 +168,54 @@ class TensorParallel final : public Strategy {
   }
 
  private:
+  // The forward and backward of the batch in two halves (forward_halves): the second half's work
+  // on a stream of its own, forked from the current stream and joined back after the forward
+  // and again after the backward, which runs each half's nodes on their forward's stream. The
+  // loss is the halves' mean of their means (the halves are equal).
+  torch::Tensor halves_step(const torch::Tensor& tokens, const torch::Tensor& targets) {
+    std::vector<int64_t> streams;
+#ifdef PARBENCH_WITH_CUDA
+    const auto join = [](const c10::cuda::CUDAStream& into, const c10::cuda::CUDAStream& from) {
+      at::cuda::CUDAEvent done;
+      done.record(from);
+      done.block(into);
+    };
+    std::optional<c10::cuda::CUDAStream> first;
+    if (second_stream_) {
+      first = c10::cuda::getCurrentCUDAStream(devices_.front().index());
+      join(*second_stream_, *first);  // the second half starts after what the step did so far
+      streams = {first->id(), second_stream_->id()};
+    }
+#endif
+    std::vector<torch::Tensor> losses(2);
+    {
+      RECORD_USER_SCOPE("forward");
+      const auto logits = model_ptr_->forward_halves(tokens, streams);
+      const auto target_halves = targets.chunk(2, 0);
+      for (size_t half = 0; half < 2; ++half) {
+#ifdef PARBENCH_WITH_CUDA
+        std::optional<c10::cuda::CUDAStreamGuard> on_its_stream;
+        if (!streams.empty()) {
+          on_its_stream.emplace(c10::cuda::CUDAStream::unpack3(streams[half], devices_.front().index(), c10::DeviceType::CUDA));
+        }
+#endif
+        losses[half] = vocab_parallel_cross_entropy(logits[half].flatten(0, 1), target_halves[half].t().flatten(), group_);
+      }
+#ifdef PARBENCH_WITH_CUDA
+      if (second_stream_) join(*first, *second_stream_);
+#endif
+    }
+    const auto loss = (losses[0] + losses[1]) / 2;
+    {
+      RECORD_USER_SCOPE("backward");
+      loss.backward();
+    }
+#ifdef PARBENCH_WITH_CUDA
+    if (second_stream_) join(*first, *second_stream_);
+#endif
+    return loss;
+  }
+
   // Gathers for the tests' checks are not the step's communication.
   TensorParallelGroup untallied_group() const {
     auto group = group_;
@@ -163,6 +233,12 @@ class TensorParallel final : public Strategy {
   TensorParallelGptImpl* model_ptr_ = nullptr;
   std::vector<ShardKind> kinds_;                 // per parameter, in the model's order
   std::unique_ptr<Optimizer> optimizer_;
+  bool halves_ = false;
+#ifdef PARBENCH_WITH_CUDA
+  std::optional<c10::cuda::CUDAStream> second_stream_;  // halves on a GPU
+#else
+  std::optional<int> second_stream_;  // never set off CUDA
+#endif
 };
 
 // Why a case cannot run, from its model's declaration and shape alone.
@@ -182,6 +258,16 @@ std::optional<CaseObstacle> tensor_parallel_obstacle_in(const CaseConditions& co
   }
   const auto reason = tensor_parallel_obstacle(*gpt, conditions.devices, config.seq_len, sequence_parallel_on(config));
   if (!reason.empty()) return CaseObstacle{reason};
+  if (halves_on(config)) {
+    if (conditions.named_batch % 2 != 0) {
+      return CaseObstacle{"--tp-halves=on cuts the batch into two halves: the batch " +
+                          std::to_string(conditions.named_batch) + " must be even"};
+    }
+    if (config.checkpoint != Checkpointing::kOff) {
+      return CaseObstacle{"--tp-halves=on interleaves the halves' forwards collective by collective, which "
+                          "--checkpoint=" + to_string(config.checkpoint) + "'s recomputed blocks would not; use --checkpoint=off"};
+    }
+  }
   return std::nullopt;
 }
 
@@ -197,18 +283,20 @@ std::string rehearsal_key(const CaseConditions& conditions) {
   return "tensor_parallel/" + config.model + "/degree:" + std::to_string(conditions.devices) +
          "/batch:" + std::to_string(conditions.named_batch) + "/seq:" + std::to_string(config.seq_len) +
          "/precision:" + (config.precision == Precision::kBFloat16 ? "bf16" : "fp32") + "/sp:" + (sequence_parallel_on(config) ? "on" : "off") +
-         "/checkpoint:" + to_string(config.checkpoint) + "/optimizer:" + to_string(config.optimizer);
+         "/checkpoint:" + to_string(config.checkpoint) + "/optimizer:" + to_string(config.optimizer) +
+         (halves_on(config) ? "/halves:on" : "");
 }
 
-// One (T, N, d) activation of the whole batch in the layers' type (autocast's, or fp32), the
-// message of each layer's collective, as a collective of `kind`.
+// One (T, N, d) activation of what one forward runs at once in the layers' type (autocast's, or
+// fp32), the message of each layer's collective, as a collective of `kind`: the whole batch, or
+// with --tp-halves=on half of it.
 CollectiveMessage activation_message(const CaseConditions& conditions, CollectiveKind kind) {
   const auto& config = conditions.config;
   const auto* gpt = find_gpt_config(config.model);
   if (gpt == nullptr) throw std::invalid_argument(config.model + " is not a GPT model");
   const auto dtype = config.precision == Precision::kBFloat16 ? c10::ScalarType::BFloat16 : c10::ScalarType::Float;
-  return {kind, conditions.named_batch * config.seq_len * gpt->width * static_cast<int64_t>(c10::elementSize(dtype)),
-          dtype};
+  const int64_t sequences = halves_on(config) ? conditions.named_batch / 2 : conditions.named_batch;
+  return {kind, sequences * config.seq_len * gpt->width * static_cast<int64_t>(c10::elementSize(dtype)), dtype};
 }
 
 constexpr CollectiveKind kActivationCollectives[] = {CollectiveKind::kAllReduce, CollectiveKind::kAllGather,
@@ -250,8 +338,18 @@ double tensor_parallel_step_ms(const AdviseProfile& profile, const CaseCondition
   const double gathers_and_scatters = gather_scatter_bytes / ((w - 1.0) / w * whole);
   const double gather_or_scatter_ms =
       (message_ms[CollectiveKind::kAllGather] + message_ms[CollectiveKind::kReduceScatter]) / 2.0;
-  return rehearsal.step_ms + all_reduces * message_ms[CollectiveKind::kAllReduce] +
-         gathers_and_scatters * gather_or_scatter_ms;
+  if (!halves_on(conditions.config)) {
+    return rehearsal.step_ms + all_reduces * message_ms[CollectiveKind::kAllReduce] +
+           gathers_and_scatters * gather_or_scatter_ms;
+  }
+  // --tp-halves=on: each half's collective runs while the other half computes what comes
+  // between two of its own collectives, taken as an even share of the rehearsed step (which
+  // computes both halves): a collective shows only by what it lasts beyond that share.
+  const double collectives = all_reduces + gathers_and_scatters;
+  if (collectives <= 0) return rehearsal.step_ms;
+  const double between_ms = rehearsal.step_ms / collectives;
+  return rehearsal.step_ms + all_reduces * std::max(0.0, message_ms[CollectiveKind::kAllReduce] - between_ms) +
+         gathers_and_scatters * std::max(0.0, gather_or_scatter_ms - between_ms);
 }
 
 // Memory per rank: the parameters each keeps (shard_kind: a 1/degree slice, or whole where
@@ -321,6 +419,12 @@ StrategyInfo tensor_parallel_info() {
                   // --batch is the global batch: each rank draws its 1/degree share, and the
                   // ranks all-gather the shares every step.
                   .apply([](RunConfig& config, const std::string&, int ranks) { config.batch_size /= ranks; }))
+      .option(StrategyOption::choice("halves", "tp-halves", {"off", "on"})
+                  .help("tensor_parallel: on (the batch in two halves, each on a CUDA stream of its own, their\n"
+                        "collectives alternating so that one half's compute runs during the other's\n"
+                        "communication) | off; default off")
+                  .defaults({"off"})
+                  .unnamed_value("off"))
       .obstacle(tensor_parallel_obstacle_in)
       .predictor(tensor_parallel_predictor());
 }

@@ -1,10 +1,12 @@
 #include "strategies/tensor_parallel/tensor_parallel_gpt.h"
 
+#include "models/autocast_cache.h"
 #include "strategies/flat_tensors.h"
 #include "strategies/token_cross_entropy.h"
 
 #ifdef PARBENCH_WITH_CUDA
 #include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #endif
 
@@ -325,7 +327,7 @@ ParallelAttentionImpl::ParallelAttentionImpl(const GptConfig& config, TensorPara
   c_proj = register_module("c_proj", torch::nn::Linear(local_heads * head_width, width));
 }
 
-torch::Tensor ParallelAttentionImpl::forward(const torch::Tensor& x) {
+torch::Tensor ParallelAttentionImpl::partial_sums(const torch::Tensor& x) {
   const auto projected = column_parallel(x, c_attn->weight, c_attn->bias, group, sequence_parallel);  // (T, N, 3 h w)
   const auto tokens = projected.size(0), batch = projected.size(1);
   const auto qkv = projected.split(local_heads * head_width, /*dim=*/2);
@@ -337,9 +339,15 @@ torch::Tensor ParallelAttentionImpl::forward(const torch::Tensor& x) {
   if (sdpa_backend < 0) sdpa_backend = at::_fused_sdp_choice(q, k, v, {}, 0.0, /*is_causal=*/true);
   const auto y = at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true);
   const auto merged = y.permute({2, 0, 1, 3}).reshape({tokens, batch, local_heads * head_width});
-  // Row-parallel: partial sums combined first, the (replicated) bias added once after.
-  return with_bias(leave_parallel_region(rows_linear(merged, c_proj->weight), group, sequence_parallel), c_proj->bias);
+  return rows_linear(merged, c_proj->weight);
 }
+
+// Row-parallel: partial sums combined first, the (replicated) bias added once after.
+torch::Tensor ParallelAttentionImpl::combined(const torch::Tensor& partial) {
+  return with_bias(leave_parallel_region(partial, group, sequence_parallel), c_proj->bias);
+}
+
+torch::Tensor ParallelAttentionImpl::forward(const torch::Tensor& x) { return combined(partial_sums(x)); }
 
 ParallelMlpImpl::ParallelMlpImpl(const GptConfig& config, TensorParallelGroup group, bool sequence_parallel)
     : group(group), sequence_parallel(sequence_parallel) {
@@ -348,10 +356,16 @@ ParallelMlpImpl::ParallelMlpImpl(const GptConfig& config, TensorParallelGroup gr
   c_proj = register_module("c_proj", torch::nn::Linear(hidden, config.width));
 }
 
-torch::Tensor ParallelMlpImpl::forward(const torch::Tensor& x) {
+torch::Tensor ParallelMlpImpl::partial_sums(const torch::Tensor& x) {
   const auto hidden = torch::gelu(column_parallel(x, c_fc->weight, c_fc->bias, group, sequence_parallel), "tanh");
-  return with_bias(leave_parallel_region(rows_linear(hidden, c_proj->weight), group, sequence_parallel), c_proj->bias);
+  return rows_linear(hidden, c_proj->weight);
 }
+
+torch::Tensor ParallelMlpImpl::combined(const torch::Tensor& partial) {
+  return with_bias(leave_parallel_region(partial, group, sequence_parallel), c_proj->bias);
+}
+
+torch::Tensor ParallelMlpImpl::forward(const torch::Tensor& x) { return combined(partial_sums(x)); }
 
 ParallelBlockImpl::ParallelBlockImpl(const GptConfig& config, TensorParallelGroup group, bool sequence_parallel) {
   const auto d = config.width;
@@ -453,6 +467,46 @@ torch::Tensor TensorParallelGptImpl::forward(torch::Tensor tokens) {
   AutocastScope autocast(tokens.device().type(), autocast_dtype_);
   for (auto& stage : stages()) tokens = stage.forward(tokens);
   return tokens;
+}
+
+std::vector<torch::Tensor> TensorParallelGptImpl::forward_halves(const torch::Tensor& tokens,
+                                                                 const std::vector<int64_t>& streams) {
+  TORCH_CHECK(!checkpoint_blocks(), "the halves' interleaved forward does not recompute blocks (--checkpoint=blocks)");
+  TORCH_CHECK(tokens.size(0) % 2 == 0, "the halves' interleaved forward needs an even batch, got ", tokens.size(0));
+  TORCH_CHECK(!sequence_parallel_ || tokens.size(1) % group_.degree == 0, "sequence parallel over ", group_.degree,
+              " ranks needs a sequence length that divides by them, got ", tokens.size(1));
+  AutocastScope autocast(tokens.device().type(), autocast_dtype_);
+  // Off: a cast made on one half's stream and read on the other's would race the two streams.
+  AutocastCacheSetting no_shared_casts(false);
+  const auto halves = tokens.chunk(2, 0);
+  // Runs `step` for each half in turn, on that half's stream. Each step ends at most one
+  // collective past its start, so the two halves' collectives alternate on the communicator.
+  const auto each_half = [&](const std::function<void(size_t)>& step) {
+    for (size_t half = 0; half < 2; ++half) {
+      if (streams.empty()) {
+        step(half);
+        continue;
+      }
+#ifdef PARBENCH_WITH_CUDA
+      const c10::cuda::CUDAStreamGuard on_its_stream(
+          c10::cuda::CUDAStream::unpack3(streams[half], tokens.device().index(), c10::DeviceType::CUDA));
+      step(half);
+#else
+      TORCH_CHECK(false, "streams for the halves need a CUDA build");
+#endif
+    }
+  };
+  std::vector<torch::Tensor> x(2), partial(2);
+  each_half([&](size_t h) { x[h] = embed(halves[h]); });  // ends with its collective
+  for (auto& block : blocks_) {
+    each_half([&](size_t h) { partial[h] = block->attn->partial_sums(block->ln_1(x[h])); });  // starts with one (sp)
+    each_half([&](size_t h) { x[h] = x[h] + block->attn->combined(partial[h]); });
+    each_half([&](size_t h) { partial[h] = block->mlp->partial_sums(block->ln_2(x[h])); });  // (sp)
+    each_half([&](size_t h) { x[h] = x[h] + block->mlp->combined(partial[h]); });
+  }
+  std::vector<torch::Tensor> logits(2);
+  each_half([&](size_t h) { logits[h] = column_parallel(ln_f(x[h]), lm_head->weight, {}, group_, sequence_parallel_); });
+  return logits;
 }
 
 torch::Tensor TensorParallelGptImpl::data_parallel_forward(const torch::Tensor&, const std::vector<torch::Device>&) {

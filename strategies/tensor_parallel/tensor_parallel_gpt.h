@@ -96,6 +96,10 @@ std::string tensor_parallel_obstacle(const GptConfig& config, int degree, int64_
 struct ParallelAttentionImpl : torch::nn::Module {
   ParallelAttentionImpl(const GptConfig& config, TensorParallelGroup group, bool sequence_parallel);
   torch::Tensor forward(const torch::Tensor& x);  // (T or T/w, N, d), as the block's residual
+  // The row-parallel projection's partial sums, before they are combined across ranks (forward
+  // is their combination plus the bias): the halves' interleaved forward issues the two apart.
+  torch::Tensor partial_sums(const torch::Tensor& x);
+  torch::Tensor combined(const torch::Tensor& partial_sums);
 
   TensorParallelGroup group;
   bool sequence_parallel;
@@ -108,6 +112,8 @@ TORCH_MODULE(ParallelAttention);
 struct ParallelMlpImpl : torch::nn::Module {
   ParallelMlpImpl(const GptConfig& config, TensorParallelGroup group, bool sequence_parallel);
   torch::Tensor forward(const torch::Tensor& x);
+  torch::Tensor partial_sums(const torch::Tensor& x);  // as ParallelAttentionImpl's
+  torch::Tensor combined(const torch::Tensor& partial_sums);
 
   TensorParallelGroup group;
   bool sequence_parallel;
@@ -138,6 +144,13 @@ class TensorParallelGptImpl : public torch::nn::Module, public StagedModel {
   std::vector<Stage> build_stages() override;
   torch::nn::Module& module() override { return *this; }
   torch::Tensor forward(torch::Tensor tokens) override;
+
+  // The forward of the batch's tokens (N, T) cut into two halves of N/2 sequences, each on its own
+  // stream (`streams`, a CUDA stream id per half; empty off GPUs: both on the current one), their
+  // operations issued alternately, one collective of each at a time: while one half's
+  // collective runs, the other half's compute between its own collectives can. Returns each
+  // half's vocabulary columns of its logits, sequence-first (T, N/2, V/w). Not with checkpointing.
+  std::vector<torch::Tensor> forward_halves(const torch::Tensor& tokens, const std::vector<int64_t>& streams);
   torch::Tensor data_parallel_forward(const torch::Tensor& input, const std::vector<torch::Device>& devices) override;
   std::map<std::string, std::string> forward_facts() const override;
 
