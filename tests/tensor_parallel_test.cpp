@@ -232,7 +232,8 @@ TEST(TensorParallel, TwoGpusOnNcclInHalvesTrainAsSingleDeviceEagerAndGraphed) {
     const auto eager = run_tensor_parallel(2, sequence_parallel, "sgd", "off", {"--tp-halves=on"});
     EXPECT_EQ(eager.facts.at("halves"), "on, two CUDA streams");
     expect_matches_single(eager, 2, OptimizerKind::kSgd, 1e-3);
-    EXPECT_GE(eager.counters.at("tp_comm_ms"), 0.0);
+    EXPECT_GE(eager.counters.at("tp_comm_ms_rank0"), 0.0);  // per rank (`_rank<r>`), as zero's waits
+    EXPECT_GE(eager.counters.at("tp_comm_ms_rank1"), 0.0);
     const auto graphed = run_tensor_parallel(2, sequence_parallel, "sgd", "off", {"--tp-halves=on", "--cuda-graph=on"});
     expect_matches_single(graphed, 2, OptimizerKind::kSgd, 1e-3, kSteps + kGraphWarmupSteps);
   }
@@ -570,9 +571,9 @@ TEST(TensorParallel, PredictsTheRehearsedRankPlusItsCollectivesAtTheProfiledRate
   EXPECT_GT(counted.activations, 0.0);
 }
 
-// --tp-halves=on: its collectives are half an activation each, and each shows only by what it lasts
-// beyond an even share of the rehearsed step between two of them (the other half's compute).
-TEST(TensorParallel, PredictsHalvesCollectivesBeyondTheOtherHalfsComputeBetweenThem) {
+// --tp-halves=on cases are not predicted (their memory is): on 2 H200s the overlap model put them
+// 19% (graphed) and 36% (eager) below the measured step. Their rehearsal key names the halves.
+TEST(TensorParallel, HalvesCasesAreNotPredictedButTheirMemoryIs) {
   auto specs = build_cases(parsed_options({"--strategies=tensor_parallel", "--models=tinygpt", "--gpus=2",
                                            "--batch=" + std::to_string(kBatch), "--seq=" + std::to_string(kSeq),
                                            "--tp-halves=on"},
@@ -583,25 +584,23 @@ TEST(TensorParallel, PredictsHalvesCollectivesBeyondTheOtherHalfsComputeBetweenT
   const CaseConditions conditions{specs.front().config, /*named_batch=*/6, /*devices=*/2, /*visible_gpus=*/2, false};
   ProfileRequest request;
   info.predictor().request(conditions, request);
-  const int64_t half = 3 * 16 * 32 * 4;
-  const CollectiveMessage all_reduce{CollectiveKind::kAllReduce, half, c10::ScalarType::Float};
-  const CollectiveMessage all_gather{CollectiveKind::kAllGather, half, c10::ScalarType::Float};
-  const CollectiveMessage reduce_scatter{CollectiveKind::kReduceScatter, half, c10::ScalarType::Float};
-  EXPECT_EQ(request.collectives, (std::set<CollectiveMessage>{all_reduce, all_gather, reduce_scatter}));
   ASSERT_EQ(request.rehearsals.size(), 1u);
   EXPECT_NE(request.rehearsals.begin()->first.find("/halves:on"), std::string::npos);
   AdviseProfile profile;
-  profile.collective_ms = {{all_reduce, 0.5}, {all_gather, 0.2}, {reduce_scatter, 0.4}};
+  const int64_t whole = 6 * 16 * 32 * 4;
+  for (const auto kind : {CollectiveKind::kAllReduce, CollectiveKind::kAllGather, CollectiveKind::kReduceScatter}) {
+    profile.collective_ms[{kind, whole, c10::ScalarType::Float}] = 0.5;
+  }
   profile.rehearsals[request.rehearsals.begin()->first] =
-      Rehearsal{/*step_ms=*/7.0, 0, {{"tp_comm_mib_per_step", 3.0}, {"tp_gather_scatter_mib_per_step", 1.0}}};
-  const double mib = 1 << 20;
-  const double all_reduces = 2.0 * mib / half, gathers_and_scatters = 2.0 * mib / half;
-  const double between = 7.0 / (all_reduces + gathers_and_scatters);
-  EXPECT_NEAR(info.predictor().predict(profile, conditions).step_ms,
-              7.0 + all_reduces * (0.5 - between) + gathers_and_scatters * (0.3 - between), 1e-9);
-  // A rehearsed step long enough to cover every collective: nothing shows.
-  profile.rehearsals.begin()->second.step_ms = 0.5 * (all_reduces + gathers_and_scatters);
-  EXPECT_DOUBLE_EQ(info.predictor().predict(profile, conditions).step_ms, profile.rehearsals.begin()->second.step_ms);
+      Rehearsal{/*step_ms=*/7.0, /*step_bytes=*/5e5, {{"tp_comm_mib_per_step", 3.0}, {"tp_gather_scatter_mib_per_step", 1.0}}};
+  try {
+    info.predictor().predict(profile, conditions);
+    ADD_FAILURE() << "a halves case was predicted";
+  } catch (const std::invalid_argument& error) {
+    EXPECT_NE(std::string(error.what()).find("--tp-halves=on"), std::string::npos) << error.what();
+  }
+  profile.memory = profile_memory({specs.front().config}, torch::kCPU);
+  EXPECT_GT(info.predictor().memory(profile, conditions).devices.front().peak(), 5e5);
 }
 
 }  // namespace
