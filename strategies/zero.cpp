@@ -603,16 +603,14 @@ std::vector<std::vector<size_t>> zero_units(const MemoryProfile& memory) {
     const auto grouped = group_of.find(name);
     unit_of_stage.push_back(grouped == group_of.end() ? name : grouped->second);
   }
-  std::map<size_t, size_t> unit_index;  // first stage of a unit -> its group
+  std::map<size_t, std::vector<size_t>> by_first_stage;  // a unit's first stage -> its parameters
   for (size_t i = 0; i < memory.parameters.size(); ++i) {
     size_t first = memory.parameter_stage[i];
     while (first > 0 && unit_of_stage[first - 1] == unit_of_stage[first]) --first;
-    if (unit_index.count(first) == 0) {
-      unit_index[first] = groups.size();
-      groups.emplace_back();
-    }
-    groups[unit_index[first]].push_back(i);
+    by_first_stage[first].push_back(i);
   }
+  // In the stages' order, as the step gathers them, whatever order the model registers them in.
+  for (auto& unit : by_first_stage) groups.push_back(std::move(unit.second));
   return groups;
 }
 
@@ -624,14 +622,19 @@ double padded_unit_bytes(const MemoryProfile& memory, const std::vector<size_t>&
          static_cast<double>(memory.parameters[members.front()].element_size());
 }
 
-// The first unit's share of all of zero's flat bytes (0 without a memory profile). Stage 3
-// gathers that unit before any compute and reduce-scatters it after the whole backward: both show.
-double first_unit_share(const MemoryProfile& memory, int world) {
-  const auto units = zero_units(memory);
-  if (units.empty()) return 0;
+// Each unit's share of all of zero's flat bytes, in the stages' order (none without a memory
+// profile). Stage 3 gathers the first unit before any compute and reduce-scatters it after the
+// whole backward (both show), and keeps the last unit from its forward to its backward (it is
+// gathered once).
+std::vector<double> unit_shares(const MemoryProfile& memory, int world) {
+  std::vector<double> shares;
   double total = 0;
-  for (const auto& members : units) total += padded_unit_bytes(memory, members, world);
-  return total > 0 ? padded_unit_bytes(memory, units.front(), world) / total : 0;
+  for (const auto& members : zero_units(memory)) {
+    shares.push_back(padded_unit_bytes(memory, members, world));
+    total += shares.back();
+  }
+  for (auto& share : shares) share = total > 0 ? share / total : 0;
+  return shares;
 }
 
 // --advise: a rank's step (the whole model's at the per-rank batch, the whole optimizer step
@@ -694,7 +697,8 @@ StrategyPredictor zero_predictor() {
                                         const RankProfile& rank) {
     const int stage = std::stoi(conditions.config.options.at("stage"));
     // The rank's own work: its step rehearsed alone (its collectives sent nowhere), which steps
-    // the optimizer on its shard and does zero's own copies, allocations and waits; single's
+    // the optimizer on its shard and does zero's own copies, gradient buffers and waits (not
+    // stage 3's per-unit allocations: a rehearsed rank keeps its whole parameters); single's
     // whole step where the rehearsal failed.
     const auto rehearsed = profile.rehearsals.find(zero_rehearsal_key(conditions));
     const double own_step_ms = rehearsed != profile.rehearsals.end() ? rehearsed->second.step_ms : rank.rank_step_ms;
@@ -708,7 +712,9 @@ StrategyPredictor zero_predictor() {
     // Stage 3 gathers its first unit before any compute, and reduce-scatters it after the whole
     // backward (the last gradients to come): both show whole. (Stages 1 and 2 gather at the
     // step's start, behind its set-up, and their reductions are ddp's buckets, tail included.)
-    const double first_unit_ms = stage == 3 ? first_unit_share(profile.memory, conditions.devices) * gather_ms : 0;
+    const auto shares = stage == 3 ? unit_shares(profile.memory, conditions.devices) : std::vector<double>{};
+    const double first_unit_ms = shares.empty() ? 0 : shares.front() * gather_ms;
+    const double last_unit_ms = shares.empty() ? 0 : shares.back() * gather_ms;
     // Every stage's (other) first gathers hide behind the forward (what is not backward), as far
     // as it lasts.
     const double forward_ms = std::max(0.0, rank.rank_step_ms - rank.backward_ms);
@@ -721,10 +727,11 @@ StrategyPredictor zero_predictor() {
       exposed_ms += exposed_allreduce_ms(rank.bucket_ready_ms, half_ms, rank.backward_ms, true);
       comm_ms += allreduce_total_ms / 2;
     } else {
-      // The second gathers and the reduce-scatters behind the backward, but the first unit's
-      // reduce-scatter after it.
-      exposed_ms += first_unit_ms + std::max(0.0, 2 * gather_ms - first_unit_ms - rank.backward_ms);
-      comm_ms += 2 * gather_ms;
+      // The second gathers (all but the last unit's, kept) and the reduce-scatters behind the
+      // backward, but the first unit's reduce-scatter after it.
+      const double backward_comm_ms = 2 * gather_ms - last_unit_ms;
+      exposed_ms += first_unit_ms + std::max(0.0, backward_comm_ms - first_unit_ms - rank.backward_ms);
+      comm_ms += backward_comm_ms;
     }
     // What is hidden still costs the step (hidden_comm_cost_ms).
     return Prediction{own_step_ms + exposed_ms + hidden_comm_cost_ms(rank, comm_ms - exposed_ms),

@@ -331,6 +331,17 @@ TEST(Zero, ModelStatesPerRankAreDdpsOverTheWorldForWhatEachStageShards) {
 
 // ---- --advise --------------------------------------------------------------------------------
 
+// ddp's rank profile the predictor tests share: a step of 100 ms whose backward (70 ms) readies
+// two buckets at 10 and 40 ms, each all-reducing in 40 ms.
+RankProfile ddp_rank_profile() {
+  RankProfile rank;
+  rank.rank_step_ms = 100;
+  rank.backward_ms = 70;
+  rank.bucket_ready_ms = {10, 40};
+  rank.bucket_allreduce_ms = {40, 40};
+  return rank;
+}
+
 // The predictor from ddp's profile: a step of 100 ms whose backward (70 ms) readies two buckets at
 // 10 and 40 ms, each all-reducing in 40 ms. ddp: the second all-reduce ends 20 ms after backward.
 // Every stage gathers all of the parameters (half of 80 ms) behind the 30 ms forward: 10 ms show.
@@ -338,11 +349,7 @@ TEST(Zero, ModelStatesPerRankAreDdpsOverTheWorldForWhatEachStageShards) {
 // second gather and the reduce-scatters (80 ms) behind the 70 ms backward: 10 ms more.
 TEST(Zero, PredictsEachStageFromDdpsProfileByTheRingRelation) {
   AdviseProfile profile;
-  RankProfile rank;
-  rank.rank_step_ms = 100;
-  rank.backward_ms = 70;
-  rank.bucket_ready_ms = {10, 40};
-  rank.bucket_allreduce_ms = {40, 40};
+  const RankProfile rank = ddp_rank_profile();
   RunConfig config;
   config.batch_size = 8;
   profile.ranks[{ddp_options(config).bucket_mib, config.batch_size}] = rank;
@@ -372,17 +379,14 @@ TEST(Zero, PredictsEachStageFromDdpsProfileByTheRingRelation) {
 }
 
 // Stage 3's first unit: gathered before any compute, reduce-scattered after the whole backward,
-// so both show whole. The profile above, with two units of equal size: each unit's gather or
-// reduce-scatter takes 20 ms. The forward hides the second unit's gather (20 of its 30 ms), the
-// backward the rest but the first unit's reduce-scatter (60 of its 70 ms): 40 ms show. Stages 1
-// and 2 gather behind the step's start and reduce in ddp's buckets: as before.
+// so both show whole; its last unit is kept from its forward to its backward, not gathered
+// again. The profile above, with two units of equal size: each unit's gather or reduce-scatter
+// takes 20 ms. The forward hides the second unit's gather (20 of its 30 ms), the backward the
+// first unit's second gather and the second unit's reduce-scatter (40 of its 70 ms): 40 ms
+// show. Stages 1 and 2 gather behind the step's start and reduce in ddp's buckets: as before.
 TEST(Zero, PredictsStageThreesFirstUnitGatherAndLastReduceScatterAsExposed) {
   AdviseProfile profile;
-  RankProfile rank;
-  rank.rank_step_ms = 100;
-  rank.backward_ms = 70;
-  rank.bucket_ready_ms = {10, 40};
-  rank.bucket_allreduce_ms = {40, 40};
+  const RankProfile rank = ddp_rank_profile();
   RunConfig config;
   config.batch_size = 8;
   profile.ranks[{ddp_options(config).bucket_mib, config.batch_size}] = rank;
@@ -400,26 +404,38 @@ TEST(Zero, PredictsStageThreesFirstUnitGatherAndLastReduceScatterAsExposed) {
   EXPECT_DOUBLE_EQ(predicted("1"), 130);
   EXPECT_DOUBLE_EQ(predicted("2"), 110);
   EXPECT_DOUBLE_EQ(predicted("3"), 140);
-  // Hidden: 120 ms of collectives less the 40 that show, at 0.1 ms a millisecond.
+  // Hidden: 100 ms of collectives (the 40 ms gather, 20 ms of second gather, 40 ms of
+  // reduce-scatters) less the 40 that show, at 0.1 ms a millisecond.
   profile.ranks.begin()->second.step_lost_per_comm_ms = 0.1;
-  EXPECT_DOUBLE_EQ(predicted("3"), 148);
-  // A first unit of a quarter: 10 ms each way; the forward hides the other 30 of the gather, the
-  // backward 70 of the other 70: 20 ms show.
+  EXPECT_DOUBLE_EQ(predicted("3"), 146);
+  // A first unit of a quarter (a last of three quarters): 10 ms each way; the forward hides the
+  // other 30 of the gather, the backward the other 40 (10 ms of second gather, 30 of
+  // reduce-scatter): 20 ms show.
   profile.memory.parameters[0] = torch::empty({20}, meta);
   profile.memory.parameters[1] = torch::empty({50}, meta);
   profile.ranks.begin()->second.step_lost_per_comm_ms = 0;
   EXPECT_DOUBLE_EQ(predicted("3"), 120);
+  // The units in the stages' order, whatever order the parameters are registered in: the second
+  // stage's parameters listed first change nothing (taken as the first unit, its 30 ms each way
+  // would show: 160).
+  auto reordered = profile;
+  reordered.memory.parameters = {profile.memory.parameters[1], profile.memory.parameters[2],
+                                 profile.memory.parameters[0]};
+  reordered.memory.parameter_names = {"b.weight", "b.bias", "a.weight"};
+  reordered.memory.parameter_stage = {1, 1, 0};
+  {
+    auto case_config = config;
+    case_config.options["stage"] = "3";
+    const CaseConditions conditions{case_config, case_config.batch_size, 2};
+    EXPECT_DOUBLE_EQ(StrategyRegistry::instance().get("zero").predictor().predict(reordered, conditions).step_ms, 120);
+  }
 }
 
 // --advise's profile of a zero case: its rank 0 rehearsed alone on one device (its collectives
 // sent nowhere), in every stage; the prediction adds the collectives to the rehearsed step in
 // place of single's, which steps the whole optimizer where zero steps a shard.
 TEST(Zero, ARehearsedRankRunsAloneAndItsStepReplacesSinglesInThePrediction) {
-  RankProfile rank;
-  rank.rank_step_ms = 100;
-  rank.backward_ms = 70;
-  rank.bucket_ready_ms = {10, 40};
-  rank.bucket_allreduce_ms = {40, 40};
+  const RankProfile rank = ddp_rank_profile();
   for (const std::string stage : {"1", "2", "3"}) {
     auto specs = build_cases(parsed_options({"--strategies=zero", "--models=tinygpt", "--gpus=2", "--batch=4",
                                              "--seq=16", "--optimizer=adamw", "--zero-stages=" + stage},
