@@ -889,8 +889,13 @@ step_again2_cuts() {
 #   mem2_big: gpt-6.7b (bf16, AdamW) under ZeRO-3 on 2 GPUs beside single and ddp, which must run
 #     out of memory without ending the run; per rank 12 sequences on GPUs above 100 GB, 4 below
 #   mem2_zero: ddp and zero stages 1-3 alone, eager and graphed, each with --advise's prediction
+#   mem2_big_advise: gpt-6.7b's single, ddp and ZeRO-3 in one process under --advise=all
+#   mem2_big_tp: gpt-6.7b's ZeRO-3, tensor_parallel (sequence parallel on) and 1f1b pipeline at one
+#     global batch, in one process
 #   mem2_tp: single and tensor_parallel (sequence parallel off and on), eager and graphed, each with
 #     --advise's time and memory (from a rank rehearsed alone on one GPU since 991473b)
+#   mem2_tp_halves: single and tensor_parallel (sequence parallel on) with --tp-halves=off,on, eager
+#     and graphed, --advise=all
 #   mem2_tp_trace: single and tensor_parallel (sequence parallel off and on), one traced step each,
 #     and where each one's GPU time goes (ci/kernel_time.py)
 #   mem2_fit: the largest batch per rank under ddp and the zero stages of MEM2_FIT_STAGES (default
@@ -989,10 +994,13 @@ PY
 }
 # Issue 39's table at gpt-6.7b, which no single GPU holds: tensor_parallel (sequence parallel on)
 # against ZeRO-3 and the 1f1b pipeline on the same 2 GPUs, one process, at the same global batch
-# (ZeRO-3: MEM2_BIG_TP_RANK_BATCH a rank, default 12; the others that times 2). The filter keeps
-# only those three cases of --batch's two values. Bounded by MEM2_BIG_TIMEOUT (420 s).
+# (ZeRO-3: MEM2_BIG_TP_RANK_BATCH a rank, by default as mem2_big's: 12 on GPUs above 100 GB, 4
+# below; the others that times 2). The filter keeps only those three cases of --batch's two
+# values. Bounded by MEM2_BIG_TIMEOUT (420 s).
 step_mem2_big_tp() {
-  local per_rank=${MEM2_BIG_TP_RANK_BATCH:-12}
+  local memory
+  memory=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits -i 0)
+  local per_rank=${MEM2_BIG_TP_RANK_BATCH:-$((memory > 100000 ? 12 : 4))}
   local global=$((2 * per_rank))
   PARBENCH_BENCH_TIMEOUT=${MEM2_BIG_TIMEOUT:-420} bench mem2_big_tp --models=gpt-6.7b --seq=1024 \
     --batch="$per_rank,$global" --precision=bf16 --optimizer=adamw --busy-profile=off --allreduce=off --warmup=2 \

@@ -183,6 +183,11 @@ class TensorParallel final : public Strategy {
     std::optional<c10::cuda::CUDAStream> first;
     if (second_stream_) {
       first = c10::cuda::getCurrentCUDAStream(devices_.front().index());
+      // The pool hands its streams out in turn, so the step may run on this very one (a graph's
+      // capture stream is a pool stream too): then another, or both halves would share it.
+      while (*second_stream_ == *first) {
+        second_stream_ = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, devices_.front().index());
+      }
       join(*second_stream_, *first);  // the second half starts after what the step did so far
       streams = {first->id(), second_stream_->id()};
     }
@@ -386,7 +391,10 @@ StrategyPredictor tensor_parallel_predictor() {
   StrategyPredictor predictor;
   predictor.needs_gpu_per_device = true;  // the collectives run across the ranks' GPUs
   predictor.request = [](const CaseConditions& conditions, ProfileRequest& request) {
-    for (const auto kind : kActivationCollectives) request.collectives.insert(activation_message(conditions, kind));
+    // A halves case's step is not predicted (tensor_parallel_step_ms): only its rehearsal, for memory.
+    if (!halves_on(conditions.config)) {
+      for (const auto kind : kActivationCollectives) request.collectives.insert(activation_message(conditions, kind));
+    }
     const int degree = conditions.devices;
     request.rehearsals[rehearsal_key(conditions)] = RehearsalRequest{
         [degree] { return std::unique_ptr<Strategy>(std::make_unique<TensorParallel>(degree)); }, conditions.config};
