@@ -63,6 +63,8 @@ double option_number(const RunConfig& config, const std::string& field, double f
   return parsed_option<double>(config, field, fallback, parse_full_number, "a number");
 }
 
+std::string to_string(Precision precision) { return precision == Precision::kBFloat16 ? "bf16" : "fp32"; }
+
 std::string option_choice(const RunConfig& config, const std::string& field, const std::string& fallback) {
   const auto* text = option_text(config, field);
   return text == nullptr ? fallback : *text;

@@ -20,6 +20,7 @@ namespace parbench {
 class World;
 
 enum class Precision { kFloat32, kBFloat16 };  // bf16: autocast to bf16, channels-last, fp32 weights
+std::string to_string(Precision precision);    // fp32 | bf16, as --precision spells it
 // MSE on one-hot labels is the tutorial's. kTokenCrossEntropyChunked: a language model's
 // cross-entropy under --checkpoint=blocks, which keeps only the logits and recomputes its softmax
 // chunk by chunk in the backward (strategies/token_cross_entropy.h).

@@ -688,7 +688,7 @@ std::string zero_rehearsal_key(const CaseConditions& conditions) {
   return "zero/" + config.model + "/world:" + std::to_string(conditions.devices) +
          "/stage:" + config.options.at("stage") + "/batch:" + std::to_string(config.batch_size) +
          "/seq:" + std::to_string(config.seq_len) + "/image:" + std::to_string(config.image_size) +
-         "/precision:" + (config.precision == Precision::kBFloat16 ? "bf16" : "fp32") +
+         "/precision:" + to_string(config.precision) +
          "/checkpoint:" + to_string(config.checkpoint) + "/optimizer:" + to_string(config.optimizer);
 }
 

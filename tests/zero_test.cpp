@@ -342,17 +342,22 @@ RankProfile ddp_rank_profile() {
   return rank;
 }
 
+// An --advise profile holding ddp_rank_profile() where a case of `config` asks for it.
+AdviseProfile ddp_profile_for(const RunConfig& config) {
+  AdviseProfile profile;
+  profile.ranks[{ddp_options(config).bucket_mib, config.batch_size}] = ddp_rank_profile();
+  return profile;
+}
+
 // The predictor from ddp's profile: a step of 100 ms whose backward (70 ms) readies two buckets at
 // 10 and 40 ms, each all-reducing in 40 ms. ddp: the second all-reduce ends 20 ms after backward.
 // Every stage gathers all of the parameters (half of 80 ms) behind the 30 ms forward: 10 ms show.
 // Stage 1: that, plus ddp's 20 ms. Stage 2: reduce-scatters of 20 ms each, hidden. Stage 3: a
 // second gather and the reduce-scatters (80 ms) behind the 70 ms backward: 10 ms more.
 TEST(Zero, PredictsEachStageFromDdpsProfileByTheRingRelation) {
-  AdviseProfile profile;
-  const RankProfile rank = ddp_rank_profile();
   RunConfig config;
   config.batch_size = 8;
-  profile.ranks[{ddp_options(config).bucket_mib, config.batch_size}] = rank;
+  auto profile = ddp_profile_for(config);
   const auto predicted = [&](const std::string& strategy, const std::string& stage) {
     auto case_config = config;
     if (!stage.empty()) case_config.options["stage"] = stage;
@@ -385,11 +390,9 @@ TEST(Zero, PredictsEachStageFromDdpsProfileByTheRingRelation) {
 // first unit's second gather and the second unit's reduce-scatter (40 of its 70 ms): 40 ms
 // show. Stages 1 and 2 gather behind the step's start and reduce in ddp's buckets: as before.
 TEST(Zero, PredictsStageThreesFirstUnitGatherAndLastReduceScatterAsExposed) {
-  AdviseProfile profile;
-  const RankProfile rank = ddp_rank_profile();
   RunConfig config;
   config.batch_size = 8;
-  profile.ranks[{ddp_options(config).bucket_mib, config.batch_size}] = rank;
+  auto profile = ddp_profile_for(config);
   const auto meta = torch::TensorOptions().dtype(torch::kFloat32).device(torch::kMeta);
   profile.memory.parameters = {torch::empty({40}, meta), torch::empty({30}, meta), torch::empty({10}, meta)};
   profile.memory.parameter_names = {"a.weight", "b.weight", "b.bias"};
@@ -435,7 +438,6 @@ TEST(Zero, PredictsStageThreesFirstUnitGatherAndLastReduceScatterAsExposed) {
 // sent nowhere), in every stage; the prediction adds the collectives to the rehearsed step in
 // place of single's, which steps the whole optimizer where zero steps a shard.
 TEST(Zero, ARehearsedRankRunsAloneAndItsStepReplacesSinglesInThePrediction) {
-  const RankProfile rank = ddp_rank_profile();
   for (const std::string stage : {"1", "2", "3"}) {
     auto specs = build_cases(parsed_options({"--strategies=zero", "--models=tinygpt", "--gpus=2", "--batch=4",
                                              "--seq=16", "--optimizer=adamw", "--zero-stages=" + stage},
@@ -462,8 +464,7 @@ TEST(Zero, ARehearsedRankRunsAloneAndItsStepReplacesSinglesInThePrediction) {
       EXPECT_EQ(alone->describe().at("whole_units_held"), alone->describe().at("units"));
     }
 
-    AdviseProfile profile;
-    profile.ranks[at_bucket_and_batch(conditions)] = rank;
+    auto profile = ddp_profile_for(spec.config);
     const double from_single = predictor.predict(profile, conditions).step_ms;
     profile.rehearsals[key] = Rehearsal{90, 0, {}};
     const auto from_rehearsal = predictor.predict(profile, conditions);

@@ -126,7 +126,7 @@ int main(int argc, char** argv) {
       {"model", config.model},
       {"batch", config.batch_size},
       {language_model ? "seq" : "image", language_model ? config.seq_len : config.image_size},
-      {"precision", config.precision == parbench::Precision::kBFloat16 ? "bf16" : "fp32"},
+      {"precision", parbench::to_string(config.precision)},
       {"device", device.str()},
       {"step_ms", {{"median", at(0.5)}, {"p10", at(0.1)}, {"p90", at(0.9)}, {"min", sorted.front()}, {"max", sorted.back()}}},
       {"samples_ms", samples_ms}};

@@ -209,8 +209,6 @@ std::string writability_problem(const std::string& path) {
 
 }  // namespace
 
-std::string to_string(Precision precision) { return precision == Precision::kBFloat16 ? "bf16" : "fp32"; }
-
 std::string to_string(DataMode mode) {
   switch (mode) {
     case DataMode::kPinned: return "pinned";

@@ -14,7 +14,6 @@ namespace parbench {
 
 enum class DataMode { kDevice, kPinned, kHost };
 
-std::string to_string(Precision precision);
 std::string to_string(DataMode mode);
 // The inverses, for text to_string wrote. Throw UsageError naming the allowed values.
 Precision precision_from(const std::string& text);

@@ -24,7 +24,6 @@
 #include <ATen/record_function.h>
 #ifdef PARBENCH_WITH_CUDA
 #include <ATen/cuda/CUDAEvent.h>
-#include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #endif
 
@@ -44,17 +43,11 @@ PARBENCH_DECLARE_COUNTER(Counter("tp_gather_scatter_mib_per_step").unit("MiB").l
 PARBENCH_DECLARE_COUNTER(Counter("tp_collectives_per_step").unit("count").lower_is_better()
                              .means("tensor_parallel: collectives one rank issues per step"));
 
-bool sequence_parallel_on(const RunConfig& config) {
-  const auto value = config.options.find("sp");
-  return value != config.options.end() && value->second == "on";
-}
+bool sequence_parallel_on(const RunConfig& config) { return option_choice(config, "sp", "off") == "on"; }
 
 // --tp-halves=on: the batch in two halves interleaved collective by collective
 // (TensorParallelGptImpl::forward_halves), each on its own CUDA stream.
-bool halves_on(const RunConfig& config) {
-  const auto value = config.options.find("halves");
-  return value != config.options.end() && value->second == "on";
-}
+bool halves_on(const RunConfig& config) { return option_choice(config, "halves", "off") == "on"; }
 
 class TensorParallel final : public Strategy {
  public:
@@ -197,15 +190,9 @@ class TensorParallel final : public Strategy {
       RECORD_USER_SCOPE("forward");
       const auto logits = model_ptr_->forward_halves(tokens, streams);
       const auto target_halves = targets.chunk(2, 0);
-      for (size_t half = 0; half < 2; ++half) {
-#ifdef PARBENCH_WITH_CUDA
-        std::optional<c10::cuda::CUDAStreamGuard> on_its_stream;
-        if (!streams.empty()) {
-          on_its_stream.emplace(c10::cuda::CUDAStream::unpack3(streams[half], devices_.front().index(), c10::DeviceType::CUDA));
-        }
-#endif
+      for_each_half(streams, devices_.front(), [&](size_t half) {
         losses[half] = vocab_parallel_cross_entropy(logits[half].flatten(0, 1), target_halves[half].t().flatten(), group_);
-      }
+      });
 #ifdef PARBENCH_WITH_CUDA
       if (second_stream_) join(*first, *second_stream_);
 #endif
@@ -287,7 +274,7 @@ std::string rehearsal_key(const CaseConditions& conditions) {
   const auto& config = conditions.config;
   return "tensor_parallel/" + config.model + "/degree:" + std::to_string(conditions.devices) +
          "/batch:" + std::to_string(conditions.named_batch) + "/seq:" + std::to_string(config.seq_len) +
-         "/precision:" + (config.precision == Precision::kBFloat16 ? "bf16" : "fp32") + "/sp:" + (sequence_parallel_on(config) ? "on" : "off") +
+         "/precision:" + to_string(config.precision) + "/sp:" + (sequence_parallel_on(config) ? "on" : "off") +
          "/checkpoint:" + to_string(config.checkpoint) + "/optimizer:" + to_string(config.optimizer) +
          (halves_on(config) ? "/halves:on" : "");
 }

@@ -268,6 +268,23 @@ torch::Tensor vocab_parallel_cross_entropy(const torch::Tensor& local_logits, co
   return VocabParallelCrossEntropy::apply(local_logits, targets, &group);
 }
 
+void for_each_half(const std::vector<int64_t>& streams, torch::Device device, const std::function<void(size_t)>& step) {
+  for (size_t half = 0; half < 2; ++half) {
+    if (streams.empty()) {
+      step(half);
+      continue;
+    }
+#ifdef PARBENCH_WITH_CUDA
+    const c10::cuda::CUDAStreamGuard on_its_stream(
+        c10::cuda::CUDAStream::unpack3(streams[half], device.index(), c10::DeviceType::CUDA));
+    step(half);
+#else
+    (void)device;
+    TORCH_CHECK(false, "streams for the halves need a CUDA build");
+#endif
+  }
+}
+
 ShardKind shard_kind(const std::string& name) {
   if (name == "wte.weight" || name == "lm_head.weight") return ShardKind::kRows;
   if (ends_with(name, "attn.c_attn.weight") || ends_with(name, "attn.c_attn.bias")) return ShardKind::kQkvRows;
@@ -479,23 +496,9 @@ std::vector<torch::Tensor> TensorParallelGptImpl::forward_halves(const torch::Te
   // Off: a cast made on one half's stream and read on the other's would race the two streams.
   AutocastCacheSetting no_shared_casts(false);
   const auto halves = tokens.chunk(2, 0);
-  // Runs `step` for each half in turn, on that half's stream. Each step ends at most one
-  // collective past its start, so the two halves' collectives alternate on the communicator.
-  const auto each_half = [&](const std::function<void(size_t)>& step) {
-    for (size_t half = 0; half < 2; ++half) {
-      if (streams.empty()) {
-        step(half);
-        continue;
-      }
-#ifdef PARBENCH_WITH_CUDA
-      const c10::cuda::CUDAStreamGuard on_its_stream(
-          c10::cuda::CUDAStream::unpack3(streams[half], tokens.device().index(), c10::DeviceType::CUDA));
-      step(half);
-#else
-      TORCH_CHECK(false, "streams for the halves need a CUDA build");
-#endif
-    }
-  };
+  // Each step ends at most one collective past its start, so the two halves' collectives
+  // alternate on the communicator.
+  const auto each_half = [&](const std::function<void(size_t)>& step) { for_each_half(streams, tokens.device(), step); };
   std::vector<torch::Tensor> x(2), partial(2);
   each_half([&](size_t h) { x[h] = embed(halves[h]); });  // ends with its collective
   for (auto& block : blocks_) {

@@ -23,6 +23,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -70,6 +71,10 @@ torch::Tensor all_gather_first_dim(const torch::Tensor& x, const TensorParallelG
 // communication. Every rank returns the same loss.
 torch::Tensor vocab_parallel_cross_entropy(const torch::Tensor& local_logits, const torch::Tensor& targets,
                                            const TensorParallelGroup& group);
+
+// Runs `step` for half 0, then half 1, each on its own stream: `streams` holds a CUDA stream id
+// per half on `device` (empty: both on the current stream).
+void for_each_half(const std::vector<int64_t>& streams, torch::Device device, const std::function<void(size_t)>& step);
 
 // How a GPT parameter is split across ranks.
 enum class ShardKind {
