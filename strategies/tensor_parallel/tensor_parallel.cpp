@@ -28,6 +28,7 @@
 #endif
 
 #include <algorithm>
+#include <cstdio>
 #include <optional>
 #include <stdexcept>
 
@@ -312,10 +313,15 @@ double tensor_parallel_step_ms(const AdviseProfile& profile, const CaseCondition
   // Measured on 2 H200s (gpt2-medium, bf16, sp on): a model that hid each half's collectives behind
   // the other half's compute put these cases 19% (graphed) and 36% (eager, host-paced) below
   // their steps; pricing them as the whole batch's would be a guess, not yet measured.
-  if (halves_on(conditions.config)) {
-    throw std::invalid_argument("--tp-halves=on cases' steps are not predicted (their memory is)");
-  }
   const auto& rehearsal = rehearsal_of(profile, conditions);
+  if (halves_on(conditions.config)) {
+    // What was measured is still worth saying: the rank's compute with nothing sent, a floor
+    // under the step that its communication can only raise.
+    char compute[160];
+    std::snprintf(compute, sizeof compute, "; the rank's compute alone, rehearsed with nothing sent, took %.2f ms",
+                  rehearsal.step_ms);
+    throw std::invalid_argument(std::string("--tp-halves=on cases' steps are not predicted (their memory is)") + compute);
+  }
   std::map<CollectiveKind, double> message_ms;
   int64_t message_bytes = 0;
   for (const auto kind : kActivationCollectives) {

@@ -495,20 +495,39 @@ std::vector<torch::Tensor> TensorParallelGptImpl::forward_halves(const torch::Te
   AutocastScope autocast(tokens.device().type(), autocast_dtype_);
   // Off: a cast made on one half's stream and read on the other's would race the two streams.
   AutocastCacheSetting no_shared_casts(false);
+  TORCH_CHECK(!blocks_.empty(), "the halves' interleaved forward needs a GPT with at least one block");
   const auto halves = tokens.chunk(2, 0);
-  // Each step ends at most one collective past its start, so the two halves' collectives
-  // alternate on the communicator.
-  const auto each_half = [&](const std::function<void(size_t)>& step) { for_each_half(streams, tokens.device(), step); };
-  std::vector<torch::Tensor> x(2), partial(2);
-  each_half([&](size_t h) { x[h] = embed(halves[h]); });  // ends with its collective
-  for (auto& block : blocks_) {
-    each_half([&](size_t h) { partial[h] = block->attn->partial_sums(block->ln_1(x[h])); });  // starts with one (sp)
-    each_half([&](size_t h) { x[h] = x[h] + block->attn->combined(partial[h]); });
-    each_half([&](size_t h) { partial[h] = block->mlp->partial_sums(block->ln_2(x[h])); });  // (sp)
-    each_half([&](size_t h) { x[h] = x[h] + block->mlp->combined(partial[h]); });
+  // Each half's turn starts with the collectives that leave one GEMM region and enter the next
+  // (a row-parallel layer's reduce-scatter or all-reduce, then, with sequence parallelism, the
+  // next column-parallel layer's all-gather) and ends with that region's GEMMs. On the one
+  // communicator a half's collectives then queue behind only the other half's previous turn, so
+  // one half's pair runs while the other half computes. With one collective a turn, a half's
+  // all-gather would queue behind the other half's reduce-scatter of the same layer, and so wait
+  // for the other half's GEMMs too: the halves would move in lockstep.
+  const auto each_half = [&](const std::function<void(size_t)>& turn) { for_each_half(streams, tokens.device(), turn); };
+  std::vector<torch::Tensor> x(2), partial(2), logits(2);
+  const auto attention_of = [&](size_t half, ParallelBlock& block) {
+    partial[half] = block->attn->partial_sums(block->ln_1(x[half]));
+  };
+  each_half([&](size_t h) {
+    x[h] = embed(halves[h]);
+    attention_of(h, blocks_.front());
+  });
+  for (size_t layer = 0; layer < blocks_.size(); ++layer) {
+    auto& block = blocks_[layer];
+    each_half([&](size_t h) {
+      x[h] = x[h] + block->attn->combined(partial[h]);
+      partial[h] = block->mlp->partial_sums(block->ln_2(x[h]));
+    });
+    each_half([&](size_t h) {
+      x[h] = x[h] + block->mlp->combined(partial[h]);
+      if (layer + 1 < blocks_.size()) {
+        attention_of(h, blocks_[layer + 1]);
+      } else {
+        logits[h] = column_parallel(ln_f(x[h]), lm_head->weight, {}, group_, sequence_parallel_);
+      }
+    });
   }
-  std::vector<torch::Tensor> logits(2);
-  each_half([&](size_t h) { logits[h] = column_parallel(ln_f(x[h]), lm_head->weight, {}, group_, sequence_parallel_); });
   return logits;
 }
 

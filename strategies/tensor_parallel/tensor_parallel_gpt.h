@@ -152,8 +152,8 @@ class TensorParallelGptImpl : public torch::nn::Module, public StagedModel {
 
   // The forward of the batch's tokens (N, T) cut into two halves of N/2 sequences, each on its own
   // stream (`streams`, a CUDA stream id per half; empty off GPUs: both on the current one), their
-  // operations issued alternately, one collective of each at a time: while one half's
-  // collective runs, the other half's compute between its own collectives can. Returns each
+  // operations issued in alternate turns, each the collectives between two GEMM regions and then
+  // the next region's GEMMs: while one half's collectives run, the other half's GEMMs can. Returns each
   // half's vocabulary columns of its logits, sequence-first (T, N/2, V/w). Not with checkpointing.
   std::vector<torch::Tensor> forward_halves(const torch::Tensor& tokens, const std::vector<int64_t>& streams);
   torch::Tensor data_parallel_forward(const torch::Tensor& input, const std::vector<torch::Device>& devices) override;
