@@ -894,8 +894,8 @@ step_again2_cuts() {
 #     global batch, in one process
 #   mem2_tp: single and tensor_parallel (sequence parallel off and on), eager and graphed, each with
 #     --advise's time and memory (from a rank rehearsed alone on one GPU since 991473b)
-#   mem2_tp_halves: single and tensor_parallel (sequence parallel on) with --tp-halves=off,on, eager
-#     and graphed, --advise=all
+#   mem2_tp_halves: single and tensor_parallel (sequence parallel MEM2_TP_SP, default on) with
+#     --tp-halves=off,on, eager and graphed, --advise=all
 #   mem2_tp_trace: single and tensor_parallel (sequence parallel off and on), one traced step each,
 #     and where each one's GPU time goes (ci/kernel_time.py)
 #   mem2_fit: the largest batch per rank under ddp and the zero stages of MEM2_FIT_STAGES (default
@@ -1023,8 +1023,8 @@ step_mem2_tp() {
 step_mem2_tp_halves() {
   # shellcheck disable=SC2086
   PARBENCH_BENCH_TIMEOUT=${MEM2_TIMEOUT:-200} bench mem2_tp_halves $MEM2_ARGS --strategies=single,tensor_parallel \
-    --sequence-parallel=on --tp-halves=off,on --cuda-graph=off,on --allreduce=off --advise=all --repetitions=3 \
-    --benchmark_min_time=0.2
+    --sequence-parallel="${MEM2_TP_SP:-on}" --tp-halves=off,on --cuda-graph=off,on --allreduce=off --advise=all \
+    --repetitions=3 --benchmark_min_time=0.2
 }
 step_mem2_tp_trace() {
   local status=0 trace
