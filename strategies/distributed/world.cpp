@@ -282,42 +282,30 @@ void World::join(const std::string& where) {
     }
   });
 
-  backend_ = make_backend("");
-}
-
-c10::intrusive_ptr<c10d::Backend> World::make_backend(const std::string& name) {
-  const auto prefix = [&](const std::string& base) { return name.empty() ? base : base + "/" + name; };
   if (device_.is_cuda()) {
 #ifdef USE_C10D_NCCL
     set_parbench_environment();  // before NCCL reads it; main has done so already
     c10::cuda::set_device(device_.index());
     auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
     nccl_options->timeout = timeout_;
-    auto backend = c10::make_intrusive<c10d::ProcessGroupNCCL>(
-        c10::make_intrusive<c10d::PrefixStore>(prefix("nccl"), tcp_store_), rank(), size(), nccl_options);
+    backend_ = c10::make_intrusive<c10d::ProcessGroupNCCL>(c10::make_intrusive<c10d::PrefixStore>("nccl", tcp_store_),
+                                                           rank(), size(), nccl_options);
     // Now, while every rank is known to be here, rather than inside the first collective.
-    backend->setBoundDeviceId(device_);
-    backend->eagerConnectSingleDevice(device_);
-    return backend;
+    backend_->setBoundDeviceId(device_);
+    backend_->eagerConnectSingleDevice(device_);
 #else
     throw std::runtime_error("this parbench was built without NCCL, so ddp cannot run on GPUs");
 #endif
+  } else {
+    backend_ = c10::make_intrusive<StoreBackend>(c10::make_intrusive<c10d::PrefixStore>("store_backend", tcp_store_),
+                                                 rank(), size(), timeout_);
   }
-  return c10::make_intrusive<StoreBackend>(c10::make_intrusive<c10d::PrefixStore>(prefix("store_backend"), tcp_store_),
-                                           rank(), size(), timeout_);
-}
-
-const c10::intrusive_ptr<c10d::Backend>& World::companion_backend() {
-  TORCH_CHECK(!left_, "rank ", rank(), " asked for a companion process group after leaving the world");
-  if (!companion_) companion_ = make_backend("companion");
-  return companion_;
 }
 
 World::~World() {
   stop_watchdog();
   if (left_ || !backend_) return;
   try {
-    if (companion_) companion_->shutdown();
     backend_->shutdown();
   } catch (const std::exception&) {
     // Leaving after a failure: the failure has been reported already.
@@ -467,7 +455,6 @@ void World::leave() {
   } else {
     store_->add("left", 1);
   }
-  if (companion_) companion_->shutdown();
   backend_->shutdown();
   left_ = true;
 }
@@ -476,12 +463,10 @@ void World::abort() {
   report_idle();  // the rest of the run skips the distributed cases: nothing left to watch
   if (left_) return;
   left_ = true;
-  for (auto* backend : {&companion_, &backend_}) {
-    try {
-      if (*backend) (*backend)->abort();
-    } catch (const std::exception&) {
-      // Already failing: the first failure is the one reported.
-    }
+  try {
+    backend_->abort();
+  } catch (const std::exception&) {
+    // Already failing: the first failure is the one reported.
   }
 }
 

@@ -103,11 +103,6 @@ class World {
   std::chrono::milliseconds timeout() const { return timeout_; }
   const c10::intrusive_ptr<c10d::Backend>& backend() const { return backend_; }
   std::string backend_name() const { return backend_->getBackendName(); }
-  // A second process group over the same ranks and device, of the backend's kind, with a
-  // communicator of its own (NCCL: its own stream, so that its collectives do not queue behind
-  // the backend's): created on the first call, which every rank must make at the same point (it
-  // connects the ranks), and kept until the world is left.
-  const c10::intrusive_ptr<c10d::Backend>& companion_backend();
 
   // Host-side barrier through the store; throws "rank 1 did not reach <what> within 60 s".
   void barrier(const std::string& what);
@@ -142,14 +137,11 @@ class World {
   c10::intrusive_ptr<c10d::Backend> backend_;
   uint64_t next_sequence_ = 0;  // barriers and gathers are numbered in call order
   bool left_ = false;
-  c10::intrusive_ptr<c10d::Backend> companion_;  // companion_backend(), once asked for
   std::vector<std::string> hosts_;
   std::vector<std::string> launches_;
 
   // Waits for every rank to join with the same world size, then creates the backend.
   void join(const std::string& where);
-  // A process group of the device's kind over the store, under `name`'s prefix ("": the backend's).
-  c10::intrusive_ptr<c10d::Backend> make_backend(const std::string& name);
   void watch();
   void stop_watchdog();
   std::string describe_stall(const std::string& where, uint64_t count, std::chrono::milliseconds stalled_for);

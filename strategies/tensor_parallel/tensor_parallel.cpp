@@ -88,10 +88,6 @@ class TensorParallel final : public Strategy {
     optimizer_ = std::make_unique<Optimizer>(sharded->parameters(), config.optimizer, config.learning_rate,
                                              Optimizer::SgdKernels::kPerParameter);
     halves_ = halves_on(config);
-    // The second half's collectives over a communicator of their own (every rank sets up the
-    // same case at the same point, as the companion's creation needs); a rehearsal sends nothing.
-    second_half_group_ = group_;
-    if (halves_ && world_ != nullptr) second_half_group_.backend = world_->companion_backend().get();
 #ifdef PARBENCH_WITH_CUDA
     if (halves_ && devices.front().is_cuda()) {
       second_stream_ = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, devices.front().index());
@@ -193,12 +189,10 @@ class TensorParallel final : public Strategy {
     std::vector<torch::Tensor> losses(2);
     {
       RECORD_USER_SCOPE("forward");
-      const TensorParallelGptImpl::HalvesGroups groups = {&group_, &second_half_group_};
-      const auto logits = model_ptr_->forward_halves(tokens, streams, groups);
+      const auto logits = model_ptr_->forward_halves(tokens, streams);
       const auto target_halves = targets.chunk(2, 0);
       for_each_half(streams, devices_.front(), [&](size_t half) {
-        losses[half] =
-            vocab_parallel_cross_entropy(logits[half].flatten(0, 1), target_halves[half].t().flatten(), *groups[half]);
+        losses[half] = vocab_parallel_cross_entropy(logits[half].flatten(0, 1), target_halves[half].t().flatten(), group_);
       });
 #ifdef PARBENCH_WITH_CUDA
       if (second_stream_) join(*first, *second_stream_);
@@ -227,7 +221,6 @@ class TensorParallel final : public Strategy {
   World* world_ = nullptr;                       // null when rehearsed
   c10::intrusive_ptr<RehearsalBackend> rehearsal_;  // set when rehearsed
   TensorParallelGroup group_;
-  TensorParallelGroup second_half_group_;  // --tp-halves=on: the second half's (World::companion_backend)
   CollectiveTally tally_, last_step_;
   CollectiveClock clock_;
   TensorParallelGptImpl* model_ptr_ = nullptr;

@@ -344,8 +344,8 @@ ParallelAttentionImpl::ParallelAttentionImpl(const GptConfig& config, TensorPara
   c_proj = register_module("c_proj", torch::nn::Linear(local_heads * head_width, width));
 }
 
-torch::Tensor ParallelAttentionImpl::partial_sums(const torch::Tensor& x, const TensorParallelGroup& over) {
-  const auto projected = column_parallel(x, c_attn->weight, c_attn->bias, over, sequence_parallel);  // (T, N, 3 h w)
+torch::Tensor ParallelAttentionImpl::partial_sums(const torch::Tensor& x) {
+  const auto projected = column_parallel(x, c_attn->weight, c_attn->bias, group, sequence_parallel);  // (T, N, 3 h w)
   const auto tokens = projected.size(0), batch = projected.size(1);
   const auto qkv = projected.split(local_heads * head_width, /*dim=*/2);
   // (T, N, heads, head width) to (N, heads, T, head width), as attention takes them.
@@ -360,11 +360,11 @@ torch::Tensor ParallelAttentionImpl::partial_sums(const torch::Tensor& x, const 
 }
 
 // Row-parallel: partial sums combined first, the (replicated) bias added once after.
-torch::Tensor ParallelAttentionImpl::combined(const torch::Tensor& partial, const TensorParallelGroup& over) {
-  return with_bias(leave_parallel_region(partial, over, sequence_parallel), c_proj->bias);
+torch::Tensor ParallelAttentionImpl::combined(const torch::Tensor& partial) {
+  return with_bias(leave_parallel_region(partial, group, sequence_parallel), c_proj->bias);
 }
 
-torch::Tensor ParallelAttentionImpl::forward(const torch::Tensor& x) { return combined(partial_sums(x, group), group); }
+torch::Tensor ParallelAttentionImpl::forward(const torch::Tensor& x) { return combined(partial_sums(x)); }
 
 ParallelMlpImpl::ParallelMlpImpl(const GptConfig& config, TensorParallelGroup group, bool sequence_parallel)
     : group(group), sequence_parallel(sequence_parallel) {
@@ -373,16 +373,16 @@ ParallelMlpImpl::ParallelMlpImpl(const GptConfig& config, TensorParallelGroup gr
   c_proj = register_module("c_proj", torch::nn::Linear(hidden, config.width));
 }
 
-torch::Tensor ParallelMlpImpl::partial_sums(const torch::Tensor& x, const TensorParallelGroup& over) {
-  const auto hidden = torch::gelu(column_parallel(x, c_fc->weight, c_fc->bias, over, sequence_parallel), "tanh");
+torch::Tensor ParallelMlpImpl::partial_sums(const torch::Tensor& x) {
+  const auto hidden = torch::gelu(column_parallel(x, c_fc->weight, c_fc->bias, group, sequence_parallel), "tanh");
   return rows_linear(hidden, c_proj->weight);
 }
 
-torch::Tensor ParallelMlpImpl::combined(const torch::Tensor& partial, const TensorParallelGroup& over) {
-  return with_bias(leave_parallel_region(partial, over, sequence_parallel), c_proj->bias);
+torch::Tensor ParallelMlpImpl::combined(const torch::Tensor& partial) {
+  return with_bias(leave_parallel_region(partial, group, sequence_parallel), c_proj->bias);
 }
 
-torch::Tensor ParallelMlpImpl::forward(const torch::Tensor& x) { return combined(partial_sums(x, group), group); }
+torch::Tensor ParallelMlpImpl::forward(const torch::Tensor& x) { return combined(partial_sums(x)); }
 
 ParallelBlockImpl::ParallelBlockImpl(const GptConfig& config, TensorParallelGroup group, bool sequence_parallel) {
   const auto d = config.width;
@@ -446,25 +446,26 @@ void TensorParallelGptImpl::finish_gradients() {
   }
 }
 
-torch::Tensor TensorParallelGptImpl::embed(const torch::Tensor& tokens, const TensorParallelGroup& over) {
+torch::Tensor TensorParallelGptImpl::embed(const torch::Tensor& tokens) {
   const auto sequence = tokens.t();  // (T, N): sequence-first
   const auto local_vocabulary = wte->weight.size(0);
-  const auto local_tokens = sequence - over.rank * local_vocabulary;
+  const auto local_tokens = sequence - group_.rank * local_vocabulary;
   const auto owned = local_tokens.ge(0).logical_and(local_tokens.lt(local_vocabulary));
   // Tokens another rank owns look up row 0 and are zeroed: the sum over ranks is wte(tokens).
   const auto partial = wte(local_tokens.clamp(0, local_vocabulary - 1)).masked_fill(owned.logical_not().unsqueeze(-1), 0.0);
   const auto length = sequence.size(0);
   if (!sequence_parallel_) {
-    return reduce_from_tensor_parallel_region(partial, over) + wpe(torch::arange(length, tokens.options())).unsqueeze(1);
+    return reduce_from_tensor_parallel_region(partial, group_) +
+           wpe(torch::arange(length, tokens.options())).unsqueeze(1);
   }
-  const auto shard_length = length / over.degree;
-  const auto positions = torch::arange(over.rank * shard_length, (over.rank + 1) * shard_length, tokens.options());
-  return reduce_scatter_to_sequence_parallel_region(partial, over) + wpe(positions).unsqueeze(1);
+  const auto shard_length = length / group_.degree;
+  const auto positions = torch::arange(group_.rank * shard_length, (group_.rank + 1) * shard_length, tokens.options());
+  return reduce_scatter_to_sequence_parallel_region(partial, group_) + wpe(positions).unsqueeze(1);
 }
 
 std::vector<Stage> TensorParallelGptImpl::build_stages() {
   std::vector<Stage> stages;
-  stages.push_back({"embed", {wte.ptr(), wpe.ptr()}, [this](const torch::Tensor& tokens) { return embed(tokens, group_); }});
+  stages.push_back({"embed", {wte.ptr(), wpe.ptr()}, [this](const torch::Tensor& tokens) { return embed(tokens); }});
   const auto names = gpt_stage_names(config_);
   for (size_t layer = 0; layer < blocks_.size(); ++layer) {
     auto block = blocks_[layer];
@@ -486,49 +487,30 @@ torch::Tensor TensorParallelGptImpl::forward(torch::Tensor tokens) {
 }
 
 std::vector<torch::Tensor> TensorParallelGptImpl::forward_halves(const torch::Tensor& tokens,
-                                                                 const std::vector<int64_t>& streams,
-                                                                 const HalvesGroups& groups) {
+                                                                 const std::vector<int64_t>& streams) {
   TORCH_CHECK(!checkpoint_blocks(), "the halves' interleaved forward does not recompute blocks (--checkpoint=blocks)");
   TORCH_CHECK(tokens.size(0) % 2 == 0, "the halves' interleaved forward needs an even batch, got ", tokens.size(0));
   TORCH_CHECK(!sequence_parallel_ || tokens.size(1) % group_.degree == 0, "sequence parallel over ", group_.degree,
               " ranks needs a sequence length that divides by them, got ", tokens.size(1));
-  TORCH_CHECK(!blocks_.empty(), "the halves' interleaved forward needs a GPT with at least one block");
-  for (const auto* group : groups) {
-    TORCH_CHECK(group != nullptr && group->rank == group_.rank && group->degree == group_.degree,
-                "each half's process group must hold this rank's place in the model's");
-  }
   AutocastScope autocast(tokens.device().type(), autocast_dtype_);
   // Off: a cast made on one half's stream and read on the other's would race the two streams.
   AutocastCacheSetting no_shared_casts(false);
   const auto halves = tokens.chunk(2, 0);
-  // Each half's turn starts with the collectives that leave one GEMM region and enter the next
-  // (a row-parallel layer's reduce-scatter or all-reduce, then, with sequence parallelism, the
-  // next column-parallel layer's all-gather) and ends with that region's GEMMs, each half's
-  // collectives on its own process group (`groups`), whose backward ones follow them there.
-  const auto each_half = [&](const std::function<void(size_t)>& turn) { for_each_half(streams, tokens.device(), turn); };
-  std::vector<torch::Tensor> x(2), partial(2), logits(2);
-  const auto attention_of = [&](size_t half, ParallelBlock& block) {
-    partial[half] = block->attn->partial_sums(block->ln_1(x[half]), *groups[half]);
-  };
-  each_half([&](size_t h) {
-    x[h] = embed(halves[h], *groups[h]);
-    attention_of(h, blocks_.front());
-  });
-  for (size_t layer = 0; layer < blocks_.size(); ++layer) {
-    auto& block = blocks_[layer];
-    each_half([&](size_t h) {
-      x[h] = x[h] + block->attn->combined(partial[h], *groups[h]);
-      partial[h] = block->mlp->partial_sums(block->ln_2(x[h]), *groups[h]);
-    });
-    each_half([&](size_t h) {
-      x[h] = x[h] + block->mlp->combined(partial[h], *groups[h]);
-      if (layer + 1 < blocks_.size()) {
-        attention_of(h, blocks_[layer + 1]);
-      } else {
-        logits[h] = column_parallel(ln_f(x[h]), lm_head->weight, {}, *groups[h], sequence_parallel_);
-      }
-    });
+  // Each step ends at most one collective past its start, so the two halves' collectives
+  // alternate on the communicator. Measured on 2 H200s against two alternatives, both slower
+  // (docs/STRATEGIES.md): turns of a half's reduce-scatter and next all-gather together, and a
+  // communicator of each half's own.
+  const auto each_half = [&](const std::function<void(size_t)>& step) { for_each_half(streams, tokens.device(), step); };
+  std::vector<torch::Tensor> x(2), partial(2);
+  each_half([&](size_t h) { x[h] = embed(halves[h]); });  // ends with its collective
+  for (auto& block : blocks_) {
+    each_half([&](size_t h) { partial[h] = block->attn->partial_sums(block->ln_1(x[h])); });  // starts with one (sp)
+    each_half([&](size_t h) { x[h] = x[h] + block->attn->combined(partial[h]); });
+    each_half([&](size_t h) { partial[h] = block->mlp->partial_sums(block->ln_2(x[h])); });  // (sp)
+    each_half([&](size_t h) { x[h] = x[h] + block->mlp->combined(partial[h]); });
   }
+  std::vector<torch::Tensor> logits(2);
+  each_half([&](size_t h) { logits[h] = column_parallel(ln_f(x[h]), lm_head->weight, {}, group_, sequence_parallel_); });
   return logits;
 }
 

@@ -22,7 +22,6 @@
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/torch.h>
 
-#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -103,10 +102,9 @@ struct ParallelAttentionImpl : torch::nn::Module {
   ParallelAttentionImpl(const GptConfig& config, TensorParallelGroup group, bool sequence_parallel);
   torch::Tensor forward(const torch::Tensor& x);  // (T or T/w, N, d), as the block's residual
   // The row-parallel projection's partial sums, before they are combined across ranks (forward
-  // is their combination plus the bias), each with its collectives over `over` (forward: over
-  // `group`): the halves' interleaved forward issues the two apart, each half over its own group.
-  torch::Tensor partial_sums(const torch::Tensor& x, const TensorParallelGroup& over);
-  torch::Tensor combined(const torch::Tensor& partial_sums, const TensorParallelGroup& over);
+  // is their combination plus the bias): the halves' interleaved forward issues the two apart.
+  torch::Tensor partial_sums(const torch::Tensor& x);
+  torch::Tensor combined(const torch::Tensor& partial_sums);
 
   TensorParallelGroup group;
   bool sequence_parallel;
@@ -119,8 +117,8 @@ TORCH_MODULE(ParallelAttention);
 struct ParallelMlpImpl : torch::nn::Module {
   ParallelMlpImpl(const GptConfig& config, TensorParallelGroup group, bool sequence_parallel);
   torch::Tensor forward(const torch::Tensor& x);
-  torch::Tensor partial_sums(const torch::Tensor& x, const TensorParallelGroup& over);  // as ParallelAttentionImpl's
-  torch::Tensor combined(const torch::Tensor& partial_sums, const TensorParallelGroup& over);
+  torch::Tensor partial_sums(const torch::Tensor& x);  // as ParallelAttentionImpl's
+  torch::Tensor combined(const torch::Tensor& partial_sums);
 
   TensorParallelGroup group;
   bool sequence_parallel;
@@ -153,16 +151,11 @@ class TensorParallelGptImpl : public torch::nn::Module, public StagedModel {
   torch::Tensor forward(torch::Tensor tokens) override;
 
   // The forward of the batch's tokens (N, T) cut into two halves of N/2 sequences, each on its own
-  // stream (`streams`, a CUDA stream id per half; empty off GPUs: both on the current one) with
-  // its collectives, forward and backward, over its own process group (`groups`: this rank's
-  // place in two communicators, so that one half's collectives never queue behind the other's;
-  // both may be the model's own group, and must outlive the backward). Their operations are issued
-  // in alternate turns, each the collectives between two GEMM regions and then the next region's
-  // GEMMs. Returns each half's vocabulary columns of its logits, sequence-first (T, N/2, V/w).
-  // Not with checkpointing.
-  using HalvesGroups = std::array<const TensorParallelGroup*, 2>;
-  std::vector<torch::Tensor> forward_halves(const torch::Tensor& tokens, const std::vector<int64_t>& streams,
-                                            const HalvesGroups& groups);
+  // stream (`streams`, a CUDA stream id per half; empty off GPUs: both on the current one), their
+  // operations issued alternately, one collective of each at a time: while one half's
+  // collective runs, the other half's compute between its own collectives can. Returns each
+  // half's vocabulary columns of its logits, sequence-first (T, N/2, V/w). Not with checkpointing.
+  std::vector<torch::Tensor> forward_halves(const torch::Tensor& tokens, const std::vector<int64_t>& streams);
   torch::Tensor data_parallel_forward(const torch::Tensor& input, const std::vector<torch::Device>& devices) override;
   std::map<std::string, std::string> forward_facts() const override;
 
@@ -181,7 +174,7 @@ class TensorParallelGptImpl : public torch::nn::Module, public StagedModel {
   torch::nn::Linear lm_head{nullptr};
 
  private:
-  torch::Tensor embed(const torch::Tensor& tokens, const TensorParallelGroup& over);
+  torch::Tensor embed(const torch::Tensor& tokens);
 
   GptConfig config_;
   TensorParallelGroup group_;
