@@ -33,6 +33,21 @@ void release_cached_memory() {
 #endif
 }
 
+void release_leftover_memory(const std::vector<torch::Device>& devices) {
+#ifdef PARBENCH_WITH_CUDA
+  if (!all_cuda(devices)) return;
+  // Every device of the process, not only the case's: a workspace is freed on its own device,
+  // and whichever device's work is still queued may be using one.
+  for (c10::DeviceIndex index = 0; index < static_cast<c10::DeviceIndex>(torch::cuda::device_count()); ++index) {
+    torch::cuda::synchronize(index);
+  }
+  at::cuda::clearCublasWorkspaces();
+  c10::cuda::CUDACachingAllocator::emptyCache();
+#else
+  (void)devices;
+#endif
+}
+
 std::vector<AllocatorStats> allocator_stats(const std::vector<torch::Device>& devices, bool release_cublas_workspaces) {
   std::vector<AllocatorStats> all;
 #ifdef PARBENCH_WITH_CUDA

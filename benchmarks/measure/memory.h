@@ -37,6 +37,15 @@ struct AllocatorStats {
 // also for what allocates outside the allocator (cuBLAS's handles, NCCL's buffers).
 void release_cached_memory();
 
+// Before a case's set-up, where no CUDA graph of this process is alive: the devices synchronised,
+// the cuBLAS workspaces that earlier work left allocated handed back (LibTorch keeps one per
+// handle and stream, about 32 MiB each on Hopper, and every graphed case's warm-up takes new ones
+// on a fresh pool stream; --advise's graphed profile, many), and the cache emptied. Without it
+// a case's peak counted what the cases before it left: up to 2.5 GiB on a pipeline's second GPU
+// in one process (ResNet-50 on 2 H200s, reports/2026-11-27-session12/RUN.md). A live graph's
+// kernels use its workspaces, so never while one is.
+void release_leftover_memory(const std::vector<torch::Device>& devices);
+
 // Per device; empty off CUDA (every device must be a GPU). `release_cublas_workspaces`: first hand
 // the cuBLAS workspaces that LibTorch keeps allocated per handle and stream (up to 32 MiB each
 // on Hopper, ResNet-50's SGD model states being 200 MiB) back to the cache, so that what stays

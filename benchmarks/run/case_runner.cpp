@@ -68,6 +68,9 @@ std::unique_ptr<PreparedCase> make_prepared_case(const CaseSpec& spec, const Opt
   test_hooks::at_case_setup(spec.name);
   test_hooks::at_case_batch(spec.config.batch_size);
   const auto devices = case_devices(spec);
+  // The previous case's graph, if any, is gone (prepare released it; a profile runs in a
+  // process of its own): what earlier work left is not this case's.
+  release_leftover_memory(devices);
   reset_peak_memory(devices);
   auto fresh = std::make_unique<PreparedCase>();
   fresh->before_setup = allocator_stats(devices);

@@ -95,6 +95,9 @@ RankedRun run_training_rank(World& world, const CaseSpec& spec, const Options& o
       run.gemm_flops = peaks.gemm_flops;
     }
     world.report_progress("set-up");
+    // No graph of this rank is alive here (a case's own ends with its scope below): what the
+    // probe and earlier cases left is not this case's.
+    release_leftover_memory(devices);
     reset_peak_memory(devices);
     AllocatorWindow memory;
     memory.before_setup = allocator_stats(devices);
