@@ -36,11 +36,10 @@ void release_cached_memory() {
 void release_leftover_memory(const std::vector<torch::Device>& devices) {
 #ifdef PARBENCH_WITH_CUDA
   if (!all_cuda(devices)) return;
-  // Every device of the process, not only the case's: a workspace is freed on its own device,
-  // and whichever device's work is still queued may be using one.
-  for (c10::DeviceIndex index = 0; index < static_cast<c10::DeviceIndex>(torch::cuda::device_count()); ++index) {
-    torch::cuda::synchronize(index);
-  }
+  // The case's devices only: synchronising another would open a CUDA context on it (about half
+  // a GiB, on every GPU a launcher's rank can see). A workspace on another device is freed in its
+  // own stream's order, as any tensor is, and earlier cases ended synchronised.
+  for (const auto& device : devices) torch::cuda::synchronize(device.index());
   at::cuda::clearCublasWorkspaces();
   c10::cuda::CUDACachingAllocator::emptyCache();
 #else
