@@ -927,15 +927,20 @@ step_mem2_checkpoint() {
     --schedules=1f1b --split-sizes=4 --checkpoint=off,blocks --cuda-graph=on --allreduce=off --advise=all \
     --repetitions=3 --benchmark_min_time=0.2
 }
-step_mem2_big() {
-  local memory batch status=0 left
+# gpt-6.7b's sequences a rank for the mem2_big steps, from GPU 0's memory. gpt-6.7b's model
+# states under AdamW: 16 bytes a parameter, 102 GiB whole, 51 GiB a rank under ZeRO-3 over 2;
+# about 3.5 GiB of activations a sequence. Measured on H200s (2026-11-26): single fitted 8
+# sequences (130.0 GiB); ZeRO-3 did not fit 16 a rank (it keeps the bf16 casts autograd saves,
+# 13 GB). 12 a rank: single and ddp need about 143 GiB, a ZeRO-3 rank about 107. H100s: 4.
+big_rank_batch() {
+  local memory
   memory=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits -i 0)
-  # gpt-6.7b's model states under AdamW: 16 bytes a parameter, 102 GiB whole, 51 GiB a rank under
-  # ZeRO-3 over 2; about 3.5 GiB of activations a sequence. Measured on H200s (2026-11-26): single
-  # fitted 8 sequences (130.0 GiB); ZeRO-3 did not fit 16 a rank (it keeps the bf16 casts autograd
-  # saves, 13 GB). 12 a rank: single and ddp need about 143 GiB, a ZeRO-3 rank about 107. H100s: 4.
-  batch=$((memory > 100000 ? 12 : 4))
-  echo "mem2_big: GPU 0 has ${memory} MiB: ${batch} sequences per rank"
+  echo $((memory > 100000 ? 12 : 4))
+}
+step_mem2_big() {
+  local batch status=0 left
+  batch=$(big_rank_batch)
+  echo "mem2_big: ${batch} sequences per rank (GPU 0's memory)"
   local common=(--models=gpt-6.7b --seq=1024 --batch="$batch" --precision=bf16 --optimizer=adamw --busy-profile=off
     --allreduce=off --warmup=2 --repetitions=3 --iterations=2)
   # ZeRO-3 first, so that a call running short still shows it; then single and ddp, bounded by
@@ -969,9 +974,8 @@ PY
 # single and ddp as not fitting before they run (and run out of memory, the run going on), and
 # ZeRO-3 as fitting. Bounded by MEM2_BIG_TIMEOUT (420 s).
 step_mem2_big_advise() {
-  local memory batch
-  memory=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits -i 0)
-  batch=$((memory > 100000 ? 12 : 4))  # as mem2_big
+  local batch
+  batch=$(big_rank_batch)
   PARBENCH_BENCH_TIMEOUT=${MEM2_BIG_TIMEOUT:-420} bench mem2_big_advise --models=gpt-6.7b --seq=1024 --batch="$batch" \
     --precision=bf16 --optimizer=adamw --busy-profile=off --allreduce=off --warmup=2 --repetitions=3 --iterations=2 \
     --strategies=zero,single,ddp --zero-stages=3 --advise=all
@@ -998,9 +1002,7 @@ PY
 # below; the others that times 2). The filter keeps only those three cases of --batch's two
 # values. Bounded by MEM2_BIG_TIMEOUT (420 s).
 step_mem2_big_tp() {
-  local memory
-  memory=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits -i 0)
-  local per_rank=${MEM2_BIG_TP_RANK_BATCH:-$((memory > 100000 ? 12 : 4))}
+  local per_rank=${MEM2_BIG_TP_RANK_BATCH:-$(big_rank_batch)}
   local global=$((2 * per_rank))
   PARBENCH_BENCH_TIMEOUT=${MEM2_BIG_TIMEOUT:-420} bench mem2_big_tp --models=gpt-6.7b --seq=1024 \
     --batch="$per_rank,$global" --precision=bf16 --optimizer=adamw --busy-profile=off --allreduce=off --warmup=2 \

@@ -27,6 +27,12 @@ void synchronize_devices(const std::vector<torch::Device>& devices) {
   }
 }
 
+void stream_waits_for(const c10::Stream& waiter, const c10::Stream& stream) {
+  c10::Event done(stream.device_type());
+  done.record(stream);
+  done.block(waiter);
+}
+
 double median_synchronised_seconds(const std::vector<torch::Device>& devices, int repeats,
                                    const std::function<void()>& work) {
   std::vector<double> samples;

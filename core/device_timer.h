@@ -58,6 +58,10 @@ bool all_cuda(const std::vector<torch::Device>& devices);
 // Waits until every CUDA device in `devices` has finished its queued work.
 void synchronize_devices(const std::vector<torch::Device>& devices);
 
+// `waiter` queues behind the work queued so far on `stream` (an event recorded on one and waited
+// for on the other, also inside a CUDA graph's capture), without the host waiting.
+void stream_waits_for(const c10::Stream& waiter, const c10::Stream& stream);
+
 // Host seconds `work` takes with `devices` synchronised before and after: the median of
 // `repeats` runs after one untimed run. For measurements made at set-up, outside the timed steps.
 double median_synchronised_seconds(const std::vector<torch::Device>& devices, int repeats,

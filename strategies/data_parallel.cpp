@@ -289,7 +289,7 @@ class DataParallel final : public Strategy {
     for (size_t r = 0; r < used; ++r) streams.push_back(compute_stream(r));
     // A replica with a stream of its own starts behind the caller's work on its device.
     for (size_t r = 0; r < used; ++r) {
-      if (own_streams_[r]) join(current_stream(devices_[r]), *own_streams_[r]);
+      if (own_streams_[r]) stream_waits_for(*own_streams_[r], current_stream(devices_[r]));
     }
     for (size_t r = 1; r < used; ++r) {
       workers_[r - 1]->start([r, &job, &streams] {
@@ -308,20 +308,13 @@ class DataParallel final : public Strategy {
       if (error && !first_error) first_error = error;
     }
     for (size_t r = 0; r < used; ++r) {
-      if (own_streams_[r]) join(*own_streams_[r], current_stream(devices_[r]));
+      if (own_streams_[r]) stream_waits_for(current_stream(devices_[r]), *own_streams_[r]);
     }
     if (first_error) std::rethrow_exception(first_error);
   }
 
   static c10::Stream current_stream(const torch::Device& device) {
     return c10::impl::VirtualGuardImpl(device.type()).getStream(device);
-  }
-
-  // `later` waits for the work queued so far on `earlier`, without the host waiting.
-  static void join(const c10::Stream& earlier, const c10::Stream& later) {
-    c10::Event done(earlier.device_type());
-    done.record(earlier);
-    done.block(later);
   }
 
   // Where replica r computes: the caller's current stream on its device, or, for a replica that

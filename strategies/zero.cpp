@@ -118,8 +118,6 @@ class Zero final : public Strategy {
       world_ = &rank_world("zero", config, devices);
       backend_ = world_->backend();
     }
-    rank_ = backend_->getRank();
-    world_size_ = backend_->getSize();
     const auto stage = config.options.find("stage");
     TORCH_CHECK(stage != config.options.end(), "zero needs its stage option (--zero-stages=1,2,3)");
     stage_ = std::stoi(stage->second);
@@ -266,7 +264,7 @@ class Zero final : public Strategy {
   // Lays each group out flat, makes the model's parameters views of it, and keeps this rank's shard.
   void build_groups(const std::vector<std::vector<size_t>>& member_lists) {
     torch::NoGradGuard no_grad;
-    const int rank = rank_, world = world_size_;
+    const int rank = backend_->getRank(), world = backend_->getSize();
     for (size_t g = 0; g < member_lists.size(); ++g) {
       FlatGroup group;
       group.members = member_lists[g];
@@ -543,7 +541,7 @@ class Zero final : public Strategy {
   }
 
   double comm_bytes_per_step() const {
-    const double share = ring_share(world_size_);
+    const double share = ring_share(backend_->getSize());
     double bytes = 0;
     for (size_t g = 0; g < groups_.size(); ++g) {
       const auto& group = groups_[g];
@@ -560,7 +558,6 @@ class Zero final : public Strategy {
   World* world_ = nullptr;                          // null when rehearsed
   c10::intrusive_ptr<RehearsalBackend> rehearsal_;  // set when rehearsed
   c10::intrusive_ptr<c10d::Backend> backend_;
-  int rank_ = 0, world_size_ = 1;
   int stage_ = 1;
   std::vector<torch::Tensor> parameters_;  // the model's, in its order
   std::vector<FlatGroup> groups_;

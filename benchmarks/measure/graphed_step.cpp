@@ -1,10 +1,10 @@
 #include "benchmarks/measure/graphed_step.h"
 
+#include "core/device_timer.h"
 #include "models/autocast_cache.h"
 
 #ifdef PARBENCH_WITH_CUDA
 #include <ATen/core/CachingHostAllocator.h>
-#include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -43,13 +43,6 @@ void copy_unless_same(torch::Tensor& destination, const torch::Tensor& source) {
   if (!destination.is_same(source)) destination.copy_(source, /*non_blocking=*/true);
 }
 
-// `waiter` queues behind the work queued so far on `stream`.
-void wait_for(const c10::cuda::CUDAStream& waiter, const c10::cuda::CUDAStream& stream) {
-  at::cuda::CUDAEvent event;
-  event.record(stream);
-  event.block(waiter);
-}
-
 }  // namespace
 
 GraphedStep::GraphedStep(Strategy& strategy, Batch example) {
@@ -73,7 +66,7 @@ GraphedStep::GraphedStep(Strategy& strategy, Batch example) {
   for (const auto& device : devices) {
     callers.push_back(c10::cuda::getCurrentCUDAStream(device.index()));
     sides.push_back(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index()));
-    wait_for(sides.back(), callers.back());
+    stream_waits_for(sides.back(), callers.back());
   }
   {
     c10::cuda::CUDAMultiStreamGuard on_sides(sides);
@@ -110,9 +103,9 @@ GraphedStep::GraphedStep(Strategy& strategy, Batch example) {
       cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
       C10_CUDA_CHECK(cudaStreamGetCaptureInfo(sides.front(), &status, &captured.capture_id));
       // The other devices' side streams join the capture behind its start.
-      for (size_t d = 1; d < sides.size(); ++d) wait_for(sides[d], sides.front());
+      for (size_t d = 1; d < sides.size(); ++d) stream_waits_for(sides[d], sides.front());
       captured.loss = strategy.train_step(captured.input);
-      for (size_t d = 1; d < sides.size(); ++d) wait_for(sides.front(), sides[d]);
+      for (size_t d = 1; d < sides.size(); ++d) stream_waits_for(sides.front(), sides[d]);
     } catch (...) {
       // End the capture so the streams and the allocator work again for the cases after this one.
       try {
@@ -146,7 +139,7 @@ GraphedStep::GraphedStep(Strategy& strategy, Batch example) {
     captured.graph.capture_end();
     end_pools();
   }
-  for (size_t d = 0; d < devices.size(); ++d) wait_for(callers[d], sides[d]);
+  for (size_t d = 0; d < devices.size(); ++d) stream_waits_for(callers[d], sides[d]);
 }
 
 GraphedStep::~GraphedStep() = default;
@@ -159,12 +152,12 @@ torch::Tensor GraphedStep::run(const Batch& batch) {
   // work, and every device's current stream then waits for the whole graph.
   const auto& devices = captured.devices;
   const auto primary = c10::cuda::getCurrentCUDAStream(devices.front().index());
-  for (size_t d = 1; d < devices.size(); ++d) wait_for(primary, c10::cuda::getCurrentCUDAStream(devices[d].index()));
+  for (size_t d = 1; d < devices.size(); ++d) stream_waits_for(primary, c10::cuda::getCurrentCUDAStream(devices[d].index()));
   {
     c10::cuda::CUDAGuard on_primary(devices.front());
     captured.graph.replay();
   }
-  for (size_t d = 1; d < devices.size(); ++d) wait_for(c10::cuda::getCurrentCUDAStream(devices[d].index()), primary);
+  for (size_t d = 1; d < devices.size(); ++d) stream_waits_for(c10::cuda::getCurrentCUDAStream(devices[d].index()), primary);
   return captured.loss;
 }
 

@@ -33,14 +33,25 @@ void release_cached_memory() {
 #endif
 }
 
+#ifdef PARBENCH_WITH_CUDA
+namespace {
+
+// LibTorch's cuBLAS workspaces back to the allocator, once `devices` have finished with them.
+// Those devices only: synchronising another would open a CUDA context on it (about half a GiB,
+// on every GPU a launcher's rank can see); a workspace on another device is freed in its own
+// stream's order, as any tensor is, and earlier cases ended synchronised.
+void hand_back_cublas_workspaces(const std::vector<torch::Device>& devices) {
+  synchronize_devices(devices);
+  at::cuda::clearCublasWorkspaces();
+}
+
+}  // namespace
+#endif
+
 void release_leftover_memory(const std::vector<torch::Device>& devices) {
 #ifdef PARBENCH_WITH_CUDA
   if (!all_cuda(devices)) return;
-  // The case's devices only: synchronising another would open a CUDA context on it (about half
-  // a GiB, on every GPU a launcher's rank can see). A workspace on another device is freed in its
-  // own stream's order, as any tensor is, and earlier cases ended synchronised.
-  for (const auto& device : devices) torch::cuda::synchronize(device.index());
-  at::cuda::clearCublasWorkspaces();
+  hand_back_cublas_workspaces(devices);
   c10::cuda::CUDACachingAllocator::emptyCache();
 #else
   (void)devices;
@@ -51,10 +62,7 @@ std::vector<AllocatorStats> allocator_stats(const std::vector<torch::Device>& de
   std::vector<AllocatorStats> all;
 #ifdef PARBENCH_WITH_CUDA
   if (!all_cuda(devices)) return all;
-  if (release_cublas_workspaces) {
-    for (const auto& device : devices) torch::cuda::synchronize(device.index());
-    at::cuda::clearCublasWorkspaces();
-  }
+  if (release_cublas_workspaces) hand_back_cublas_workspaces(devices);
   constexpr auto kAggregate = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
   for (const auto& device : devices) {
     const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());

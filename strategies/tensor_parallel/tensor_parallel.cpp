@@ -12,6 +12,7 @@
 // activation memory). The parameters those slices touch (LayerNorms, biases, the position
 // embedding) then get partial gradients, summed across ranks after backward.
 #include "core/counter_table.h"
+#include "core/device_timer.h"
 #include "strategies/distributed/rank_setup.h"
 #include "strategies/distributed/rehearsal_backend.h"
 #include "strategies/distributed/world.h"
@@ -23,7 +24,6 @@
 
 #include <ATen/record_function.h>
 #ifdef PARBENCH_WITH_CUDA
-#include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDAStream.h>
 #endif
 
@@ -169,11 +169,6 @@ class TensorParallel final : public Strategy {
   torch::Tensor halves_step(const torch::Tensor& tokens, const torch::Tensor& targets) {
     std::vector<int64_t> streams;
 #ifdef PARBENCH_WITH_CUDA
-    const auto join = [](const c10::cuda::CUDAStream& into, const c10::cuda::CUDAStream& from) {
-      at::cuda::CUDAEvent done;
-      done.record(from);
-      done.block(into);
-    };
     std::optional<c10::cuda::CUDAStream> first;
     if (second_stream_) {
       first = c10::cuda::getCurrentCUDAStream(devices_.front().index());
@@ -182,7 +177,7 @@ class TensorParallel final : public Strategy {
       while (*second_stream_ == *first) {
         second_stream_ = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, devices_.front().index());
       }
-      join(*second_stream_, *first);  // the second half starts after what the step did so far
+      stream_waits_for(*second_stream_, *first);  // the second half starts after what the step did so far
       streams = {first->id(), second_stream_->id()};
     }
 #endif
@@ -195,7 +190,7 @@ class TensorParallel final : public Strategy {
         losses[half] = vocab_parallel_cross_entropy(logits[half].flatten(0, 1), target_halves[half].t().flatten(), group_);
       });
 #ifdef PARBENCH_WITH_CUDA
-      if (second_stream_) join(*first, *second_stream_);
+      if (second_stream_) stream_waits_for(*first, *second_stream_);
 #endif
     }
     const auto loss = (losses[0] + losses[1]) / 2;
@@ -204,7 +199,7 @@ class TensorParallel final : public Strategy {
       loss.backward();
     }
 #ifdef PARBENCH_WITH_CUDA
-    if (second_stream_) join(*first, *second_stream_);
+    if (second_stream_) stream_waits_for(*first, *second_stream_);
 #endif
     return loss;
   }
