@@ -1028,6 +1028,28 @@ step_mem2_tp_halves() {
     --sequence-parallel="${MEM2_TP_SP:-on}" --tp-halves=off,on --cuda-graph=off,on --allreduce=off --advise=all \
     --repetitions=3 --benchmark_min_time=0.2
 }
+# Issue 37's prediction table on 2 GPUs: every strategy and schedule, checkpointing off and
+# blocks, eager and graphed, in one process under --advise=all (each case's predicted peak per
+# GPU beside its measured one). MEM2_PREDICT_GRAPH narrows --cuda-graph (default off,on).
+#   mem2_predict_resnet: ResNet-50, 128x128, fp32, batch 120 (ddp and zero: per rank); the
+#     pipeline's every schedule at micro-batches of 20 and 60
+#   mem2_predict_gpt: gpt2-medium as MEM2_ARGS, tensor_parallel with sequence parallel off and
+#     on, the pipeline's every schedule at micro-batches of 4
+step_mem2_predict_resnet() {
+  PARBENCH_BENCH_TIMEOUT=${MEM2_TIMEOUT:-400} bench mem2_predict_resnet --models=resnet50 --image=128 --batch=120 \
+    --precision=fp32 --busy-profile=off --strategies=single,model_parallel,pipeline,data_parallel,ddp,zero \
+    --zero-stages=1,2,3 --scaling=weak --schedules=tutorial,gpipe,1f1b,interleaved-1f1b,zb-h1 --chunks=2 \
+    --split-sizes=20,60 --checkpoint=off,blocks --cuda-graph="${MEM2_PREDICT_GRAPH:-off,on}" --allreduce=off \
+    --advise=all --repetitions=3 --benchmark_min_time=0.1
+}
+step_mem2_predict_gpt() {
+  # shellcheck disable=SC2086
+  PARBENCH_BENCH_TIMEOUT=${MEM2_TIMEOUT:-400} bench mem2_predict_gpt $MEM2_ARGS \
+    --strategies=single,model_parallel,pipeline,data_parallel,ddp,zero,tensor_parallel --zero-stages=1,2,3 \
+    --scaling=weak --sequence-parallel=off,on --schedules=tutorial,gpipe,1f1b,interleaved-1f1b,zb-h1 --chunks=2 \
+    --split-sizes=4 --checkpoint=off,blocks --cuda-graph="${MEM2_PREDICT_GRAPH:-off,on}" --allreduce=off \
+    --advise=all --repetitions=3 --benchmark_min_time=0.1
+}
 step_mem2_tp_trace() {
   local status=0 trace
   # shellcheck disable=SC2086
