@@ -373,16 +373,32 @@ StrategyPredictor data_parallel_predictor() {
     return Prediction{step_ms, profile.parts.cut};
   };
   // Memory: every replica the whole model and its gradients (made anew each step) at its shard of
-  // the batch, which device 0 holds whole; replica 0's optimizer state alone.
+  // the batch, its output kept for its backward and its output's gradient given (the loss is not
+  // the replica's); replica 0's optimizer state alone. Device 0 also holds the batch whole and the
+  // loss: the other replicas' outputs gathered, the loss over every output and its backward, after
+  // the forwards; then the outputs and their gradients through the replicas' backwards.
   predictor.memory = [](const AdviseProfile& profile, const CaseConditions& conditions) {
     const auto& config = conditions.config;
+    const auto batch = config.batch_size;
+    const auto& apart = profile.memory.loss_apart_for(config.checkpoint);
+    auto stages = profile.memory.stages_for(config.checkpoint);
+    stages.back() = apart.last_stage;
     MemoryPrediction prediction;
-    const auto shards = shard_sizes(config.batch_size, static_cast<size_t>(conditions.devices));
+    const auto shards = shard_sizes(batch, static_cast<size_t>(conditions.devices));
     for (size_t r = 0; r < static_cast<size_t>(conditions.devices); ++r) {
       const int64_t shard = r < shards.size() ? shards[r] : 0;
-      auto replica = whole_model_memory(profile.memory, config, shard, /*holds_batch=*/false);
+      auto replica = whole_model_memory(profile.memory, stages, config, shard, /*holds_batch=*/false,
+                                        /*fresh_gradients=*/true);
       if (r == 0) {
-        replica.batch = profile.memory.inputs.at(config.batch_size) + profile.memory.targets.at(config.batch_size);
+        replica.batch = profile.memory.inputs.at(batch) + profile.memory.targets.at(batch);
+        const double own_output = apart.last_stage.output.at(shard);
+        const double gathered = apart.last_stage.output.at(batch) - own_output;  // replica 0's output is not copied
+        double forwards_kept = 0;
+        for (const auto& stage : stages) forwards_kept += stage.kept.at(shard);
+        const double loss = forwards_kept + gathered + apart.loss.kept.at(batch) + apart.loss.backward.at(batch);
+        // Replica 0's backward starts from its output's gradient, already among the outputs' gradients.
+        const double backwards = replica.activations + gathered + apart.last_stage.output.at(batch) - own_output;
+        replica.activations = std::max(loss, backwards);
       } else {
         replica.optimizer_state = 0;
       }

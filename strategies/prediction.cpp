@@ -31,6 +31,19 @@ double interpolate(const std::vector<int64_t>& sizes, const std::vector<double>&
   return values[i - 1] + weight * (values[i] - values[i - 1]);
 }
 
+double SampledBytes::at(int64_t samples) const {
+  if (sizes.empty()) return 0;
+  if (sizes.size() == 1) return std::max(0.0, values.front());
+  auto upper = std::lower_bound(sizes.begin(), sizes.end(), samples);
+  if (upper != sizes.end() && *upper == samples) return std::max(0.0, values[static_cast<size_t>(upper - sizes.begin())]);
+  // The two measured sizes around `samples`, or the nearest two where it is outside them.
+  if (upper == sizes.begin()) ++upper;
+  if (upper == sizes.end()) --upper;
+  const auto i = static_cast<size_t>(upper - sizes.begin());
+  const double slope = (values[i] - values[i - 1]) / static_cast<double>(sizes[i] - sizes[i - 1]);
+  return std::max(0.0, values[i - 1] + slope * static_cast<double>(samples - sizes[i - 1]));
+}
+
 SimulatedStep simulate_cut(const CutProfile& parts, const std::vector<int64_t>& sizes, int64_t batch, int64_t split,
                            const std::string& schedule, int chunks) {
   const auto micro_batches = piece_sizes(batch, split);
@@ -61,6 +74,14 @@ const std::vector<StageMemory>& MemoryProfile::stages_for(Checkpointing checkpoi
   const auto found = stages.find(checkpoint);
   if (found == stages.end() || found->second.empty()) {
     throw std::invalid_argument("the stages' memory was not measured with --checkpoint=" + to_string(checkpoint));
+  }
+  return found->second;
+}
+
+const LossApart& MemoryProfile::loss_apart_for(Checkpointing checkpoint) const {
+  const auto found = loss_apart.find(checkpoint);
+  if (found == loss_apart.end() || found->second.loss.kept.sizes.empty()) {
+    throw std::invalid_argument("the loss's memory was not measured with --checkpoint=" + to_string(checkpoint));
   }
   return found->second;
 }
@@ -191,7 +212,11 @@ std::vector<double> parts_activation_bytes(const std::vector<StageMemory>& stage
 
 DeviceMemory whole_model_memory(const MemoryProfile& memory, const RunConfig& config, int64_t batch, bool holds_batch,
                                 bool fresh_gradients) {
-  const auto& stages = memory.stages_for(config.checkpoint);
+  return whole_model_memory(memory, memory.stages_for(config.checkpoint), config, batch, holds_batch, fresh_gradients);
+}
+
+DeviceMemory whole_model_memory(const MemoryProfile& memory, const std::vector<StageMemory>& stages,
+                                const RunConfig& config, int64_t batch, bool holds_batch, bool fresh_gradients) {
   auto device = model_states_of(memory.parameters, config.optimizer);
   // One part per stage, so that each stage's gradients are made at its own backward.
   std::vector<std::vector<size_t>> each_stage;

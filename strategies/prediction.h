@@ -106,17 +106,29 @@ struct CutKey {
   }
 };
 
-// Bytes that grow linearly with a micro-batch's samples: what advise_memory measures at two sizes.
-struct LinearBytes {
-  double fixed = 0, per_sample = 0;
-  double at(int64_t samples) const { return std::max(0.0, fixed + per_sample * static_cast<double>(samples)); }
+// Bytes measured at a few micro-batch sizes (advise_memory measures each stage at the sizes its
+// set-up's cases run, and at two small ones): exact at a measured size, linear between two, and
+// beyond the largest (or below the smallest) along the line through the nearest two. Memory is
+// not linear in the batch (cuDNN's workspaces, the allocator's rounding), so a fit through two
+// small sizes alone drifts at a case's own size.
+struct SampledBytes {
+  std::vector<int64_t> sizes;  // ascending
+  std::vector<double> values;  // at each of sizes
+  double at(int64_t samples) const;
 };
 
 // One model stage's activation memory on its device, as a case runs it (checkpointed or not).
 struct StageMemory {
-  LinearBytes kept;      // allocated by its forward (the last stage's loss included) and held until its backward
-  LinearBytes output;    // its output, which a stage on another device receives as a copy
-  LinearBytes backward;  // the most its backward allocates above `kept`, the incoming gradient included
+  SampledBytes kept;      // allocated by its forward (the last stage's loss included) and held until its backward
+  SampledBytes output;    // its output, which a stage on another device receives as a copy
+  SampledBytes backward;  // the most its backward allocates above `kept`, the incoming gradient included
+};
+
+// The last stage apart from its loss, and the loss alone (taken over outputs gathered into one
+// tensor, as data_parallel takes it on device 0 over every replica's output).
+struct LossApart {
+  StageMemory last_stage;  // as a stage that is not last: its output kept, its gradient given
+  StageMemory loss;        // kept: what the loss holds for its backward; backward: its transient, the outputs' gradient included
 };
 
 // What --advise's memory prediction reads (benchmarks/advise/advise_memory.h measures it; docs/METRICS.md,
@@ -129,10 +141,12 @@ struct MemoryProfile {
   std::vector<std::string> stage_names;
   std::vector<StageGroup> stage_groups;
   std::map<Checkpointing, std::vector<StageMemory>> stages;  // per checkpointing choice measured
-  LinearBytes inputs, targets;  // a batch's
+  std::map<Checkpointing, LossApart> loss_apart;             // the same choices'
+  SampledBytes inputs, targets;  // a batch's
   double device_bytes = 0;      // each device's capacity; 0 where unknown (CPU stand-ins): nothing is flagged
   // The stages measured under `checkpoint`; throws std::invalid_argument where they were not.
   const std::vector<StageMemory>& stages_for(Checkpointing checkpoint) const;
+  const LossApart& loss_apart_for(Checkpointing checkpoint) const;  // the same
 };
 
 // One device's predicted memory, in bytes.
@@ -258,6 +272,10 @@ std::vector<int64_t> in_flight_micro_batches(const std::vector<StageProgram>& pr
 // where `holds_batch`, the batch.
 DeviceMemory whole_model_memory(const MemoryProfile& memory, const RunConfig& config, int64_t batch,
                                 bool holds_batch = true, bool fresh_gradients = true);
+// The same over `stages` in place of the measured ones (data_parallel's replicas: the last
+// without its loss).
+DeviceMemory whole_model_memory(const MemoryProfile& memory, const std::vector<StageMemory>& stages,
+                                const RunConfig& config, int64_t batch, bool holds_batch, bool fresh_gradients);
 
 // ddp's and zero's rank profile: at the case's gradient bucket size and per-rank batch.
 inline std::pair<double, int64_t> at_bucket_and_batch(const CaseConditions& conditions) {

@@ -119,6 +119,73 @@ TEST(AdviseMemory, CheckpointedBlocksKeepLessThanUncheckpointed) {
                std::invalid_argument);
 }
 
+// Exact where measured, linear between two sizes, along the nearest two beyond them, never below 0.
+TEST(AdviseMemory, SampledBytesAreExactWhereMeasuredAndLinearAroundThem) {
+  SampledBytes bytes{{2, 4, 20}, {100, 140, 300}};
+  EXPECT_DOUBLE_EQ(bytes.at(4), 140);
+  EXPECT_DOUBLE_EQ(bytes.at(20), 300);
+  EXPECT_DOUBLE_EQ(bytes.at(3), 120);
+  EXPECT_DOUBLE_EQ(bytes.at(12), 220);   // 140 + 8 * 10
+  EXPECT_DOUBLE_EQ(bytes.at(36), 460);   // beyond 20 along (4, 20): 10 a sample
+  EXPECT_DOUBLE_EQ(bytes.at(1), 80);     // below 2 along (2, 4): 20 a sample
+  EXPECT_DOUBLE_EQ((SampledBytes{{2, 4}, {100, 20}}.at(8)), 0);
+  EXPECT_DOUBLE_EQ((SampledBytes{{6}, {50}}.at(100)), 50);
+  EXPECT_DOUBLE_EQ(SampledBytes{}.at(3), 0);
+}
+
+// The profile measures every stage at the sizes its cases run, beside 2 and 4, and the last
+// stage again without its loss, and the loss alone: its output's bytes are the logits'.
+TEST(AdviseMemory, MeasuresEachStageAtTheCasesOwnSizesAndTheLossApart) {
+  const auto config = tiny_config("tinygpt");
+  const auto memory = profile_memory({config}, torch::kCPU, {6, 3, 0});
+  const std::vector<int64_t> expected = {2, 3, 4, 6};
+  for (const auto& stage : memory.stages_for(Checkpointing::kOff)) {
+    EXPECT_EQ(stage.kept.sizes, expected);
+    EXPECT_EQ(stage.backward.values.size(), expected.size());
+  }
+  const auto& apart = memory.loss_apart_for(Checkpointing::kOff);
+  EXPECT_EQ(apart.last_stage.kept.sizes, expected);
+  EXPECT_EQ(apart.loss.kept.sizes, expected);
+  // tinygpt's logits: fp32 on the CPU, a sample's seq_len x vocabulary.
+  const double logits = 6.0 * static_cast<double>(config.seq_len) * static_cast<double>(config.num_classes) * 4;
+  EXPECT_DOUBLE_EQ(apart.last_stage.output.at(6), logits);
+  EXPECT_GE(apart.last_stage.kept.at(6), logits) << "the output is kept for the backward";
+  EXPECT_GT(apart.loss.backward.at(6), logits) << "the outputs' gradient is the loss's backward's";
+  EXPECT_THROW(memory.loss_apart_for(Checkpointing::kBlocks), std::invalid_argument);
+}
+
+// data_parallel takes its loss on device 0 over every replica's output: what the loss holds
+// counts on device 0 alone, and a replica's own device holds its output and its gradient.
+TEST(AdviseMemory, DataParallelsLossIsDeviceZerosAlone) {
+  auto config = tiny_config("tinygpt");
+  config.batch_size = 8;
+  AdviseProfile profile;
+  profile.memory = profile_memory({config}, torch::kCPU, {4, 8});
+  const auto& predictor = StrategyRegistry::instance().get("data_parallel").predictor();
+  const auto before = predictor.memory(profile, CaseConditions{config, 8, 2});
+  ASSERT_EQ(before.devices.size(), 2u);
+  const double more = 1e9;  // far above the rest: the loss's phase is device 0's peak
+  for (auto& value : profile.memory.loss_apart[Checkpointing::kOff].loss.kept.values) value += more;
+  const auto after = predictor.memory(profile, CaseConditions{config, 8, 2});
+  EXPECT_DOUBLE_EQ(after.devices[1].peak(), before.devices[1].peak());
+  // Device 0's peak is then the loss's: replica 0's forwards at its shard of 4, the other
+  // replica's output gathered, and the loss over all 8 with its backward.
+  const auto& apart = profile.memory.loss_apart_for(Checkpointing::kOff);
+  auto stages = profile.memory.stages_for(Checkpointing::kOff);
+  stages.back() = apart.last_stage;
+  double forwards_kept = 0;
+  for (const auto& stage : stages) forwards_kept += stage.kept.at(4);
+  EXPECT_DOUBLE_EQ(after.devices[0].activations, forwards_kept + apart.last_stage.output.at(8) -
+                                                     apart.last_stage.output.at(4) + apart.loss.kept.at(8) +
+                                                     apart.loss.backward.at(8));
+  EXPECT_GT(after.devices[0].peak(), before.devices[0].peak() + 0.99 * more);
+  // Replica 1 holds the model at its shard of 4 with its output, without the loss.
+  const auto replica = whole_model_memory(profile.memory, stages, config, 4, /*holds_batch=*/false, true);
+  EXPECT_DOUBLE_EQ(after.devices[1].activations, replica.activations);
+  EXPECT_LT(after.devices[1].activations, whole_model_memory(profile.memory, config, 4, false).activations)
+      << "the loss is not the replica's";
+}
+
 // ---- model states: one-process strategies, set up in this process --------------------------------
 
 std::vector<CaseSpec> cases_of(const std::vector<std::string>& arguments) {
@@ -197,7 +264,7 @@ TEST(AdviseMemory, SinglesPredictedPeakIsWhatTheCpuAllocatorSees) {
     ASSERT_EQ(specs.size(), 1u);
     const auto& spec = specs.front();
     AdviseProfile profile;
-    profile.memory = profile_memory({spec.config}, torch::kCPU);
+    profile.memory = profile_memory({spec.config}, torch::kCPU, {spec.config.batch_size});
     const auto predicted = spec.strategy->predictor().memory(profile, CaseConditions{spec.config, spec.global_batch, 1});
     double measured = 0;
     {

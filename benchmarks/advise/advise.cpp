@@ -520,6 +520,23 @@ double fullest_bytes(const CaseSpec& spec) {
 }
 bool fits(const CaseSpec& spec, double capacity_bytes) { return capacity_bytes <= 0 || fullest_bytes(spec) <= capacity_bytes; }
 
+// The samples a set-up's cases run the model's stages at, for its memory profile to measure:
+// each case's batch (a ddp or zero rank's, single's), the set-up's whole batch and its shards
+// over `devices` (data_parallel's replicas), and the micro-batches its staged cases run.
+std::set<int64_t> memory_sizes(const std::vector<CaseSpec>& specs, size_t devices) {
+  std::set<int64_t> sizes;
+  ProfileRequest request;
+  for (const auto& spec : specs) {
+    if (!predictor_of(spec).memory) continue;
+    add_to_request(spec, request);  // each asked once already, without a throw
+    sizes.insert({spec.config.batch_size, spec.global_batch});
+    for (auto shard : shard_sizes(spec.global_batch, devices)) sizes.insert(shard);
+  }
+  sizes.insert(request.sizes.begin(), request.sizes.end());
+  for (const auto& rank : request.ranks) sizes.insert(rank.second);
+  return sizes;
+}
+
 // What profile_memory reads of its configs: set-ups that differ only in batch (a distributed
 // set-up's global batch against the reference's) share one memory profile.
 std::string memory_profile_key(const std::vector<RunConfig>& configs, torch::Device device) {
@@ -676,12 +693,25 @@ std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& 
 
   nlohmann::json predictions = nlohmann::json::array();
   double profile_seconds = 0;
+  const auto devices_of = [&](const std::vector<CaseSpec>& specs) {
+    const auto multi = std::find_if(specs.begin(), specs.end(), [](const auto& s) { return !is_reference(s); });
+    return profile_devices(multi != specs.end() ? *multi : specs.front());
+  };
+  // Each memory profile is measured once, at the sizes of every set-up that shares it.
+  std::map<std::string, std::set<int64_t>> memory_sizes_of;  // by memory_profile_key
+  for (const auto& key : order) {
+    const auto devices = devices_of(setups[key]);
+    const auto configs = memory_configs(setups[key]);
+    if (configs.empty()) continue;
+    const auto sizes = memory_sizes(setups[key], devices.size());
+    memory_sizes_of[memory_profile_key(configs, devices.front())].insert(sizes.begin(), sizes.end());
+  }
   std::map<std::string, MemoryProfile> memory_profiles;  // by memory_profile_key
   for (const auto& key : order) {
     auto& specs = setups[key];
     const auto began = std::chrono::steady_clock::now();
     const auto multi = std::find_if(specs.begin(), specs.end(), [](const auto& s) { return !is_reference(s); });
-    const auto devices = profile_devices(multi != specs.end() ? *multi : specs.front());
+    const auto devices = devices_of(specs);
     const auto device = devices.front();
     // The set-up's whole batch, whatever a distributed case's own config holds.
     CaseSpec setup = multi != specs.end() ? *multi : specs.front();
@@ -702,7 +732,7 @@ std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& 
         profile.memory = cached->second;
       } else {
         try {
-          profile.memory = profile_memory(configs, device);
+          profile.memory = profile_memory(configs, device, memory_sizes_of[memory_key]);
           memory_profiles[memory_key] = profile.memory;
         } catch (const std::exception& error) {
           release_cached_memory();

@@ -1,5 +1,6 @@
 #include "benchmarks/advise/advise_memory.h"
 
+#include "benchmarks/advise/fit.h"
 #include "benchmarks/measure/memory.h"
 
 #include "benchmarks/config/test_hooks.h"
@@ -14,6 +15,10 @@
 #endif
 
 #include <algorithm>
+#include <array>
+#include <functional>
+#include <set>
+#include <string>
 #include <mutex>
 #include <unordered_map>
 #include <limits>
@@ -105,71 +110,98 @@ void synchronize(torch::Device device) {
   if (device.is_cuda()) torch::cuda::synchronize(device.index());
 }
 
-// Fitted through two measurements at kMemoryProfileSizes.
-LinearBytes linear(double small, double large) {
-  const auto small_size = static_cast<double>(kMemoryProfileSizes.front());
-  const auto large_size = static_cast<double>(kMemoryProfileSizes.back());
-  LinearBytes bytes;
-  bytes.per_sample = (large - small) / (large_size - small_size);
-  bytes.fixed = small - bytes.per_sample * small_size;
-  return bytes;
-}
-
 void place(const Stage& stage, torch::Device device) {
   for (const auto& module : stage.modules) module->to(device);
 }
 
-// Every stage's memory under `config` (its checkpointing), one stage on `device` at a time.
-std::vector<StageMemory> measure_stages(StagedModel& model, const RunConfig& config, torch::Device device) {
+void add_sample(StageMemory& memory, int64_t size, const std::array<double, 3>& measured) {
+  for (auto* bytes : {&memory.kept, &memory.output, &memory.backward}) bytes->sizes.push_back(size);
+  memory.kept.values.push_back(measured[0]);
+  memory.output.values.push_back(measured[1]);
+  memory.backward.values.push_back(measured[2]);
+}
+
+// One piece of work's memory on `device`: run once untimed and unmeasured (its gradients and the
+// library's workspaces made), then what its forward leaves allocated, its root's bytes where
+// `output` (its output, for a later stage to take) and the most its backward allocates above what
+// the forward left.
+std::array<double, 3> measure_piece(torch::Device device, const std::function<torch::Tensor()>& forward,
+                                    const std::function<void(const torch::Tensor&)>& backward, bool output) {
+  backward(forward());
+  AllocationCounter counter(device);
+  const double before_forward = counter.current();
+  auto root = forward();
+  const double after_forward = counter.current();
+  const double output_bytes = output ? static_cast<double>(tensor_bytes(root)) : 0.0;
+  counter.reset_peak();
+  backward(root);
+  return {after_forward - before_forward, output_bytes, counter.peak() - after_forward};
+}
+
+struct StagesMeasured {
+  std::vector<StageMemory> stages;
+  LossApart loss_apart;
+};
+
+// Every stage's memory under `config` (its checkpointing), one stage on `device` at a time, at
+// each of `sizes` (ascending); the last stage also without its loss, and the loss alone. A size
+// that runs out of memory ends the measuring there: the stages are then known up to the size
+// before it, and beyond it along their last two sizes.
+StagesMeasured measure_stages(StagedModel& model, const RunConfig& config, torch::Device device,
+                              const std::vector<int64_t>& sizes) {
   model.set_checkpoint_blocks(config.checkpoint == Checkpointing::kBlocks);
   prepare_model(model, config.precision);
   const auto stages = model.stages();
-  // Per stage, per size: kept, output, backward.
-  std::vector<std::vector<double>> kept(stages.size()), output(stages.size()), backward(stages.size());
-  for (auto size : kMemoryProfileSizes) {
-    const auto batch = make_random_batch(config, size, device, device);
-    torch::Tensor activation = batch.inputs;
-    for (size_t s = 0; s < stages.size(); ++s) {
-      const bool last = s + 1 == stages.size();
-      place(stages[s], device);
-      const auto input = s == 0 ? activation : activation.detach().requires_grad_();
-      const auto forward = [&] {
-        AutocastScope autocast(device.type(), model.autocast_dtype());
-        const auto out = stages[s].forward(input);
-        return last ? compute_loss(out, batch.targets, config.loss) : out;
-      };
-      const auto run_backward = [&](const torch::Tensor& root) {
-        if (last) {
-          root.backward();
-        } else {
-          root.backward(torch::randn_like(root));
-        }
-      };
-      run_backward(forward());  // untimed: the stage's gradients and the library's workspaces made
-      torch::Tensor next;
-      {
-        AllocationCounter counter(device);
-        const double before_forward = counter.current();
-        auto root = forward();
-        const double after_forward = counter.current();
-        kept[s].push_back(after_forward - before_forward);
-        output[s].push_back(last ? 0.0 : static_cast<double>(tensor_bytes(root)));
-        counter.reset_peak();
-        run_backward(root);
-        backward[s].push_back(counter.peak() - after_forward);
-        if (!last) next = root.detach();
-      }
-      for (const auto& module : stages[s].modules) {
-        for (auto& parameter : module->parameters()) parameter.mutable_grad().reset();
-      }
-      if (device != torch::Device(torch::kCPU)) place(stages[s], torch::kCPU);
-      activation = next;
+  StagesMeasured memory;
+  memory.stages.resize(stages.size());
+  const auto release_stage = [&](size_t s) {
+    for (const auto& module : stages[s].modules) {
+      for (auto& parameter : module->parameters()) parameter.mutable_grad().reset();
     }
-  }
-  std::vector<StageMemory> memory;
-  for (size_t s = 0; s < stages.size(); ++s) {
-    memory.push_back({linear(kept[s].front(), kept[s].back()), linear(output[s].front(), output[s].back()),
-                      linear(backward[s].front(), backward[s].back())});
+    if (device != torch::Device(torch::kCPU)) place(stages[s], torch::kCPU);
+  };
+  const auto backward_from_random = [](const torch::Tensor& root) { root.backward(torch::randn_like(root)); };
+  const auto backward_from_loss = [](const torch::Tensor& root) { root.backward(); };
+  for (auto size : sizes) {
+    // At this size, per stage, then the last stage without its loss and the loss alone: kept,
+    // output, backward; added to `memory` once every piece has them.
+    std::vector<std::array<double, 3>> measured;
+    try {
+      const auto batch = make_random_batch(config, size, device, device);
+      torch::Tensor activation = batch.inputs;
+      for (size_t s = 0; s < stages.size(); ++s) {
+        const bool last = s + 1 == stages.size();
+        place(stages[s], device);
+        const auto input = s == 0 ? activation : activation.detach().requires_grad_();
+        const auto stage_forward = [&] {
+          AutocastScope autocast(device.type(), model.autocast_dtype());
+          return stages[s].forward(input);
+        };
+        if (!last) {
+          measured.push_back(measure_piece(device, stage_forward, backward_from_random, /*output=*/true));
+          activation = stage_forward().detach();
+        } else {
+          // The loss outside autocast, as the strategies take it.
+          const auto with_loss = [&] { return compute_loss(stage_forward(), batch.targets, config.loss); };
+          measured.push_back(measure_piece(device, with_loss, backward_from_loss, /*output=*/false));
+          measured.push_back(measure_piece(device, stage_forward, backward_from_random, /*output=*/true));
+          // The loss over outputs gathered into one tensor, as data_parallel takes it on device 0.
+          const auto output = stage_forward().detach().requires_grad_();
+          const auto loss_alone = [&] { return compute_loss(torch::cat({output}), batch.targets, config.loss); };
+          measured.push_back(measure_piece(device, loss_alone, backward_from_loss, /*output=*/false));
+        }
+        release_stage(s);
+      }
+    } catch (const std::exception& error) {
+      // Too large for the device: the sizes measured so far stand, if there are two.
+      if (!is_out_of_memory(error.what()) || memory.stages.front().kept.sizes.size() < 2) throw;
+      for (size_t s = 0; s < stages.size(); ++s) release_stage(s);
+      release_cached_memory();
+      break;
+    }
+    for (size_t s = 0; s < stages.size(); ++s) add_sample(memory.stages[s], size, measured[s]);
+    add_sample(memory.loss_apart.last_stage, size, measured[stages.size()]);
+    add_sample(memory.loss_apart.loss, size, measured[stages.size() + 1]);
   }
   return memory;
 }
@@ -216,7 +248,8 @@ void AllocationCounter::reset_peak() {
   CountingCpuAllocator::instance().reset_peak();
 }
 
-MemoryProfile profile_memory(const std::vector<RunConfig>& configs, torch::Device device) {
+MemoryProfile profile_memory(const std::vector<RunConfig>& configs, torch::Device device,
+                             const std::set<int64_t>& case_sizes) {
   if (configs.empty()) throw std::invalid_argument("a memory profile needs at least one case's config");
   const auto& first = configs.front();
   MemoryProfile memory;
@@ -240,15 +273,22 @@ MemoryProfile profile_memory(const std::vector<RunConfig>& configs, torch::Devic
     memory.parameter_names.push_back(item.key());
     memory.parameter_stage.push_back(found->second);
   }
-  std::vector<double> inputs, targets;
-  for (auto size : kMemoryProfileSizes) {
+  for (auto size : kMemoryProfileSizes) {  // linear in the samples: two sizes tell every size
     const auto batch = make_random_batch(first, size, torch::kCPU, torch::kCPU);
-    inputs.push_back(static_cast<double>(tensor_bytes(batch.inputs)));
-    targets.push_back(static_cast<double>(tensor_bytes(batch.targets)));
+    for (auto* bytes : {&memory.inputs, &memory.targets}) bytes->sizes.push_back(size);
+    memory.inputs.values.push_back(static_cast<double>(tensor_bytes(batch.inputs)));
+    memory.targets.values.push_back(static_cast<double>(tensor_bytes(batch.targets)));
   }
-  memory.inputs = linear(inputs.front(), inputs.back());
-  memory.targets = linear(targets.front(), targets.back());
-  for (const auto& config : configs) memory.stages[config.checkpoint] = measure_stages(*model, config, device);
+  std::set<int64_t> sizes(kMemoryProfileSizes.begin(), kMemoryProfileSizes.end());
+  for (auto size : case_sizes) {
+    if (size > 0) sizes.insert(size);
+  }
+  const std::vector<int64_t> ascending(sizes.begin(), sizes.end());
+  for (const auto& config : configs) {
+    auto measured = measure_stages(*model, config, device, ascending);
+    memory.stages[config.checkpoint] = std::move(measured.stages);
+    memory.loss_apart[config.checkpoint] = std::move(measured.loss_apart);
+  }
   memory.device_bytes = device_capacity_bytes(device);
   return memory;
 }

@@ -6,6 +6,7 @@
 
 #include "strategies/prediction.h"
 
+#include <set>
 #include <vector>
 
 namespace parbench {
@@ -29,7 +30,7 @@ class AllocationCounter {
   torch::Device device_;
 };
 
-// The micro-batch sizes each stage is measured at; the bytes are taken as linear between them.
+// The micro-batch sizes every stage is measured at, beside the sizes its set-up's cases run.
 inline const std::vector<int64_t> kMemoryProfileSizes = {2, 4};
 
 // The memory profile of one set-up: `configs` hold its model, classes, precision, loss and
@@ -38,8 +39,12 @@ inline const std::vector<int64_t> kMemoryProfileSizes = {2, 4};
 // with its loss) and backward once untimed and unmeasured (its gradients and workspaces made),
 // then measured: what its forward leaves allocated (its output included; its input, the previous
 // stage's output, not), its output, and the most its backward allocates above that (the incoming
-// gradient included), at each of kMemoryProfileSizes; then it goes back to the CPU.
-MemoryProfile profile_memory(const std::vector<RunConfig>& configs, torch::Device device);
+// gradient included), at each of kMemoryProfileSizes and `case_sizes` (the micro-batches,
+// replicas' shards and ranks' batches its cases run; SampledBytes); then it goes back to the CPU.
+// A size that runs out of memory, and every larger one, is left to the line through the two
+// largest measured.
+MemoryProfile profile_memory(const std::vector<RunConfig>& configs, torch::Device device,
+                             const std::set<int64_t>& case_sizes = {});
 
 // Each device's capacity for the prediction's "fits": a GPU's total memory; on CPU stand-ins 0
 // (unknown: no case is flagged) unless PARBENCH_TEST_DEVICE_GIB sets one (benchmarks/config/test_hooks.h).
