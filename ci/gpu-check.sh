@@ -1034,7 +1034,9 @@ step_mem2_tp_halves() {
 #   mem2_predict_resnet: ResNet-50, 128x128, fp32, batch 120 (ddp and zero: per rank); the
 #     pipeline's every schedule at micro-batches of 20 and 60
 #   mem2_predict_gpt: gpt2-medium as MEM2_ARGS, tensor_parallel with sequence parallel off and
-#     on, the pipeline's every schedule at micro-batches of 4
+#     on, the pipeline's every schedule at micro-batches of 4 (MEM2_PREDICT_STRATEGIES narrows the
+#     strategies, into mem2_predict_gpt$MEM2_PREDICT_SUFFIX.json: the whole set's profile takes
+#     about 400 s on 2 H200s)
 step_mem2_predict_resnet() {
   PARBENCH_BENCH_TIMEOUT=${MEM2_TIMEOUT:-400} bench mem2_predict_resnet --models=resnet50 --image=128 --batch=120 \
     --precision=fp32 --busy-profile=off --strategies=single,model_parallel,pipeline,data_parallel,ddp,zero \
@@ -1044,8 +1046,8 @@ step_mem2_predict_resnet() {
 }
 step_mem2_predict_gpt() {
   # shellcheck disable=SC2086
-  PARBENCH_BENCH_TIMEOUT=${MEM2_TIMEOUT:-400} bench mem2_predict_gpt $MEM2_ARGS \
-    --strategies=single,model_parallel,pipeline,data_parallel,ddp,zero,tensor_parallel --zero-stages=1,2,3 \
+  PARBENCH_BENCH_TIMEOUT=${MEM2_TIMEOUT:-400} bench "mem2_predict_gpt${MEM2_PREDICT_SUFFIX:-}" $MEM2_ARGS \
+    --strategies="${MEM2_PREDICT_STRATEGIES:-single,model_parallel,pipeline,data_parallel,ddp,zero,tensor_parallel}" --zero-stages=1,2,3 \
     --scaling=weak --sequence-parallel=off,on --schedules=tutorial,gpipe,1f1b,interleaved-1f1b,zb-h1 --chunks=2 \
     --split-sizes=4 --checkpoint=off,blocks --cuda-graph="${MEM2_PREDICT_GRAPH:-off,on}" --allreduce=off \
     --advise=all --repetitions=3 --benchmark_min_time=0.1
