@@ -232,6 +232,7 @@ DeviceMemory whole_model_memory(const MemoryProfile& memory, const std::vector<S
                                                               : std::vector<double>{})
                            .front();
   if (holds_batch) device.batch = memory.inputs.at(batch) + memory.targets.at(batch);
+  device.workspaces = memory.workspace_bytes;
   return device;
 }
 
@@ -333,10 +334,25 @@ std::vector<std::vector<size_t>> staged_parts(const AdviseProfile& profile, cons
 // Stages on devices: each device's stages' model states (one optimizer per stage), the
 // activations its schedule's program holds, and the batch's inputs on the first device and
 // targets on the last stage's.
+// The measured stages as a staged case runs them: the last holds its output (a language model's
+// logits) from its forward to its backward, and takes its loss only then (stage_executor's
+// micro_loss; the tutorial's over every output), on top of what it holds.
+std::vector<StageMemory> staged_stages(const MemoryProfile& memory, Checkpointing checkpoint) {
+  auto stages = memory.stages_for(checkpoint);
+  const auto& apart = memory.loss_apart_for(checkpoint);
+  auto& last = stages.back();
+  if (last.backward.sizes != apart.loss.kept.sizes) {
+    throw std::invalid_argument("the last stage and its loss were measured at different sizes");
+  }
+  last.kept = apart.last_stage.kept;
+  for (size_t i = 0; i < last.backward.values.size(); ++i) last.backward.values[i] += apart.loss.kept.values[i];
+  return stages;
+}
+
 MemoryPrediction staged_memory(const AdviseProfile& profile, const CaseConditions& conditions) {
   const auto& config = conditions.config;
   const auto& memory = profile.memory;
-  const auto& stages = memory.stages_for(config.checkpoint);
+  const auto stages = staged_stages(memory, config.checkpoint);
   const int chunks = chunks_of(config);
   const auto devices = static_cast<size_t>(conditions.devices);
   const auto parts = staged_parts(profile, config, devices * static_cast<size_t>(chunks));
@@ -361,6 +377,7 @@ MemoryPrediction staged_memory(const AdviseProfile& profile, const CaseCondition
     }
     auto device = model_states_of(held, config.optimizer);
     device.activations = activations[d];
+    device.workspaces = memory.workspace_bytes;
     device.fresh_gradients = true;
     if (d == 0) device.batch += memory.inputs.at(batch);
     if (d == (parts.size() - 1) % devices) device.batch += memory.targets.at(batch);

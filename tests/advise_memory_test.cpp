@@ -186,6 +186,19 @@ TEST(AdviseMemory, DataParallelsLossIsDeviceZerosAlone) {
       << "the loss is not the replica's";
 }
 
+// On a GPU the profile measures what the stages' work leaves allocated once they are gone (the
+// matmul libraries' workspaces for its stream), from a device without any, and every device of a
+// prediction holds it.
+TEST(AdviseProfile, MeasuresTheWorkspacesTheStagesLeaveOnAGpu) {
+  if (visible_gpu_count() == 0) GTEST_SKIP() << "needs a GPU, 0 visible";
+  const auto config = tiny_config("tinygpt");
+  const auto memory = profile_memory({config}, torch::Device(torch::kCUDA, 0));
+  EXPECT_GT(memory.workspace_bytes, 0) << "tinygpt's matmuls take a cuBLAS workspace";
+  EXPECT_LT(memory.workspace_bytes, 512.0 * 1024 * 1024);
+  EXPECT_DOUBLE_EQ(whole_model_memory(memory, config, 4).workspaces, memory.workspace_bytes);
+  std::fprintf(stderr, "workspaces: %.1f MiB\n", memory.workspace_bytes / 1024 / 1024);
+}
+
 // ---- model states: one-process strategies, set up in this process --------------------------------
 
 std::vector<CaseSpec> cases_of(const std::vector<std::string>& arguments) {
@@ -207,6 +220,37 @@ void expect_states_match(const DeviceMemory& predicted, const ModelStateBytes& m
   near(predicted.parameters, measured.parameters, "parameters");
   near(predicted.gradients, measured.gradients, "gradients");
   near(predicted.optimizer_state, measured.optimizer_state, "optimizer state");
+}
+
+// A staged case's last stage holds its output from its forward to its backward, and takes its
+// loss only at its backward: the output's bytes count once per micro-batch in flight on the last
+// device (gpipe: all 4; 1f1b: one), the loss's once.
+TEST(AdviseMemory, StagedLastStageHoldsItsOutputPerMicroBatchAndItsLossOnce) {
+  const auto specs = cases_of({"--preset=cpu", "--models=tinygpt", "--batch=8", "--seq=16", "--strategies=pipeline",
+                               "--split-sizes=2", "--schedules=gpipe,1f1b"});
+  ASSERT_EQ(specs.size(), 2u);
+  AdviseProfile profile;
+  profile.memory = profile_memory({specs.front().config}, torch::kCPU, {2, 8});
+  const auto last_device = [&](const CaseSpec& spec) {
+    const auto predicted =
+        spec.strategy->predictor().memory(profile, CaseConditions{spec.config, spec.global_batch, spec.gpus});
+    return predicted.devices.back().peak();
+  };
+  const double more = 1e9;  // far above the rest: the last device's peak is at a backward of the last stage
+  for (const auto& spec : specs) {
+    const bool gpipe = spec.name.find("gpipe") != std::string::npos;
+    auto& apart = profile.memory.loss_apart[Checkpointing::kOff];
+    const double before = last_device(spec);
+    for (auto& value : apart.loss.kept.values) value += more;
+    const double with_more_loss = last_device(spec);
+    for (auto& value : apart.loss.kept.values) value -= more;
+    EXPECT_NEAR(with_more_loss - before, more, 1e-3 * more) << spec.name << ": the loss is taken once, at a backward";
+    for (auto& value : apart.last_stage.kept.values) value += more;
+    const double with_more_output = last_device(spec);
+    for (auto& value : apart.last_stage.kept.values) value -= more;
+    EXPECT_NEAR(with_more_output - before, (gpipe ? 4 : 1) * more, 1e-3 * more)
+        << spec.name << ": what the last stage keeps, once per micro-batch in flight";
+  }
 }
 
 // Every one-process strategy and schedule on two CPU stand-ins, tinycnn and tinygpt, SGD and AdamW,

@@ -279,6 +279,14 @@ MemoryProfile profile_memory(const std::vector<RunConfig>& configs, torch::Devic
     memory.inputs.values.push_back(static_cast<double>(tensor_bytes(batch.inputs)));
     memory.targets.values.push_back(static_cast<double>(tensor_bytes(batch.targets)));
   }
+  // The workspaces the stages' work leaves: measured from a device without any, as a case's
+  // set-up leaves it (release_leftover_memory), to what is allocated once every stage is back on
+  // the CPU.
+  double allocated_before = 0;
+  if (device.is_cuda()) {
+    release_leftover_memory({device});
+    allocated_before = AllocationCounter(device).current();
+  }
   std::set<int64_t> sizes(kMemoryProfileSizes.begin(), kMemoryProfileSizes.end());
   for (auto size : case_sizes) {
     if (size > 0) sizes.insert(size);
@@ -289,6 +297,7 @@ MemoryProfile profile_memory(const std::vector<RunConfig>& configs, torch::Devic
     memory.stages[config.checkpoint] = std::move(measured.stages);
     memory.loss_apart[config.checkpoint] = std::move(measured.loss_apart);
   }
+  if (device.is_cuda()) memory.workspace_bytes = std::max(0.0, AllocationCounter(device).current() - allocated_before);
   memory.device_bytes = device_capacity_bytes(device);
   return memory;
 }
