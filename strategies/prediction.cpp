@@ -232,7 +232,6 @@ DeviceMemory whole_model_memory(const MemoryProfile& memory, const std::vector<S
                                                               : std::vector<double>{})
                            .front();
   if (holds_batch) device.batch = memory.inputs.at(batch) + memory.targets.at(batch);
-  device.workspaces = memory.workspace_bytes;
   return device;
 }
 
@@ -377,7 +376,6 @@ MemoryPrediction staged_memory(const AdviseProfile& profile, const CaseCondition
     }
     auto device = model_states_of(held, config.optimizer);
     device.activations = activations[d];
-    device.workspaces = memory.workspace_bytes;
     device.fresh_gradients = true;
     if (d == 0) device.batch += memory.inputs.at(batch);
     if (d == (parts.size() - 1) % devices) device.batch += memory.targets.at(batch);

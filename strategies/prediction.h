@@ -143,9 +143,6 @@ struct MemoryProfile {
   std::map<Checkpointing, std::vector<StageMemory>> stages;  // per checkpointing choice measured
   std::map<Checkpointing, LossApart> loss_apart;             // the same choices'
   SampledBytes inputs, targets;  // a batch's
-  // What the stages' work left allocated on the profile's device once every stage went back to
-  // the CPU: the matmul libraries' workspaces for the stream it ran on (0 on CPUs).
-  double workspace_bytes = 0;
   double device_bytes = 0;      // each device's capacity; 0 where unknown (CPU stand-ins): nothing is flagged
   // The stages measured under `checkpoint`; throws std::invalid_argument where they were not.
   const std::vector<StageMemory>& stages_for(Checkpointing checkpoint) const;
@@ -159,16 +156,13 @@ struct DeviceMemory {
   // zero's whole gradients or gathered units).
   double strategy = 0;
   double batch = 0;        // the batch's inputs and targets held on the device
-  // What the device's matmul libraries keep allocated for the stream its work runs on (LibTorch's
-  // cuBLAS and cuBLASLt workspaces: MemoryProfile::workspace_bytes).
-  double workspaces = 0;
   double activations = 0;  // the most held at once by the schedule, the backward's transient included
   // The step makes its gradients anew (they are set to none before it): `activations` then counts
   // each stage's gradients from its backward on, and the peak does not add `gradients` again.
   bool fresh_gradients = false;
   double model_states() const { return parameters + gradients + optimizer_state; }
   double peak() const {
-    return parameters + optimizer_state + (fresh_gradients ? 0 : gradients) + strategy + batch + workspaces + activations;
+    return parameters + optimizer_state + (fresh_gradients ? 0 : gradients) + strategy + batch + activations;
   }
 };
 

@@ -186,19 +186,6 @@ TEST(AdviseMemory, DataParallelsLossIsDeviceZerosAlone) {
       << "the loss is not the replica's";
 }
 
-// On a GPU the profile measures what the stages' work leaves allocated once they are gone (the
-// matmul libraries' workspaces for its stream), from a device without any, and every device of a
-// prediction holds it.
-TEST(AdviseProfile, MeasuresTheWorkspacesTheStagesLeaveOnAGpu) {
-  if (visible_gpu_count() == 0) GTEST_SKIP() << "needs a GPU, 0 visible";
-  const auto config = tiny_config("tinygpt");
-  const auto memory = profile_memory({config}, torch::Device(torch::kCUDA, 0));
-  EXPECT_GT(memory.workspace_bytes, 0) << "tinygpt's matmuls take a cuBLAS workspace";
-  EXPECT_LT(memory.workspace_bytes, 512.0 * 1024 * 1024);
-  EXPECT_DOUBLE_EQ(whole_model_memory(memory, config, 4).workspaces, memory.workspace_bytes);
-  std::fprintf(stderr, "workspaces: %.1f MiB\n", memory.workspace_bytes / 1024 / 1024);
-}
-
 // ---- model states: one-process strategies, set up in this process --------------------------------
 
 std::vector<CaseSpec> cases_of(const std::vector<std::string>& arguments) {

@@ -1,6 +1,7 @@
 #include "benchmarks/advise/advise_memory.h"
 
 #include "benchmarks/advise/fit.h"
+#include "benchmarks/measure/device_stats.h"
 #include "benchmarks/measure/memory.h"
 
 #include "benchmarks/config/test_hooks.h"
@@ -210,10 +211,10 @@ StagesMeasured measure_stages(StagedModel& model, const RunConfig& config, torch
 
 AllocationCounter::AllocationCounter(torch::Device device) : device_(device) {
   if (device_.is_cuda()) {
-#ifdef PARBENCH_WITH_CUDA
     synchronize(device_);
-    c10::cuda::CUDACachingAllocator::resetPeakStats(device_.index());
-#endif
+    // Through reset_peak_memory, which initialises CUDA first: before a process's first allocation
+    // the caching allocator rejects every device (call O: "Invalid device argument").
+    reset_peak_memory({device_});
     return;
   }
   if (!device_.is_cpu()) throw std::invalid_argument("allocations are counted on CPUs and GPUs, not " + device_.str());
@@ -239,12 +240,10 @@ double AllocationCounter::peak() const {
 
 void AllocationCounter::reset_peak() {
   synchronize(device_);
-#ifdef PARBENCH_WITH_CUDA
   if (device_.is_cuda()) {
-    c10::cuda::CUDACachingAllocator::resetPeakStats(device_.index());
+    reset_peak_memory({device_});
     return;
   }
-#endif
   CountingCpuAllocator::instance().reset_peak();
 }
 
@@ -279,14 +278,6 @@ MemoryProfile profile_memory(const std::vector<RunConfig>& configs, torch::Devic
     memory.inputs.values.push_back(static_cast<double>(tensor_bytes(batch.inputs)));
     memory.targets.values.push_back(static_cast<double>(tensor_bytes(batch.targets)));
   }
-  // The workspaces the stages' work leaves: measured from a device without any, as a case's
-  // set-up leaves it (release_leftover_memory), to what is allocated once every stage is back on
-  // the CPU.
-  double allocated_before = 0;
-  if (device.is_cuda()) {
-    release_leftover_memory({device});
-    allocated_before = AllocationCounter(device).current();
-  }
   std::set<int64_t> sizes(kMemoryProfileSizes.begin(), kMemoryProfileSizes.end());
   for (auto size : case_sizes) {
     if (size > 0) sizes.insert(size);
@@ -297,7 +288,6 @@ MemoryProfile profile_memory(const std::vector<RunConfig>& configs, torch::Devic
     memory.stages[config.checkpoint] = std::move(measured.stages);
     memory.loss_apart[config.checkpoint] = std::move(measured.loss_apart);
   }
-  if (device.is_cuda()) memory.workspace_bytes = std::max(0.0, AllocationCounter(device).current() - allocated_before);
   memory.device_bytes = device_capacity_bytes(device);
   return memory;
 }
