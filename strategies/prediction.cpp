@@ -330,9 +330,6 @@ std::vector<std::vector<size_t>> staged_parts(const AdviseProfile& profile, cons
   return indices;
 }
 
-// Stages on devices: each device's stages' model states (one optimizer per stage), the
-// activations its schedule's program holds, and the batch's inputs on the first device and
-// targets on the last stage's.
 // The measured stages as a staged case runs them: the last holds its output (a language model's
 // logits) from its forward to its backward, and takes its loss only then (stage_executor's
 // micro_loss; the tutorial's over every output), on top of what it holds.
@@ -348,6 +345,9 @@ std::vector<StageMemory> staged_stages(const MemoryProfile& memory, Checkpointin
   return stages;
 }
 
+// Stages on devices: each device's stages' model states (one optimizer per stage), the
+// activations its schedule's program holds, and the batch's inputs on the first device and
+// targets on the last stage's.
 MemoryPrediction staged_memory(const AdviseProfile& profile, const CaseConditions& conditions) {
   const auto& config = conditions.config;
   const auto& memory = profile.memory;
