@@ -529,8 +529,8 @@ std::set<int64_t> memory_sizes(const std::vector<CaseSpec>& specs, size_t device
   for (const auto& spec : specs) {
     if (!predictor_of(spec).memory) continue;
     add_to_request(spec, request);  // each asked once already, without a throw
-    sizes.insert({spec.config.batch_size, spec.global_batch});
-    for (auto shard : shard_sizes(spec.global_batch, devices)) sizes.insert(shard);
+    sizes.insert(spec.config.batch_size);
+    for (auto size : profile_sizes(spec.global_batch, devices, {})) sizes.insert(size);
   }
   sizes.insert(request.sizes.begin(), request.sizes.end());
   for (const auto& rank : request.ranks) sizes.insert(rank.second);

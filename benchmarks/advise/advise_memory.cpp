@@ -122,12 +122,17 @@ void add_sample(StageMemory& memory, int64_t size, const std::array<double, 3>& 
   memory.backward.values.push_back(measured[2]);
 }
 
+struct PieceMemory {
+  std::array<double, 3> bytes;  // kept, output, backward
+  torch::Tensor root;           // the measured forward's result, detached: the next piece's input
+};
+
 // One piece of work's memory on `device`: run once untimed and unmeasured (its gradients and the
 // library's workspaces made), then what its forward leaves allocated, its root's bytes where
 // `output` (its output, for a later stage to take) and the most its backward allocates above what
 // the forward left.
-std::array<double, 3> measure_piece(torch::Device device, const std::function<torch::Tensor()>& forward,
-                                    const std::function<void(const torch::Tensor&)>& backward, bool output) {
+PieceMemory measure_piece(torch::Device device, const std::function<torch::Tensor()>& forward,
+                          const std::function<void(const torch::Tensor&)>& backward, bool output) {
   backward(forward());
   AllocationCounter counter(device);
   const double before_forward = counter.current();
@@ -136,7 +141,7 @@ std::array<double, 3> measure_piece(torch::Device device, const std::function<to
   const double output_bytes = output ? static_cast<double>(tensor_bytes(root)) : 0.0;
   counter.reset_peak();
   backward(root);
-  return {after_forward - before_forward, output_bytes, counter.peak() - after_forward};
+  return {{after_forward - before_forward, output_bytes, counter.peak() - after_forward}, root.detach()};
 }
 
 struct StagesMeasured {
@@ -179,17 +184,19 @@ StagesMeasured measure_stages(StagedModel& model, const RunConfig& config, torch
           return stages[s].forward(input);
         };
         if (!last) {
-          measured.push_back(measure_piece(device, stage_forward, backward_from_random, /*output=*/true));
-          activation = stage_forward().detach();
+          auto piece = measure_piece(device, stage_forward, backward_from_random, /*output=*/true);
+          measured.push_back(piece.bytes);
+          activation = piece.root;
         } else {
           // The loss outside autocast, as the strategies take it.
           const auto with_loss = [&] { return compute_loss(stage_forward(), batch.targets, config.loss); };
-          measured.push_back(measure_piece(device, with_loss, backward_from_loss, /*output=*/false));
-          measured.push_back(measure_piece(device, stage_forward, backward_from_random, /*output=*/true));
+          measured.push_back(measure_piece(device, with_loss, backward_from_loss, /*output=*/false).bytes);
+          auto without_loss = measure_piece(device, stage_forward, backward_from_random, /*output=*/true);
+          measured.push_back(without_loss.bytes);
           // The loss over outputs gathered into one tensor, as data_parallel takes it on device 0.
-          const auto output = stage_forward().detach().requires_grad_();
+          const auto output = without_loss.root.requires_grad_();
           const auto loss_alone = [&] { return compute_loss(torch::cat({output}), batch.targets, config.loss); };
-          measured.push_back(measure_piece(device, loss_alone, backward_from_loss, /*output=*/false));
+          measured.push_back(measure_piece(device, loss_alone, backward_from_loss, /*output=*/false).bytes);
         }
         release_stage(s);
       }
