@@ -37,7 +37,6 @@ import shutil
 import subprocess
 import sys
 import time
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,6 +49,15 @@ _OWN_FLAGS = ("--benchmark_out", "--benchmark_out_format")
 
 class SuiteError(Exception):
     """A suite the runner refuses; its message is one line naming the file and what is wrong."""
+
+
+try:
+    import tomllib  # Python 3.11 on
+except ImportError:  # an older python: the tomli package reads the same files, where installed
+    try:
+        import tomli as tomllib
+    except ImportError:
+        tomllib = None
 
 
 @dataclass(frozen=True)
@@ -82,6 +90,8 @@ class Suite:
 def read(path: str | Path) -> Suite:
     """A suite file, checked: SuiteError names the file and what is wrong."""
     path = Path(path)
+    if tomllib is None:
+        raise SuiteError(f"{path}: reading TOML needs Python 3.11 or later, or the tomli package")
     try:
         document = tomllib.loads(path.read_text())
     except OSError as error:
