@@ -1,4 +1,4 @@
-"""A case that fails ends alone (README.md, "Exit status"): the run goes on, the JSON records the
+"""A case that fails ends alone (docs/RUNNING.md, "Exit status"): the run goes on, the JSON records the
 failure, parbench exits 1."""
 import os
 import signal

@@ -7,6 +7,7 @@ sets it), else build/parbench."""
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -164,3 +165,26 @@ command = "parbench --preset=cpu --strategies=pipeline --models=tinycnn --batch=
     assert {name.split("/schedule:")[1].split("/")[0] for name in names} == {"gpipe", "1f1b"}
     assert json.loads((out / "single.json").read_text())["benchmarks"]
     assert "2 of 3 runs exited 0; not: bad" in done.stderr
+
+
+def documented_commands(text):
+    """The parbench command lines of a Markdown text's code blocks, continuation lines joined,
+    comments left out."""
+    commands, blocks = [], re.findall(r"```sh\n(.*?)```", text, re.DOTALL)
+    for block in blocks:
+        joined = re.sub(r"\\\n\s*", " ", block)
+        for line in joined.splitlines():
+            if line.startswith("./build/parbench "):
+                commands.append(shlex.split(line.split(" #")[0])[1:])
+    return commands
+
+
+@needs_binary
+def test_every_documented_parbench_command_names_only_flags_parbench_takes():
+    known = suite.known_flags(suite.help_text(BINARY))
+    for page in ("README.md", "docs/RUNNING.md"):
+        commands = documented_commands((REPO / page).read_text())
+        assert len(commands) >= 5, page
+        for args in commands:
+            run = suite.Run("doc", "p", 1, 0, tuple(args))
+            assert suite.unknown_flags(run, known) == [], f"{page}: {' '.join(args)}"
