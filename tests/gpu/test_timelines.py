@@ -1,4 +1,4 @@
-"""Traced pipelines (docs/METRICS.md, "Traces and timelines"): every schedule, both stages on GPU
+"""Traced pipelines (docs/METRICS.md, "Pipeline timelines"): every schedule, both stages on GPU
 0, timed without and with --trace; each traced case leaves a trace and the simulator's predicted
 timeline beside it, which plots/pipeline_timeline.py reads with the measured one."""
 from pathlib import Path
