@@ -1,7 +1,8 @@
 """The product speaks of itself only (docs/CONTRIBUTING.md, "Words in the product"): outside
-reports/, no file names how the work was organised (work sessions, device calls, issue numbers,
-experiment names) and none holds an absolute path of a development machine. A comment keeps the
-why; a report keeps the when. A path into reports/ may name a report's folder or file as it is."""
+reports/, no file (and no file's name) tells how the work was organised (work sessions, numbered
+runs on GPU machines, issue numbers, experiment names), and none holds an absolute path of a
+development machine. A comment keeps the why; a report keeps the when. A path into reports/ may
+name a report's folder or file as it is."""
 import re
 import subprocess
 from pathlib import Path
@@ -12,7 +13,7 @@ TEXT_SUFFIXES = {".h", ".cpp", ".cu", ".cuh", ".py", ".sh", ".md", ".txt", ".tom
 
 WORDS = [
     ("a work session", re.compile(r"\bsessions?[ _-]?\d+", re.IGNORECASE)),
-    ("a device call", re.compile(r"\bdevice calls?\b|\bcalls? (?:[A-Z]|\d+)(?:-[A-Z0-9])?\b|\bcall \d+'s\b")),
+    ("a device-call name", re.compile(r"\bdevice calls?\b|\bcalls? (?:[A-Z]|\d+)(?:-[A-Z0-9])?\b|\bcall \d+'s\b")),
     ("an issue number", re.compile(r"\bissues? #?\d+|\bissue #\d+", re.IGNORECASE)),
     ("an experiment's name", re.compile(r"\b(?:again\d|mem\d|ref\d)_\w*")),
     ("an absolute machine path", re.compile(r"(?<![\w.])/(?:work|root|home)/")),
@@ -53,15 +54,21 @@ def test_no_file_outside_reports_speaks_of_how_the_work_was_done():
     assert not bad, "words about how the work was done, or machine paths:\n" + "\n".join(bad)
 
 
+def test_no_file_name_outside_reports_speaks_of_how_the_work_was_done():
+    bad = [f"{path.relative_to(REPO)}: {what}: {words!r}" for path in product_files()
+           for _, what, words in findings(str(path.relative_to(REPO)).replace("_", " "))]
+    assert not bad, "file names about how the work was done:\n" + "\n".join(bad)
+
+
 def test_each_kind_is_caught_and_report_paths_and_ordinary_words_are_not():
     session, call, issue = "ses" + "sion", "ca" + "ll", "iss" + "ue"
     caught = {
         f"measured in {session} 12": "a work session",
         f"the {session}9 run": "a work session",
-        f"two device {call}s": "a device call",
-        f"({call} A)": "a device call",
-        f"{call}s F-H": "a device call",
-        f"{call} 3": "a device call",
+        f"two device {call}s": "a device-call name",
+        f"({call} A)": "a device-call name",
+        f"{call}s F-H": "a device-call name",
+        f"{call} 3": "a device-call name",
         f"fixed ({issue} 37)": "an issue number",
         f"{issue}s 37-39": "an issue number",
         "step " + "mem" + "2_gpt": "an experiment's name",
