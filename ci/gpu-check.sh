@@ -3,8 +3,8 @@
 #   ci/gpu-check.sh STEP...   steps, in the order given:
 #     build         build into build-gpu/ with ci/build.sh (below: a machine without network)
 #     prebuilt      instead of build: take build/parbench and build/tests/parbench_tests (see step_prebuilt)
-#     test          the GPU tests: GoogleTest's GPU cases and tests/gpu/ (pytest), which skip where
-#                   fewer GPUs are visible than they need
+#     test          the GPU tests: GoogleTest's GPU cases and tests/gpu/ (pytest, which python3
+#                   must have), which skip where fewer GPUs are visible than they need
 #     suite:NAME    the runs of benchmarks/suites/NAME.toml (python -m parbench_results.suite),
 #                   refused before it starts where it needs more GPUs than are visible
 #   e.g. bash ci/gpu-check.sh prebuilt test suite:reference-2gpu
