@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 25's harness target measured so that the host's drift from one process to the next
+# The harness target (parbench's single against the bare loop) measured so that the host's drift from one process to the next
 # cancels: the bare loop and parbench's single (eager, its defaults: busy profile on) each alone in
 # a process at one batch, in adjacent pairs, ROUNDS rounds (default 8). Prints each pair's ratio of
 # medians of 40 single steps, then per batch the median ratio and its quartiles against the 1.05

@@ -565,7 +565,7 @@ INSTANTIATE_TEST_SUITE_P(
                       BadInput{"--colour=blue", "unknown option --colour"},
                       BadInput{"--strategies=single --benchmark_filter=no-such-case", "selects no case of the 1 this run has"},
                       BadInput{"'--benchmark_filter=single(' --strategies=single", "not a valid extended regular expression"},
-                      // Numbers that would abort, overflow or run nothing (issue 40).
+                      // Numbers that would abort, overflow or run nothing.
                       BadInput{"--strategies=ddp --bucket-mib=inf", "--bucket-mib=inf is not a finite number"},
                       BadInput{"--strategies=ddp --bucket-mib=nan", "--bucket-mib=nan is not a finite number"},
                       BadInput{"--strategies=ddp --bucket-mib=1e30", "--bucket-mib=1e30 must be at most"},

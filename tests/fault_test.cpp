@@ -1,4 +1,4 @@
-// A failed case fails the run (README.md, "Exit status"), on the CPU with the store backend:
+// A failed case fails the run (docs/RUNNING.md, "Exit status"), on the CPU with the store backend:
 // a rank killed or stopped under parbench's launcher, a rank that never joins or dies under an
 // external launcher's variables, a case that throws, an unwritable --benchmark_out. Each test
 // checks the exit status, the time to exit, a JSON that parses and records the failure, the

@@ -1,4 +1,4 @@
-// SIGINT and SIGTERM during a run (README.md, "Interrupts"): sent to parbench, or SIGINT to its
+// SIGINT and SIGTERM during a run (docs/RUNNING.md, "Interrupts"): sent to parbench, or SIGINT to its
 // process group as a terminal's Ctrl-C is, while a ddp case runs on ranks of parbench's own
 // launcher (CPU, store backend). Every rank stops within seconds, parbench exits 128 + the
 // signal, the JSON holds the cases completed before and says it was interrupted, and nothing

@@ -204,7 +204,7 @@ std::vector<std::string> console_of(const std::vector<CaseSpec>& cases, const st
   return lines;
 }
 
-// The run: parbench with no flags on 2 GPUs ran 45 cases (34 training cases, 30 of them
+// The default run: parbench with no flags on 2 GPUs ran 45 cases (34 training cases, 30 of them
 // pipeline's 10 splits x 3 schedules, and the 11 all-reduce sizes). Its stdout, one line per
 // case and the verdict, fits in 60 lines of at most 120 columns. zero and tensor_parallel run where
 // --strategies names them (StrategyInfo::opt_in), so the default run is as it was.

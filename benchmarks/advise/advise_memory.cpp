@@ -220,7 +220,7 @@ AllocationCounter::AllocationCounter(torch::Device device) : device_(device) {
   if (device_.is_cuda()) {
     synchronize(device_);
     // Through reset_peak_memory, which initialises CUDA first: before a process's first allocation
-    // the caching allocator rejects every device (call O: "Invalid device argument").
+    // the caching allocator rejects every device ("Invalid device argument").
     reset_peak_memory({device_});
     return;
   }

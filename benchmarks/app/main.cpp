@@ -33,7 +33,7 @@
 namespace parbench {
 namespace {
 
-// Exit status (README.md, "Exit status"; --help).
+// Exit status (docs/RUNNING.md, "Exit status"; --help).
 constexpr int kExitAllRan = 0;        // every case ran or was skipped
 constexpr int kExitCaseFailed = 1;    // a case failed, or the output could not be written
 constexpr int kExitBadInput = 2;      // nothing ran: a bad command line or launcher variables

@@ -2,7 +2,7 @@
 // says what the JSON says. A case ran; or it was skipped (its error message is "skipped:
 // <reason>": decided before it started, e.g. too few GPUs); or it failed (any other error: an
 // exception, OOM, a rank that died or hung, a timeout). parbench's exit status and its closing
-// lines on stderr come from here (README.md, "Exit status").
+// lines on stderr come from here (docs/RUNNING.md, "Exit status").
 #pragma once
 
 #include <benchmark/benchmark.h>

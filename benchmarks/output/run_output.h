@@ -1,5 +1,5 @@
 // The run's --benchmark_out file, written whole or not at all (docs/JSON.md), and what an
-// interrupt does (README.md, "Interrupts").
+// interrupt does (docs/RUNNING.md, "Interrupts").
 //
 // Google Benchmark writes its file as the run goes; parbench points it at FILE.partial and
 // moves that into place at the end. For JSON, parbench's own file reporter keeps the text in

@@ -8,6 +8,8 @@
 - parbench_results.facts: the context's counter table and schedule facts (schema 1.8.0), and the
   tables for older files. Standard library only.
 - parbench_results.paired_runs: ci/paired-runs, processes run in adjacent pairs and their ratios.
+- parbench_results.suite: runs declared as data (benchmarks/suites/*.toml), checked and run.
+- parbench_results.headline: the headline table of the README and docs/RESULTS.md, from committed JSON.
 - parbench_results.perf_gate: the regression gate behind ci/perf-gate (docs/PERF_GATE.md), on
   the schema module and the standard library alone.
 

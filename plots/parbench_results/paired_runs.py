@@ -4,13 +4,13 @@ cost"). One tool for the pairings ci/ needs, each a subcommand:
 
   placement BIN_DIR OUT_DIR       model_parallel with both stages on GPU 0 against single, eager, at
                                   batches 8 and 120, both in one process (adjacent cases); 6 rounds;
-                                  the median ratio per batch against the 1.05 bound (issue 25)
+                                  the median ratio per batch against the 1.05 bound
   trace BIN_DIR OUT_DIR           the pipeline at split 20 on GPU 0 (1f1b, interleaved-1f1b, zb-h1),
                                   plain and with --trace, each in its own process; 3 rounds; the
                                   median traced/plain ratio per schedule
   before-after BEFORE AFTER OUT   the same single step timed by two parbench binaries in alternating
                                   processes, eager and CUDA graph; 4 rounds; the median after/before
-                                  ratio per mode against the 2% bound (issue 27)
+                                  ratio per mode against the 2% bound
   harness-perturb BIN_DIR OUT_DIR single eager at batch 8 plain, with --trace and with
                                   --busy-profile=off, each in its own process; 4 rounds; the median
                                   ratio of each to the plain run of its round
@@ -19,9 +19,6 @@ Every result is read through parbench_results (its `fields` and per-repetition c
 by parsing names. `--rounds` (or ROUNDS in the environment) sets the rounds; `--summarise` reads
 OUT_DIR's files of an earlier run again without running anything. Exit status: 1 where a bound
 is missed or a run fails, 2 for bad input.
-
-The old entry points (ci/placement-pairs.sh, ci/trace-pairs.sh, ci/before-after.sh,
-ci/harness-perturb.sh) call this with the same arguments and write the same files.
 """
 from __future__ import annotations
 

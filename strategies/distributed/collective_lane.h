@@ -29,7 +29,7 @@ namespace parbench {
 // Elsewhere (other steps, CPU ranks, a captured step) `issue` issues as the caller would and
 // `wait` waits on the work; nothing is timed, and once a collective was captured nothing is
 // reported. The side stream costs a step time: on 2 H200s, gpt2-medium under zero stages 2 and 3,
-// 1.25% in a same-call A/B (likely, not measured: each collective then waits on two more
+// 1.25% in an A/B within one run (likely, not measured: each collective then waits on two more
 // streams), so the owner times one step of its choice, not the steps it is measured by.
 class CollectiveLane {
  public:

@@ -1,4 +1,4 @@
-"""The multi-node examples of docs/examples/ (issue 41) pass their linters, with no cluster:
+"""The multi-node examples of docs/examples/ pass their linters, with no cluster:
 the SLURM script passes shellcheck, and the Kubeflow Trainer TrainJob manifest validates against
 the TrainJob schema of Kubeflow Trainer v2.3.0's CRD (the subset it uses, vendored in
 fixtures/kubeflow_trainjob_v1alpha1_v2.3.0.json, which says where it came from)."""

@@ -1,4 +1,4 @@
-"""The gate as CI machines get it (issue 41): `pip install ./` into a fresh virtual environment
+"""The gate as CI machines get it: `pip install ./` into a fresh virtual environment
 with no torch gives a working `parbench-gate` command, and ci/perf-gate runs under a python that
 has not installed the package. Offline: the checkout's pyproject.toml and plots/ are copied to a
 temporary folder, built into a wheel there and installed from it, as `pip install ./` does."""

@@ -1,4 +1,4 @@
-"""The performance gate's CI job (issue 41): docs/PERF_GATE.md's GitHub Actions and GitLab jobs run
+"""The performance gate's CI job: docs/PERF_GATE.md's GitHub Actions and GitLab jobs run
 ci/gate-job.sh and nothing else of the gate, the same command in both, and that script is run here
 on the CPU with its default case set: a baseline made by a first run (--make-baseline), a pass that
 lands in the history, a planted regression that fails and stays out of it, and bad flags.

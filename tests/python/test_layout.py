@@ -21,8 +21,8 @@ LAYERS = [
 ]
 # The folders above benchmarks/, lowest first.
 TOP_LEVEL = ["core", "models", "strategies", "benchmarks"]
-# Python, apart from the C++ layers (the PyTorch baselines).
-NOT_LAYERED = {"pytorch"}
+# Apart from the C++ layers: Python (the PyTorch baselines) and data (the suites of runs).
+NOT_LAYERED = {"pytorch", "suites"}
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
 SOURCE_SUFFIXES = {".h", ".cpp", ".cu", ".cuh"}

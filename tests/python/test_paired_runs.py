@@ -122,18 +122,11 @@ def test_before_after_alternates_two_binaries_and_checks_2_percent(tmp_path):
     assert run("before-after", before / "parbench", far / "parbench", tmp_path / "far_out", "--rounds", 1).returncode == 1
 
 
-def test_the_old_entry_points_run_the_tool(tmp_path):
-    bin_dir = fake_bin(tmp_path / "bin")
-    result = run(bin_dir, tmp_path / "out", env={"ROUNDS": "1"}, command=("bash", str(REPO / "ci" / "trace-pairs.sh")))
-    assert result.returncode == 0, result.stderr
-    assert "traced / plain, zb-h1 split 20 on GPU 0: median 1.000 over 1 pairs (range 1.000-1.000)" in result.stdout
-    result = run(bin_dir, tmp_path / "perturb", env={"ROUNDS": "1"},
-                 command=("bash", str(REPO / "ci" / "harness-perturb.sh")))
+def test_harness_perturb_runs_each_variant_beside_the_plain_run(tmp_path):
+    result = run("harness-perturb", fake_bin(tmp_path / "bin"), tmp_path / "perturb", env={"ROUNDS": "1"})
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[0] == ("round 1: plain 10.00 ms (mfu 0.2500), trace 10.00 ms (1.000), "
                                              "busy_off 10.00 ms (1.000)")
-    usage = run(command=("bash", str(REPO / "ci" / "placement-pairs.sh")))
-    assert usage.returncode != 0 and "usage: ci/placement-pairs.sh BIN_DIR OUT_DIR" in usage.stderr
 
 
 def test_a_failing_run_stops_with_one_line(tmp_path):

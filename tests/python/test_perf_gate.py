@@ -563,7 +563,7 @@ def test_google_benchmark_name_suffixes_do_not_split_a_benchmark(tmp_path):
     assert verdicts(report) == {SINGLE: "REGRESSION"}
 
 
-# Fails closed (issue 40).
+# Fails closed.
 
 def run_module(*arguments):
     """python -m parbench_results.perf_gate, this checkout's package first on the path."""

@@ -482,7 +482,7 @@ def test_time_memory_figure_draws_every_point_and_labels_the_frontier():
 def test_time_memory_keeps_each_strategys_marker_and_colour_across_panels():
     # A real run where zero's graphed cases failed: its eager panel has zero and tensor_parallel,
     # its graphed panel tensor_parallel alone. Neither may take the other's marker or colour.
-    run = [REPORTS / "2026-11-26-2xh200-memory" / "call1" / "mem2_gpt.json"]
+    run = [REPO / "reports/2026-11-26-2xh200-memory/call1/mem2_gpt.json"]
     figure = drawn_figures(run)["time_memory"]
     styles = {}
     for ax in figure.axes:
