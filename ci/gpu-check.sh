@@ -37,16 +37,18 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 export PYTHONUNBUFFERED=1
 
 out=${OUT:-gpu-results}
-results=$(mktemp -d /tmp/parbench-results.XXXX)
+results=$(mktemp -d "${TMPDIR:-/tmp}/parbench-results.XXXXXX")
+# The unpacked dependencies: a folder of this run's own, not a fixed path another user could
+# have filled, and last on the library path, so that they never shadow the machine's libraries.
+deps=$(mktemp -d "${TMPDIR:-/tmp}/parbench-deps.XXXXXX")
 mkdir -p "$out"
 # Traces (--trace) go into a tarball of their own: a device call brings back files of 16 MiB at most.
 # Each bench's JSON is copied to $OUT as it ends (bench); everything else comes in the tarballs: a
-# device call brings back 8 files at most.
-trap 'tar czf "$out/results.tgz" --exclude=./traces -C "$results" . ; [[ -d $results/traces ]] && tar czf "$out/traces.tgz" -C "$results" traces' EXIT
+# device call brings back 8 files at most. Then the scratch folders go.
+trap 'tar czf "$out/results.tgz" --exclude=./traces -C "$results" . ; [[ -d $results/traces ]] && tar czf "$out/traces.tgz" -C "$results" traces; rm -rf "$results" "$deps"' EXIT
 
-deps=/tmp/parbench-deps
 lib=$deps/usr/lib/x86_64-linux-gnu
-export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$lib"
 parbench=./build-gpu/parbench
 gtest_binary=""  # set by step_prebuilt: the tests then run from it, not through ctest
 
