@@ -193,8 +193,9 @@ def test_large_samples_use_the_normal_approximation():
 
 # The stratified test.
 
-def brute_force_stratified_p(strata):
-    """Every combination of each stratum's assignments of its ranks, each benchmark weighted as the gate weighs it."""
+def brute_force_stratified(strata):
+    """Every combination of each stratum's assignments of its ranks, each benchmark weighted as
+    the gate weighs it: the two-sided p-value, and the smallest any combination gives."""
     scale = math.lcm(*(len(x) * len(y) for x, y in strata))
     per_stratum = []
     observed = 0
@@ -204,15 +205,18 @@ def brute_force_stratified_p(strata):
         observed += weight * (sum(ranks[len(x):]) - n_y * (n_y + 1))
         per_stratum.append([weight * (sum(chosen) - n_y * (n_y + 1)) for chosen in itertools.combinations(ranks, n_y)])
     centre = scale * len(strata)
-    at_least = total = 0
-    for combination in itertools.product(*per_stratum):
-        total += 1
-        at_least += abs(sum(combination) - centre) >= abs(observed - centre)
-    return at_least / total
+    distances = [abs(sum(combination) - centre) for combination in itertools.product(*per_stratum)]
+    largest = max(distances)
+    return (sum(d >= abs(observed - centre) for d in distances) / len(distances),
+            sum(d == largest for d in distances) / len(distances))
+
+
+def brute_force_stratified_p(strata):
+    return brute_force_stratified(strata)[0]
 
 
 @pytest.mark.parametrize("sizes, grid", [([(3, 3), (3, 3)], None), ([(2, 3), (4, 3), (3, 2)], None),
-                                         ([(4, 4), (3, 5)], 2), ([(5, 5), (5, 5), (5, 5)], 1)])
+                                         ([(4, 4), (3, 5)], 2), ([(4, 4), (4, 4), (3, 3)], 1)])
 def test_stratified_test_matches_brute_force(sizes, grid):
     for seed in range(2):
         strata = [samples(seed * 10 + index, n_x, n_y, shift=0.5, grid=grid) for index, (n_x, n_y) in enumerate(sizes)]
@@ -232,3 +236,14 @@ def test_stratified_test_of_one_benchmark_is_its_u_test():
     x, y = samples(7, 6, 6)
     assert rank_tests.stratified_u_test([rank_tests.u_test(x, y)]).p_value == pytest.approx(
         rank_tests.u_test(x, y).p_value, rel=1e-12)
+
+
+@pytest.mark.parametrize("sizes, grid", [([(3, 3), (3, 3)], None), ([(2, 3), (4, 3)], 1), ([(4, 4), (3, 5)], 2)])
+def test_stratified_smallest_p_value_is_that_of_the_most_extreme_arrangement(sizes, grid):
+    strata = [samples(index, n_x, n_y, shift=0.5, grid=grid) for index, (n_x, n_y) in enumerate(sizes)]
+    tests = [rank_tests.u_test(x, y) for x, y in strata]
+    expected = brute_force_stratified(strata)[1]
+    assert rank_tests.stratified_u_test(tests).min_p_value == pytest.approx(expected, rel=1e-12)
+    assert rank_tests.stratified_u_test(tests, min_p_only=True).min_p_value == pytest.approx(expected, rel=1e-12)
+    assert rank_tests.design_stratified_min_p_value(sizes) == pytest.approx(
+        2 / math.prod(math.comb(n_x + n_y, n_y) for n_x, n_y in sizes))
