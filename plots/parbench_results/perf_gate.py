@@ -249,7 +249,7 @@ def load_run(path: str, metric: str) -> Run:
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
                                       or not math.isfinite(value)):
                 raise UnusableInput(f"{where} ({name}) has {flag} {json.dumps(value)}: "
-                                    "it must be a number (1 flagged, 0 or absent not)")
+                                    "it must be a number: 1 where flagged, 0 or absent where not")
         if errored:
             run.errors.setdefault(name, []).append(entry.get("error_message", ""))
             continue
@@ -276,10 +276,6 @@ def is_flagged(entry: dict, flag: str) -> bool:
     ran throttled) or `stalled` (1.5.0: a stall inside the repetition); docs/METRICS.md."""
     value = entry.get(flag)
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
-
-
-def is_throttled(entry: dict) -> bool:
-    return is_flagged(entry, "throttled")
 
 
 def flagged_reason(candidate: Run, flag: str, option: str) -> str | None:

@@ -25,7 +25,7 @@ def sixteen_cases(seed, repetitions=5, noise=0.01, slowdown_of=lambda index: 1.0
     return baseline, candidate
 
 
-# The cases: 16 cases at 5 repetitions a side, the default preset's.
+# 16 cases at 5 repetitions a side, the default preset's.
 
 def test_a_uniform_2x_slowdown_over_16_cases_at_5_repetitions_fails(tmp_path, capsys):
     baseline, candidate = sixteen_cases(seed=1, slowdown_of=lambda index: 2.0)
