@@ -851,12 +851,13 @@ def parse_arguments(argv: list | None) -> argparse.Namespace:
                         help="declare a candidate with any repetition flagged stalled (parbench's `stalled` "
                              "counter: its slowest iteration at least 3 times its median one) unusable, exit 2")
     parser.add_argument("--correction", choices=["holm", "none"], default="holm",
-                        help="how the U test's p-values are corrected for testing every benchmark of the run at "
-                             "once: Holm's step-down method, which keeps the chance of any false regression below "
-                             "alpha (holm), or not at all (none); default %(default)s")
+                        help="how the p-values are corrected for testing every benchmark of the run, and the "
+                             "shift common to them, at once: Holm's step-down method, which keeps the chance of any "
+                             "false regression below alpha (holm), or not at all (none); default %(default)s")
     parser.add_argument("--window", metavar="DIR",
                         help="judge against earlier baselines instead of one: the JSON runs in DIR of the candidate's "
-                             "GPUs and software (context gpu_names, gpu_count, libtorch_version, cuda_version) and "
+                             "GPUs and software (context gpu_names, gpu_count, libtorch_version, cuda_version; on runs "
+                             "without GPUs also the CPU model, core count and threads) and "
                              "other commits (context git_sha), the last --window-size commits' repetitions pooled")
     parser.add_argument("--window-size", type=positive_count, default=5, metavar="N",
                         help="commits in the --window; default %(default)s")
