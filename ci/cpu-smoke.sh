@@ -11,7 +11,9 @@ readonly THRESHOLD_PCT=40
 readonly SMOKE_ARGS=(--preset=cpu --models=resnet18 --strategies=single --batch=4 --image=32 --warmup=3
                      --iterations=10 --repetitions=10)
 
-candidate=$(mktemp -d)/cpu-smoke.json
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+candidate=$scratch/cpu-smoke.json
 "$build_dir/parbench" "${SMOKE_ARGS[@]}" --benchmark_out="$candidate" --benchmark_out_format=json >/dev/null
 context() {  # context() FILE KEY
   python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["context"].get(sys.argv[2], "(absent)"))' "$1" "$2"

@@ -27,13 +27,16 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 export PYTHONUNBUFFERED=1
 
 out=${OUT:-gpu-results}
-results=$(mktemp -d /tmp/parbench-results.XXXX)
+results=$(mktemp -d "${TMPDIR:-/tmp}/parbench-results.XXXXXX")
+# The unpacked dependencies: a folder of this run's own, not a fixed path another user could
+# have filled, and last on the library path, so that they never shadow the machine's libraries.
+deps=$(mktemp -d "${TMPDIR:-/tmp}/parbench-deps.XXXXXX")
 mkdir -p "$out"
-trap 'tar czf "$out/results.tgz" -C "$results" .' EXIT
+# Everything goes into results.tgz; then the scratch folders go.
+trap 'tar czf "$out/results.tgz" -C "$results" . ; rm -rf "$results" "$deps"' EXIT
 
-deps=/tmp/parbench-deps
 lib=$deps/usr/lib/x86_64-linux-gnu
-export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$lib"
 parbench=./build-gpu/parbench
 gtest_binary=""  # set by step_prebuilt: the tests then run from it, not through ctest
 

@@ -2,17 +2,20 @@
 against a window of earlier baselines.
 
 A benchmark regresses when its candidate median is worse than the baseline median by more
-than the threshold AND a two-sided Mann-Whitney U test over the repetitions rejects "same
-distribution" at alpha, as Google Benchmark's tools/compare.py judges, after Holm's step-down
-correction over every benchmark the run tested. docs/PERF_GATE.md describes the decision, the
-exit codes and the options; docs/JSON.md the input, which parbench_results.schema reads.
+than the threshold AND a two-sided Mann-Whitney U test over the repetitions (exact for small
+samples) rejects "same distribution" at alpha, after Holm's step-down correction over the
+family of tests: every benchmark the run tested and, beside them, a stratified U test of a
+shift common to all of them, so that a uniform slowdown too small for any one benchmark's test
+is still caught. Where a slowdown beyond the threshold could not have been significant whatever
+its size, the gate says so and exits 2 (underpowered) rather than pass. docs/PERF_GATE.md
+describes the decision, the exit codes and the options; docs/JSON.md the input, which
+parbench_results.schema reads.
 
 Plain Python 3 on purpose: CI machines run it without scipy or numpy (--trend alone needs matplotlib).
 """
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import math
 import os
@@ -22,7 +25,7 @@ import traceback
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 
-from parbench_results import facts
+from parbench_results import facts, rank_tests
 from parbench_results.schema import SECONDS_PER_UNIT, ResultsError, case_name, read_document
 
 EXIT_PASS = 0
@@ -31,15 +34,24 @@ EXIT_UNUSABLE = 2
 
 # Context keys that must agree: with other GPUs or another software stack the times are not comparable.
 CONTEXT_KEYS_THAT_MUST_MATCH = ("gpu_names", "gpu_count", "libtorch_version", "cuda_version")
-# With 4 repetitions a side the asymptotic two-sided p-value cannot go below about 0.03, with
-# 3 not below 0.08: fewer than 5 leaves the U test next to no power at alpha = 0.05.
+# On a run without GPUs (gpu_count 0, or devices cpu) the CPU decides the times: its model and
+# core count must agree too, and the threads the CPU devices ran on wherever both runs record them.
+CPU_CONTEXT_KEYS_THAT_MUST_MATCH = ("cpu_model", "num_cpus")
+CPU_THREAD_KEYS = ("threads_per_device", "intra_op_threads", "omp_num_threads", "mkl_num_threads")
+# With 4 repetitions a side the exact two-sided p-value cannot go below 2/70 = 0.029, with 3 not
+# below 0.1: fewer than 5 leaves the U test next to no power at alpha = 0.05.
 MIN_REPETITIONS_FOR_U_TEST = 5
+# The most bytes a run's file may hold: parbench's largest runs write a few MiB.
+MAX_INPUT_BYTES = 64 * 1024 * 1024
 
 # Verdicts of one benchmark.
 PASS = "pass"
 IMPROVED = "improved"
 REGRESSION = "REGRESSION"
 SLOWER_NOT_SIGNIFICANT = "slower, not significant"
+# Worse beyond the threshold, not significant, and no result of these repetitions could have been:
+# the gate cannot tell, so it exits 2 unless a regression is found elsewhere.
+SLOWER_UNDERPOWERED = "slower, underpowered"
 FASTER_NOT_SIGNIFICANT = "faster, not significant"
 TOO_FEW_REPETITIONS = "too few repetitions"
 # The baseline measured the benchmark and the candidate did not: it is absent, or every
@@ -52,7 +64,10 @@ ONLY_IN_CANDIDATE = "only in candidate"
 ERROR_IN_BASELINE = "error in baseline"
 ERROR_IN_BOTH = "error in both"
 NO_METRIC = "no metric"
-COMPARED_VERDICTS = {PASS, IMPROVED, REGRESSION, SLOWER_NOT_SIGNIFICANT, FASTER_NOT_SIGNIFICANT}
+COMPARED_VERDICTS = {PASS, IMPROVED, REGRESSION, SLOWER_NOT_SIGNIFICANT, SLOWER_UNDERPOWERED, FASTER_NOT_SIGNIFICANT}
+# Row kinds: one benchmark, or the stratified test of a shift common to every benchmark tested.
+CASE = "case"
+COMMON = "common"
 
 
 class UnusableInput(Exception):
@@ -108,10 +123,14 @@ class Run:
     errors: dict = field(default_factory=dict)  # run name -> error message per errored repetition
     unmeasured: set = field(default_factory=set)  # run names whose repetitions lack the metric
     throttled: dict = field(default_factory=dict)  # run name -> repetitions flagged `throttled` (docs/METRICS.md)
+    stalled: dict = field(default_factory=dict)  # run name -> repetitions flagged `stalled` (docs/METRICS.md)
 
 
 @dataclass
 class Row:
+    """One line of the table: a benchmark, or (kind COMMON) the stratified test across them.
+    A benchmark given a U test also carries it as the attribute u_test (not a field: not written)."""
+
     name: str
     verdict: str
     baseline_median: float | None = None
@@ -124,6 +143,10 @@ class Row:
     threshold_only: bool = False  # too few repetitions for the U test: judged by the threshold alone
     decided_by: str = ""  # the rule that settled the verdict, for the output
     candidate_error: str | None = None  # why the candidate has no measurement: its error messages
+    kind: str = CASE
+    test: str | None = None  # how p_value was computed: exact or asymptotic
+    p_min: float | None = None  # the smallest p-value any result with these repetitions (and ties) could give
+    p_min_adjusted: float | None = None  # p_min in place of p_value, after the --correction with the others as found
 
 
 @dataclass
@@ -136,78 +159,104 @@ class Report:
     baseline_context: dict = field(default_factory=dict)
     candidate_context: dict = field(default_factory=dict)
     window: list = field(default_factory=list)  # with --window: the baseline runs pooled, oldest first
+    underpowered: list = field(default_factory=list)  # why the tests could not decide (exit 2 unless a regression)
+    common: Row | None = None  # the stratified test of a shift common to the benchmarks tested (two or more)
+
+    def judged_rows(self) -> list:
+        """The benchmarks' rows and the common shift's."""
+        return self.rows + ([self.common] if self.common else [])
 
     def failing_rows(self) -> list:
         failing = {REGRESSION} | (set() if self.settings.allow_missing else LOST_VERDICTS)
-        return [row for row in self.rows if row.verdict in failing]
+        return [row for row in self.judged_rows() if row.verdict in failing]
+
+    def underpowered_reasons(self) -> list:
+        return self.underpowered + [
+            f"{row.name}: worse by {abs(row.change_pct):.1f}% but not significant, and could not have been: "
+            f"the most extreme result at {row.baseline_repetitions}/{row.candidate_repetitions} repetitions "
+            f"would give an adjusted p of {row.p_min_adjusted:.4g}, not below alpha {self.settings.alpha:g}"
+            for row in self.judged_rows() if row.verdict == SLOWER_UNDERPOWERED]
 
     @property
     def exit_code(self) -> int:
+        # Unusable input is not judged; a regression found is conclusive; tests that could not
+        # decide are not a pass.
         if self.unusable:
             return EXIT_UNUSABLE
-        return EXIT_REGRESSION if self.failing_rows() else EXIT_PASS
+        if self.failing_rows():
+            return EXIT_REGRESSION
+        return EXIT_UNUSABLE if self.underpowered_reasons() else EXIT_PASS
 
     @property
     def outcome(self) -> str:
+        if self.exit_code == EXIT_UNUSABLE and not self.unusable:
+            return "underpowered"
         return {EXIT_PASS: "pass", EXIT_REGRESSION: "regression", EXIT_UNUSABLE: "unusable"}[self.exit_code]
 
 
 def mann_whitney_u_p_value(x: list, y: list) -> float:
     """Two-sided Mann-Whitney U test p-value by the normal approximation with tie and
-    continuity corrections: scipy.stats.mannwhitneyu(x, y, method='asymptotic')."""
-    n_x, n_y = len(x), len(y)
-    n = n_x + n_y
-    pooled = sorted([(value, True) for value in x] + [(value, False) for value in y])
-    rank_sum_x = 0.0
-    tie_term = 0
-    next_rank = 1
-    for _, group in itertools.groupby(pooled, key=lambda pair: pair[0]):
-        from_x = [is_x for _, is_x in group]
-        tied = len(from_x)
-        average_rank = next_rank + (tied - 1) / 2
-        rank_sum_x += average_rank * sum(from_x)
-        tie_term += tied**3 - tied
-        next_rank += tied
-    u_x = rank_sum_x - n_x * (n_x + 1) / 2
-    u = max(u_x, n_x * n_y - u_x)
-    spread = math.sqrt(n_x * n_y / 12 * ((n + 1) - tie_term / (n * (n - 1))))
-    if spread == 0:  # every value tied: no evidence of a difference
-        return 1.0
-    z = (u - n_x * n_y / 2 - 0.5) / spread
-    return min(1.0, math.erfc(z / math.sqrt(2)))  # 2 * normal survival function at z
+    continuity corrections, whatever the sizes: scipy.stats.mannwhitneyu(x, y, method='asymptotic').
+    The gate itself uses rank_tests.u_test: exact up to rank_tests.EXACT_MAX_REPETITIONS."""
+    return rank_tests.asymptotic_p_value(x, y)
 
 
 def load_run(path: str, metric: str) -> Run:
     try:
-        document = read_document(path)
+        document = read_document(path, max_bytes=MAX_INPUT_BYTES)
     except ResultsError as problem:
         raise UnusableInput(str(problem)) from None
     run = Run(path=path, context=document["context"])
-    seen = {}  # (run name, repetition index) -> the entry's index: one measurement each
+    # One measurement per (case, repetition): a file concatenated or edited, or a second run
+    # appended at other --iterations (another run name, the same case), would be pooled and could
+    # outvote the rest, hiding a regression.
+    seen = {}  # (case, repetition index) -> the entry's index
+    run_names = {}  # case -> (its run name, the first entry's index)
     for index, entry in enumerate(document["benchmarks"]):
+        where = f"{path}: benchmarks[{index}]"
         if not (isinstance(entry, dict) and isinstance(entry.get("name"), str) and "run_type" in entry
                 and isinstance(entry.get("run_name", ""), str)):
-            raise UnusableInput(f"{path}: benchmarks[{index}] is not a Google Benchmark entry")
+            raise UnusableInput(f"{where} is not a Google Benchmark entry")
         if entry["run_type"] != "iteration":
             continue  # aggregates: the gate works from the repetitions themselves
-        # A repetition twice is not two measurements: a file concatenated or edited, whose
-        # copies would outvote the rest (a duplicated block can hide a regression).
-        repetition = entry.get("repetition_index")
-        if repetition is not None:
-            key = (entry.get("run_name", entry["name"]), json.dumps(repetition))
-            if key in seen:
-                raise UnusableInput(f"{path}: benchmarks[{index}] repeats {key[0]} repetition_index {key[1]} "
-                                    f"(benchmarks[{seen[key]}]): each repetition must appear once")
-            seen[key] = index
+        run_name = entry.get("run_name", entry["name"])
         # Without Google Benchmark's suffixes a baseline with fixed iterations matches a candidate without.
-        name = case_name(entry.get("run_name", entry["name"]))
+        name = case_name(run_name)
+        repetition = entry.get("repetition_index")
+        if repetition is None:
+            raise UnusableInput(f"{where} ({name}) has no repetition_index: each repetition must carry its "
+                                "integer index, as Google Benchmark writes it")
+        if isinstance(repetition, bool) or not isinstance(repetition, int) or repetition < 0:
+            raise UnusableInput(f"{where} ({name}) has repetition_index {json.dumps(repetition)}: "
+                                "it must be a whole number (0, 1, ...), not a float, string or negative")
+        if name in run_names and run_names[name][0] != run_name:
+            raise UnusableInput(f"{where}: the case {name} appears under two run names, {run_names[name][0]} "
+                                f"(benchmarks[{run_names[name][1]}]) and {run_name}: one run of each case per "
+                                "file (a second run appended at other --iterations?)")
+        run_names.setdefault(name, (run_name, index))
+        if (name, repetition) in seen:
+            raise UnusableInput(f"{where} repeats {name} repetition_index {repetition} "
+                                f"(benchmarks[{seen[(name, repetition)]}]): each repetition must appear once")
+        seen[(name, repetition)] = index
         if name not in run.names:
             run.names.append(name)
-        if entry.get("error_occurred"):
+        errored = entry.get("error_occurred", False)
+        if not isinstance(errored, bool):
+            raise UnusableInput(f"{where} ({name}) has error_occurred {json.dumps(errored)}: "
+                                "it must be true or false (a JSON boolean)")
+        for flag in ("throttled", "stalled"):
+            value = entry.get(flag)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                      or not math.isfinite(value)):
+                raise UnusableInput(f"{where} ({name}) has {flag} {json.dumps(value)}: "
+                                    "it must be a number: 1 where flagged, 0 or absent where not")
+        if errored:
             run.errors.setdefault(name, []).append(entry.get("error_message", ""))
             continue
-        if is_throttled(entry):
+        if is_flagged(entry, "throttled"):
             run.throttled[name] = run.throttled.get(name, 0) + 1
+        if is_flagged(entry, "stalled"):
+            run.stalled[name] = run.stalled.get(name, 0) + 1
         try:
             value = metric_value(entry, metric)
         except UnusableInput as problem:
@@ -222,21 +271,33 @@ def load_run(path: str, metric: str) -> Run:
     return run
 
 
-def is_throttled(entry: dict) -> bool:
-    """Whether a repetition ran throttled: parbench's `throttled` counter (schema 1.5.0) is 1."""
-    value = entry.get("throttled")
+def is_flagged(entry: dict, flag: str) -> bool:
+    """Whether a repetition carries parbench's counter `flag` at 1: `throttled` (schema 1.5.0: a GPU
+    ran throttled) or `stalled` (1.5.0: a stall inside the repetition); docs/METRICS.md."""
+    value = entry.get(flag)
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+
+
+def flagged_reason(candidate: Run, flag: str, option: str) -> str | None:
+    """One line refusing a candidate with repetitions flagged `flag` (throttled, stalled), or None."""
+    counts = getattr(candidate, flag)
+    if not counts:
+        return None
+    total = sum(counts.values())
+    cases = ", ".join(f"{name} ({count} of {max(count, len(candidate.samples.get(name, [])))})"
+                      for name, count in counts.items())
+    return (f"the candidate has {total} {flag} repetition(s) in {len(counts)} benchmark(s) "
+            f"({option}): {cases}")
 
 
 def throttled_reason(candidate: Run) -> str | None:
     """One line refusing a candidate with throttled repetitions (--refuse-throttled), or None."""
-    if not candidate.throttled:
-        return None
-    total = sum(candidate.throttled.values())
-    cases = ", ".join(f"{name} ({count} of {max(count, len(candidate.samples.get(name, [])))})"
-                      for name, count in candidate.throttled.items())
-    return (f"the candidate has {total} throttled repetition(s) in {len(candidate.throttled)} benchmark(s) "
-            f"(--refuse-throttled): {cases}")
+    return flagged_reason(candidate, "throttled", "--refuse-throttled")
+
+
+def stalled_reason(candidate: Run) -> str | None:
+    """One line refusing a candidate with stalled repetitions (--refuse-stalled), or None."""
+    return flagged_reason(candidate, "stalled", "--refuse-stalled")
 
 
 def metric_value(entry: dict, metric: str) -> float | None:
@@ -256,18 +317,35 @@ def metric_value(entry: dict, metric: str) -> float | None:
     return value * scale
 
 
+def is_cpu_run(context: dict) -> bool:
+    """A run whose cases ran on the CPU: no GPU visible (gpu_count 0) or devices cpu."""
+    return str(context.get("gpu_count")) == "0" or str(context.get("devices")) == "cpu"
+
+
+def context_keys_to_compare(baseline: dict, candidate: dict) -> list:
+    """The context keys whose values must agree between these two runs."""
+    keys = list(CONTEXT_KEYS_THAT_MUST_MATCH)
+    if is_cpu_run(baseline) or is_cpu_run(candidate):
+        keys += CPU_CONTEXT_KEYS_THAT_MUST_MATCH
+        # Older runs lack the thread keys: compared where both record them.
+        keys += [key for key in CPU_THREAD_KEYS if key in baseline and key in candidate]
+    return keys
+
+
 def compare_contexts(baseline: Run, candidate: Run) -> list:
     mismatches = []
-    for key in CONTEXT_KEYS_THAT_MUST_MATCH:
+    for key in context_keys_to_compare(baseline.context, candidate.context):
         base_value, cand_value = baseline.context.get(key, "(absent)"), candidate.context.get(key, "(absent)")
         if str(base_value) != str(cand_value):
-            mismatches.append(f"context {key} differs: baseline {base_value!r}, candidate {cand_value!r}")
+            what = (" (the CPU devices' threads: times at other thread counts are not comparable)"
+                    if key in CPU_THREAD_KEYS else "")
+            mismatches.append(f"context {key} differs: baseline {str(base_value)!r}, candidate {str(cand_value)!r}{what}")
     return mismatches
 
 
 def judge(name: str, base: list, cand: list, settings: argparse.Namespace) -> Row:
-    """The row of a benchmark measured on both sides, with its U test's p-value; its verdict
-    waits for decide(), once every benchmark's p-value is known."""
+    """The row of a benchmark measured on both sides, with its U test; its verdict waits for
+    decide(), once every benchmark's p-value is known."""
     row = Row(name=name, verdict=PASS, baseline_repetitions=len(base), candidate_repetitions=len(cand))
     row.baseline_median, row.candidate_median = statistics.median(base), statistics.median(cand)
     row.change_pct = 100 * (row.candidate_median / row.baseline_median - 1)
@@ -277,7 +355,8 @@ def judge(name: str, base: list, cand: list, settings: argparse.Namespace) -> Ro
         return row
     row.threshold_only = not testable
     if testable:
-        row.p_value = mann_whitney_u_p_value(base, cand)
+        row.u_test = rank_tests.u_test(base, cand)
+        row.p_value, row.p_min, row.test = row.u_test.p_value, row.u_test.min_p_value, row.u_test.method
     return row
 
 
@@ -295,16 +374,40 @@ def holm_adjusted(p_values: list) -> list:
     return adjusted
 
 
-def decide(rows: list, settings: argparse.Namespace) -> None:
-    """Sets the verdict of every compared row: the threshold first, then the U test's p-value
-    corrected over all the rows that had one (the family: every benchmark tested in the run)."""
-    tested = [row for row in rows if row.p_value is not None]
-    corrected = holm_adjusted([row.p_value for row in tested]) if settings.correction == "holm" else \
-        [row.p_value for row in tested]
-    for row, p_adjusted in zip(tested, corrected):
+def corrected(p_values: list, settings: argparse.Namespace) -> list:
+    return holm_adjusted(p_values) if settings.correction == "holm" else list(p_values)
+
+
+def common_row(tested: list) -> Row:
+    """The stratified U test of a shift common to every tested benchmark, as a row: its change
+    is the median of theirs."""
+    test = rank_tests.stratified_u_test([row.u_test for row in tested])
+    return Row(name=f"common shift of the {len(tested)} benchmarks tested", verdict=PASS, kind=COMMON,
+               change_pct=statistics.median(row.change_pct for row in tested), p_value=test.p_value,
+               p_min=test.min_p_value, test=test.method,
+               baseline_repetitions=sum(row.baseline_repetitions for row in tested),
+               candidate_repetitions=sum(row.candidate_repetitions for row in tested))
+
+
+def decide(rows: list, settings: argparse.Namespace) -> tuple:
+    """Sets the verdict of every compared row, and judges the common-shift row where two or more
+    benchmarks were tested. The family of tests: every benchmark with a U test and the common
+    shift; their p-values are corrected together. A row's verdict: the threshold first, then
+    the corrected p-value; a row worse beyond the threshold and not significant is underpowered
+    when even its smallest achievable p-value, in place of its own, would not be significant.
+    Returns the common-shift row (None with fewer than two benchmarks tested) and why the family
+    as a whole is underpowered (no test in it could reach alpha at these repetitions), or []."""
+    tested = [row for row in rows if row.p_value is not None and row.kind == CASE]
+    common = common_row(tested) if len(tested) >= 2 else None
+    family = tested + ([common] if common else [])
+    p_values = [row.p_value for row in family]
+    for index, (row, p_adjusted) in enumerate(zip(family, corrected(p_values, settings))):
         row.p_adjusted = p_adjusted
+        at_best = p_values[:index] + [row.p_min] + p_values[index + 1:]
+        row.p_min_adjusted = corrected(at_best, settings)[index]
     threshold = settings.threshold / 100
-    for row in rows:
+    correction_name = "Holm-adjusted p" if settings.correction == "holm" else "p"
+    for row in rows + ([common] if common else []):
         if row.change_pct is None or row.verdict == TOO_FEW_REPETITIONS:
             continue
         change = row.change_pct / 100
@@ -317,12 +420,32 @@ def decide(rows: list, settings: argparse.Namespace) -> None:
             row.decided_by = f"threshold alone (<{MIN_REPETITIONS_FOR_U_TEST} repetitions a side)"
         else:
             significant = row.p_adjusted < settings.alpha
-            name = "Holm-adjusted p" if settings.correction == "holm" else "p"
-            row.decided_by = f"{name} {row.p_adjusted:.4f} {'<' if significant else '>='} alpha {settings.alpha:g}"
+            row.decided_by = (f"{correction_name} {row.p_adjusted:.4f} {'<' if significant else '>='} "
+                              f"alpha {settings.alpha:g}")
         if worse_by > 0:
-            row.verdict = REGRESSION if significant else SLOWER_NOT_SIGNIFICANT
+            if significant:
+                row.verdict = REGRESSION
+            elif row.p_min_adjusted >= settings.alpha:
+                row.verdict = SLOWER_UNDERPOWERED
+                row.decided_by += f"; at best {row.p_min_adjusted:.4f} with these repetitions"
+            else:
+                row.verdict = SLOWER_NOT_SIGNIFICANT
         else:
             row.verdict = IMPROVED if significant else FASTER_NOT_SIGNIFICANT
+    if not family:
+        return common, []
+    # Whatever the values, with these repetitions: the smallest p-value each test could give without ties.
+    design = [rank_tests.design_min_p_value(row.baseline_repetitions, row.candidate_repetitions) for row in tested]
+    if len(tested) >= 2:
+        design.append(rank_tests.design_stratified_min_p_value(
+            [(row.baseline_repetitions, row.candidate_repetitions) for row in tested]))
+    best = min(corrected(design, settings))
+    if best < settings.alpha:
+        return common, []
+    correction = (f"after Holm's correction over {len(family)} tests" if settings.correction == "holm"
+                  else "uncorrected")
+    return common, [f"no test could reach significance: the smallest p-value these repetitions allow is "
+                    f"{best:.4g} {correction}, not below alpha {settings.alpha:g}; run more repetitions"]
 
 
 def unjudged_verdict(name: str, baseline: Run, candidate: Run) -> str | None:
@@ -374,13 +497,24 @@ def compare(baseline: Run, candidate: Run, settings: argparse.Namespace) -> Repo
         reason = throttled_reason(candidate)
         if reason:
             report.unusable.append(reason)
+    if getattr(settings, "refuse_stalled", False):
+        reason = stalled_reason(candidate)
+        if reason:
+            report.unusable.append(reason)
 
-    decide(report.rows, settings)
+    report.common, underpowered = decide(report.rows, settings)
+    report.underpowered += underpowered
     too_few = [row.name for row in report.rows if row.verdict == TOO_FEW_REPETITIONS]
     if too_few:
         report.unusable.append(f"{len(too_few)} benchmark(s) have fewer than {MIN_REPETITIONS_FOR_U_TEST} "
                                "repetitions a side for the U test (--too-few-repetitions=fail)")
-    # A candidate that lost every benchmark the baseline measured failed: that is a verdict, not unusable input.
+    # A candidate that lost every benchmark the baseline measured failed: that is a verdict, not
+    # unusable input. Runs with no case in common (another model, another case set) are not.
+    if not set(baseline.names) & set(candidate.names):
+        report.unusable.append(f"nothing in common: none of the baseline's {len(baseline.names)} benchmarks "
+                               f"(e.g. {baseline.names[0]}) is among the candidate's {len(candidate.names)} "
+                               f"(e.g. {candidate.names[0]})")
+        return report
     judged = COMPARED_VERDICTS | {TOO_FEW_REPETITIONS} | (set() if settings.allow_missing else LOST_VERDICTS)
     if not any(row.verdict in judged for row in report.rows):
         report.unusable.append("no benchmark has measurements on both sides: nothing was compared")
@@ -435,7 +569,8 @@ def load_history(directory: str, candidate: Run, settings: argparse.Namespace) -
     matching = [run for run in runs if not compare_contexts(run, candidate)
                 and (own_sha in (None, "unknown") or run.context.get("git_sha") != own_sha)]
     if not matching:
-        keys = ", ".join(f"{key}={candidate.context.get(key, '(absent)')!r}" for key in CONTEXT_KEYS_THAT_MUST_MATCH)
+        keys = ", ".join(f"{key}={str(candidate.context.get(key, '(absent)'))!r}"
+                         for key in context_keys_to_compare(candidate.context, candidate.context))
         raise UnusableInput(f"--window {directory}: none of its {len(runs)} runs is of another commit with the "
                             f"candidate's {keys}")
     by_commit: dict = {}
@@ -540,10 +675,13 @@ def decision_rule(settings: argparse.Namespace) -> str:
         measure = "median real_time, lower is better"
     else:
         measure = f"median {metric.name}, {'higher' if metric.higher_is_better else 'lower'} is better"
-    correction = ("Holm's step-down correction over every benchmark tested" if settings.correction == "holm"
+    correction = ("Holm's step-down correction over every benchmark tested and the stratified test of a shift "
+                  "common to them" if settings.correction == "holm"
                   else "no correction for testing many benchmarks (--correction=none)")
     return (f"metric {settings.metric} ({measure}); regression: worse by more than {settings.threshold:g}% "
-            f"and two-sided Mann-Whitney U p < {settings.alpha:g} after {correction}")
+            f"and two-sided Mann-Whitney U p < {settings.alpha:g} (exact up to "
+            f"{rank_tests.EXACT_MAX_REPETITIONS} repetitions) after {correction}; a slowdown that could not "
+            "have been significant is underpowered (exit 2)")
 
 
 def describe_run(report: Report, side: str) -> str:
@@ -560,6 +698,7 @@ def describe_run(report: Report, side: str) -> str:
 def notes(report: Report) -> list:
     """Lines under the verdict: why unusable, warnings, unmatched benchmarks, errored repetitions."""
     lines = [f"unusable: {reason}" for reason in report.unusable]
+    lines += [f"underpowered: {reason}" for reason in report.underpowered_reasons()]
     lines += [f"warning: {warning}" for warning in report.warnings]
     lost_effect = "reported only (--allow-missing)" if report.settings.allow_missing else "fails the gate"
     for row in report.rows:
@@ -569,6 +708,10 @@ def notes(report: Report) -> list:
         elif row.verdict in {ONLY_IN_BASELINE, ONLY_IN_CANDIDATE, ERROR_IN_BASELINE}:
             lines.append(f"{row.verdict}: {row.name} (does not fail)")
     lines += [f"errored: {error}" for error in report.errors]
+    if report.common:
+        row = report.common
+        lines.append(f"{row.name}: {row.verdict} (median change {row.change_pct:+.1f}%, stratified U p "
+                     f"{row.p_value:.4g} ({row.test}), adjusted {row.p_adjusted:.4g}; {row.decided_by})")
     return lines
 
 
@@ -620,11 +763,14 @@ def render_json(report: Report) -> dict:
         "window": report.window,
         "too_few_repetitions": settings.too_few_repetitions,
         "min_repetitions_for_u_test": MIN_REPETITIONS_FOR_U_TEST,
+        "exact_max_repetitions": rank_tests.EXACT_MAX_REPETITIONS,
         "allow_missing": settings.allow_missing,
         "unusable": report.unusable,
+        "underpowered": report.underpowered_reasons(),
         "warnings": report.warnings,
         "errors": report.errors,
         "benchmarks": [asdict(row) for row in report.rows],
+        "common": asdict(report.common) if report.common else None,
     }
 
 
@@ -671,9 +817,12 @@ def parse_arguments(argv: list | None) -> argparse.Namespace:
                     "on performance regressions. See docs/PERF_GATE.md.",
         epilog="exit codes: 0 pass, 1 regression, or a benchmark the baseline measured is missing or failed "
                "in the candidate (unless --allow-missing), "
-               "2 unusable input (unreadable or malformed file, unknown schema major, context mismatch, "
-               "too few repetitions with --too-few-repetitions=fail, throttled repetitions with "
-               "--refuse-throttled, nothing compared, an unusable --window folder or --trend figure, bad option)")
+               "2 unusable input (unreadable, oversized, not a regular file or malformed, a repetition without an "
+               "integer index or given twice, unknown schema major, context mismatch, "
+               "too few repetitions with --too-few-repetitions=fail, throttled or stalled repetitions with "
+               "--refuse-throttled or --refuse-stalled, nothing in common, nothing compared, an unusable --window "
+               "folder or --trend figure, bad option) or underpowered (no regression found, and a slowdown beyond "
+               "the threshold, or every test, could not have been significant at these repetitions)")
     parser.add_argument("runs", nargs="+", metavar="[BASELINE] CANDIDATE",
                         help="baseline JSON, from a trusted run on the same GPUs (left out with --window), "
                              "then the candidate JSON, from the build under test")
@@ -692,17 +841,23 @@ def parse_arguments(argv: list | None) -> argparse.Namespace:
                         help="report a benchmark the baseline measured but the candidate did not (missing, failed "
                              "or skipped) without failing; by default it fails the gate (exit 1)")
     parser.add_argument("--allow-context-mismatch", action="store_true",
-                        help=f"compare even when {', '.join(CONTEXT_KEYS_THAT_MUST_MATCH)} differ (reported as warnings)")
+                        help=f"compare even when {', '.join(CONTEXT_KEYS_THAT_MUST_MATCH)} differ, or on runs "
+                             f"without GPUs {', '.join(CPU_CONTEXT_KEYS_THAT_MUST_MATCH + CPU_THREAD_KEYS)} "
+                             "(reported as warnings)")
     parser.add_argument("--refuse-throttled", action="store_true",
                         help="declare a candidate with any repetition flagged throttled (parbench's `throttled` "
                              "counter: a GPU clock-event reason or a low SM clock) unusable, exit 2")
+    parser.add_argument("--refuse-stalled", action="store_true",
+                        help="declare a candidate with any repetition flagged stalled (parbench's `stalled` "
+                             "counter: its slowest iteration at least 3 times its median one) unusable, exit 2")
     parser.add_argument("--correction", choices=["holm", "none"], default="holm",
-                        help="how the U test's p-values are corrected for testing every benchmark of the run at "
-                             "once: Holm's step-down method, which keeps the chance of any false regression below "
-                             "alpha (holm), or not at all (none); default %(default)s")
+                        help="how the p-values are corrected for testing every benchmark of the run, and the "
+                             "shift common to them, at once: Holm's step-down method, which keeps the chance of any "
+                             "false regression below alpha (holm), or not at all (none); default %(default)s")
     parser.add_argument("--window", metavar="DIR",
                         help="judge against earlier baselines instead of one: the JSON runs in DIR of the candidate's "
-                             "GPUs and software (context gpu_names, gpu_count, libtorch_version, cuda_version) and "
+                             "GPUs and software (context gpu_names, gpu_count, libtorch_version, cuda_version; on runs "
+                             "without GPUs also the CPU model, core count and threads) and "
                              "other commits (context git_sha), the last --window-size commits' repetitions pooled")
     parser.add_argument("--window-size", type=positive_count, default=5, metavar="N",
                         help="commits in the --window; default %(default)s")

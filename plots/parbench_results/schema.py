@@ -7,6 +7,8 @@ Standard library only, and Python 3.7 syntax: the regression gate imports it (do
 from __future__ import annotations
 
 import json
+import os
+import stat
 
 KNOWN_SCHEMA_MAJOR = 1
 SECONDS_PER_UNIT = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}  # Google Benchmark's time_unit
@@ -20,14 +22,38 @@ class ResultsError(Exception):
     """A file that cannot be read as parbench output; the message names the file."""
 
 
-def read_document(path: str) -> dict:
-    """The file's JSON, checked to be Google Benchmark output written by parbench with a schema
-    of the major version this reader knows and at least one benchmark."""
+def read_text(path: str, max_bytes: int | None = None) -> str:
+    """A regular file's text, UTF-8. Anything else (a FIFO, which would wait for a writer; a
+    device such as /dev/zero, which never ends; a folder) is refused without reading it, and so
+    is a file of more than max_bytes."""
     try:
-        with open(path, encoding="utf-8") as file:
-            text = file.read()
-    except (OSError, UnicodeDecodeError) as error:
+        # Opening a FIFO without O_NONBLOCK waits for a writer: open it non-blocking, then refuse it.
+        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as error:
         raise ResultsError(f"{path}: cannot read: {error}") from None
+    with os.fdopen(descriptor, "rb") as file:
+        status = os.fstat(descriptor)
+        if not stat.S_ISREG(status.st_mode):
+            raise ResultsError(f"{path}: not a regular file (a FIFO, device or folder): only files are read")
+        if max_bytes is not None and status.st_size > max_bytes:
+            raise ResultsError(f"{path}: {status.st_size} bytes, more than the {max_bytes} this reader takes")
+        try:
+            data = file.read() if max_bytes is None else file.read(max_bytes + 1)
+        except OSError as error:
+            raise ResultsError(f"{path}: cannot read: {error}") from None
+    if max_bytes is not None and len(data) > max_bytes:  # it grew while being read
+        raise ResultsError(f"{path}: more than the {max_bytes} bytes this reader takes")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ResultsError(f"{path}: cannot read: {error}") from None
+
+
+def read_document(path: str, max_bytes: int | None = None) -> dict:
+    """The file's JSON, checked to be Google Benchmark output written by parbench with a schema
+    of the major version this reader knows and at least one benchmark. Only a regular file is
+    read, of at most max_bytes where given."""
+    text = read_text(path, max_bytes)
     if not text.strip():
         raise ResultsError(f"{path}: empty file")
     try:

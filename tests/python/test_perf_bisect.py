@@ -149,3 +149,25 @@ def test_a_metric_the_run_does_not_declare_is_one_line_and_exit_2(tmp_path):
     assert result.stderr.count("\n") == 1, result.stderr
     assert "--metric no_such_counter is not a counter the runs declare; allowed: time" in result.stderr
     assert_untouched(repo, shas[4])
+
+
+def test_a_common_slowdown_is_bad_and_an_underpowered_commit_is_skipped(tmp_path):
+    # 16 cases at 5 repetitions: commit 2 slows one case 2x (no single case can be significant
+    # there: the gate says underpowered), commit 3 every case (the common shift's test finds it).
+    from test_gate_decision import sixteen_cases
+    baseline, one_slower = sixteen_cases(seed=5, slowdown_of=lambda index: 2.0 if index == 0 else 1.0)
+    _, all_slower = sixteen_cases(seed=6, slowdown_of=lambda index: 2.0)
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    for name, samples in (("even", baseline), ("one", one_slower), ("all", all_slower)):
+        (runs / f"{name}.json").write_text(json.dumps(benchmark_json(samples)))
+    repo, shas = make_repo(tmp_path, [("even", True), ("one", True), ("all", True), ("all", True), ("all", True)])
+    result = bisect(repo, tmp_path, shas[0], shas[4])
+    assert result.returncode == 3, result.stdout + result.stderr
+    tested = result.stdout.split("tested (oldest first)")[1]
+    line_2, line_3 = (tested.split(sha[:12])[1].splitlines()[0] for sha in shas[1:3])
+    assert "skip" in line_2 and "underpowered" in line_2
+    assert "BAD" in line_3
+    candidates = result.stdout.split("not pinned")[1]
+    assert f"{shas[1]} commit 2" in candidates and f"{shas[2]} commit 3" in candidates
+    assert_untouched(repo, shas[4])

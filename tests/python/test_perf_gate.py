@@ -324,14 +324,16 @@ def test_benchmark_in_the_baseline_only_and_unmeasured_there_does_not_fail(tmp_p
     assert verdicts(report)[DDP] == "only in baseline"
 
 
-def test_nothing_in_common_is_unusable_with_allow_missing(tmp_path):
+def test_nothing_in_common_is_unusable(tmp_path, capsys):
+    # Another model's run as the baseline: not a candidate that lost every case (exit 1), but
+    # two runs the gate cannot compare (exit 2), with or without --allow-missing.
     baseline, candidate = benchmark_json({SINGLE: BASELINE_SAMPLES[SINGLE]}), benchmark_json({DDP: BASELINE_SAMPLES[DDP]})
-    code, report = gate_report(tmp_path, baseline, candidate, "--allow-missing")
-    assert code == 2
-    assert any("nothing was compared" in reason for reason in report["unusable"])
-    code, report = gate_report(tmp_path, baseline, candidate)
-    assert code == 1  # without it, the candidate lost single
-    assert verdicts(report)[SINGLE] == "MISSING in candidate"
+    for options in ([], ["--allow-missing"]):
+        code, report = gate_report(tmp_path, baseline, candidate, *options)
+        assert code == 2
+        [reason] = report["unusable"]
+        assert reason.startswith("nothing in common: none of the baseline's 1 benchmarks") and SINGLE in reason
+    assert "unusable: nothing in common" in capsys.readouterr().out
 
 
 # Unusable input.

@@ -54,10 +54,19 @@ def report_of(tmp_path, baseline, candidate, *options):
 def test_holm_over_a_run_agrees_with_scipy_and_the_hand_procedure(tmp_path):
     names, baseline, candidate = many_cases(12, lambda i: 1.06 + 0.005 * i)
     code, report = report_of(tmp_path, benchmark_json(baseline), benchmark_json(candidate))
-    p_values = [scipy.stats.mannwhitneyu(baseline[n], candidate[n], method="asymptotic").pvalue for n in names]
+    # 10 repetitions a side without ties: the exact U test.
+    p_values = [scipy.stats.mannwhitneyu(baseline[n], candidate[n], method="exact").pvalue for n in names]
     rows = {row["name"]: row for row in report["benchmarks"]}
     assert [rows[n]["p_value"] for n in names] == pytest.approx(p_values, rel=1e-9)
-    rejected = holm_by_hand(p_values, 0.05)
+    assert {rows[n]["test"] for n in names} == {"exact"}
+    # The family: the 12 benchmarks and the common shift's stratified test.
+    common = report["common"]
+    assert common["kind"] == "common" and common["name"] == "common shift of the 12 benchmarks tested"
+    family = p_values + [common["p_value"]]
+    assert [rows[n]["p_adjusted"] for n in names] + [common["p_adjusted"]] == \
+        pytest.approx(perf_gate.holm_adjusted(family), rel=1e-9)
+    rejected = holm_by_hand(family, 0.05)
+    assert (len(names) in rejected) == (common["verdict"] == "REGRESSION")
     for index, name in enumerate(names):
         assert rows[name]["verdict"] == ("REGRESSION" if index in rejected else "slower, not significant"), name
         assert rows[name]["decided_by"].startswith("Holm-adjusted p")
