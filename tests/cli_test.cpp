@@ -29,7 +29,8 @@ struct Run {
 };
 
 Run run_parbench(const std::string& arguments) {
-  const std::string stderr_path = "/tmp/parbench_stderr_" + std::to_string(getpid());
+  const parbench::TemporaryDirectory dir("parbench-cli-stderr");
+  const std::string stderr_path = dir.file("stderr");
   const std::string command = std::string(PARBENCH_BINARY) + " " + arguments + " 2>" + stderr_path;
   Run run;
   std::array<char, 4096> buffer{};
@@ -40,7 +41,6 @@ Run run_parbench(const std::string& arguments) {
   std::ifstream error_file(stderr_path);
   run.error.assign(std::istreambuf_iterator<char>(error_file), {});
   run.output += run.error;
-  unlink(stderr_path.c_str());
   return run;
 }
 

@@ -2,9 +2,13 @@
 #include "benchmarks/launch/temporary_directory.h"
 #include "core/text.h"
 #include "strategies/flat_tensors.h"
+#include "tests/parbench_process.h"
 
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -75,27 +79,92 @@ TEST(TemporaryDirectory, IsRemovedWithItsSubdirectoriesButNotWhatLinksPointTo) {
   EXPECT_TRUE(exists(outside.file("keep.txt")));
 }
 
-// A killed run's directory (its process gone) is removed at the next start; a running one's is kept.
-TEST(TemporaryDirectory, StaleDirectoriesOfEndedProcessesAreRemoved) {
+// Another process that holds the ownership lock on directories, as a live run holds its own
+// (TemporaryDirectory): a forked child that opens and flocks each, then waits to be killed.
+class LockHolder {
+ public:
+  explicit LockHolder(const std::vector<std::string>& directories) {
+    int ready[2];
+    if (pipe(ready) != 0) return;
+    pid_ = fork();
+    if (pid_ == 0) {  // async-signal-safe calls only
+      for (const auto& directory : directories) {
+        const int fd = open(directory.c_str(), O_RDONLY | O_DIRECTORY);
+        if (fd < 0 || flock(fd, LOCK_EX | LOCK_NB) != 0) _exit(1);
+      }
+      const char byte = 1;
+      [[maybe_unused]] const auto written = write(ready[1], &byte, 1);
+      while (true) pause();
+    }
+    close(ready[1]);
+    char byte = 0;
+    holds_ = read(ready[0], &byte, 1) == 1;
+    close(ready[0]);
+  }
+  ~LockHolder() {
+    if (pid_ <= 0) return;
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+  }
+  bool holds() const { return holds_; }
+
+ private:
+  pid_t pid_ = -1;
+  bool holds_ = false;
+};
+
+// A killed run's directory (no process holds its lock) is removed at the next start; one a live
+// run holds is kept, whatever pid its name gives: a run in another PID namespace (a container
+// sharing /tmp) has a pid that here may be no process's, or another process's.
+TEST(TemporaryDirectory, DirectoriesNoProcessHoldsAreRemovedTheOthersKept) {
   TemporaryDirectory tmp("parbench-core-test-tmp");
-  const char* previous = std::getenv("TMPDIR");
-  const std::string saved = previous != nullptr ? previous : "";
-  setenv("TMPDIR", tmp.path().c_str(), 1);
-  const auto stale = tmp.file("parbench-ranks-" + std::to_string(ended_process()) + "-abc123");
-  const auto live = tmp.file("parbench-ranks-" + std::to_string(getpid()) + "-def456");
+  const TmpdirFor scoped(tmp);
+  const auto dead_pid = std::to_string(ended_process());
+  const auto stale = tmp.file("parbench-ranks-" + dead_pid + "-abc123");
+  const auto stale_of_a_live_pid = tmp.file("parbench-ranks-" + std::to_string(getpid()) + "-ghi789");
+  const auto held = tmp.file("parbench-ranks-" + dead_pid + "-def456");  // another namespace's run, alive
+  const auto held_fit = tmp.file("parbench-fit-" + dead_pid + "-jkl012");
   const auto other = tmp.file("parbench-ranks-notapid");
-  for (const auto& dir : {stale, live, other}) ASSERT_EQ(mkdir(dir.c_str(), 0755), 0);
+  for (const auto& dir : {stale, stale_of_a_live_pid, held, held_fit, other}) ASSERT_EQ(mkdir(dir.c_str(), 0755), 0);
   ASSERT_EQ(mkdir((stale + "/sub").c_str(), 0755), 0);
   std::ofstream(stale + "/sub/result.json.partial") << "{";
-  EXPECT_EQ(remove_stale_temporary_directories("parbench-ranks"), 1);
-  if (previous != nullptr) {
-    setenv("TMPDIR", saved.c_str(), 1);
-  } else {
-    unsetenv("TMPDIR");
+  std::ofstream(held + "/result.json.partial") << "{";
+  int removed = 0, removed_fit = 0;
+  bool own_kept = false;
+  {
+    TemporaryDirectory own("parbench-ranks");  // this process's, in use
+    LockHolder holder({held, held_fit});
+    ASSERT_TRUE(holder.holds());
+    removed = remove_stale_temporary_directories("parbench-ranks");
+    removed_fit = remove_stale_temporary_directories("parbench-fit");
+    own_kept = exists(own.path());
   }
+  EXPECT_EQ(removed, 2);
+  EXPECT_EQ(removed_fit, 0);
   EXPECT_FALSE(exists(stale));
-  EXPECT_TRUE(exists(live));
+  EXPECT_FALSE(exists(stale_of_a_live_pid)) << "its name's pid is alive, but no process holds it";
+  EXPECT_TRUE(exists(held + "/result.json.partial")) << "a live run's directory was removed";
+  EXPECT_TRUE(exists(held_fit));
+  EXPECT_TRUE(own_kept);
   EXPECT_TRUE(exists(other));
+}
+
+// Once its holder has ended, the same directory goes.
+TEST(TemporaryDirectory, ADirectoryGoesOnceItsHolderHasEnded) {
+  TemporaryDirectory tmp("parbench-core-test-tmp");
+  const TmpdirFor scoped(tmp);
+  const auto dir = tmp.file("parbench-fit-123-abc123");
+  ASSERT_EQ(mkdir(dir.c_str(), 0755), 0);
+  int while_held = -1;
+  {
+    LockHolder holder({dir});
+    ASSERT_TRUE(holder.holds());
+    while_held = remove_stale_temporary_directories("parbench-fit");
+  }
+  const int after = remove_stale_temporary_directories("parbench-fit");
+  EXPECT_EQ(while_held, 0);
+  EXPECT_EQ(after, 1);
+  EXPECT_FALSE(exists(dir));
 }
 
 }  // namespace

@@ -1,8 +1,9 @@
-// SIGINT and SIGTERM during a run (docs/RUNNING.md, "Interrupts"): sent to parbench, or SIGINT to its
-// process group as a terminal's Ctrl-C is, while a ddp case runs on ranks of parbench's own
-// launcher (CPU, store backend). Every rank stops within seconds, parbench exits 128 + the
-// signal, the JSON holds the cases completed before and says it was interrupted, and nothing
-// is left behind: no .partial file, no rank, no rank's results directory.
+// SIGINT, SIGTERM and SIGHUP during a run (docs/RUNNING.md, "Interrupts"): sent to parbench, or to its
+// process group as a terminal's Ctrl-C (SIGINT) or a closed terminal (SIGHUP) sends it, while a
+// ddp case runs on ranks of parbench's own launcher (CPU, store backend). Every rank stops within
+// seconds, parbench exits 128 + the signal, the JSON holds the cases completed before and says it
+// was interrupted, and nothing is left behind: no .partial or lock file, no rank, no rank's
+// results directory.
 #include "benchmarks/launch/temporary_directory.h"
 #include "tests/parbench_process.h"
 
@@ -22,8 +23,9 @@ constexpr double kStopWithin = 10;  // seconds from the signal to parbench's exi
 
 struct Interrupt {
   const char* name;
+  const char* signal_name;
   int signal_number;
-  bool to_group;  // to parbench's process group, as a terminal sends Ctrl-C
+  bool to_group;  // to parbench's process group, as a terminal sends Ctrl-C or its hang-up
   int exit_code;
 };
 
@@ -69,16 +71,16 @@ TEST_P(InterruptTest, StopsEveryRankAndWritesTheCompletedCasesMarkedInterrupted)
 
   EXPECT_EQ(run.exit_code, interrupt.exit_code) << run.err;
   EXPECT_LT(run.seconds - sent_at, kStopWithin) << run.err;
-  EXPECT_NE(run.err.find(std::string("parbench: interrupted by ") +
-                         (interrupt.signal_number == SIGINT ? "SIGINT" : "SIGTERM") + ": wrote the 1 cases completed to " + out),
+  EXPECT_NE(run.err.find(std::string("parbench: interrupted by ") + interrupt.signal_name +
+                         ": wrote the 1 cases completed to " + out),
             std::string::npos)
       << "parbench's own lines: " << own_lines(run.err) << "\nall of stderr:\n" << run.err;
-  EXPECT_EQ(directory_entries(dir.path()), std::vector<std::string>{"run.json"}) << "a .partial file was left behind";
+  EXPECT_EQ(directory_entries(dir.path()), std::vector<std::string>{"run.json"}) << "a .partial or .lock file was left behind";
   EXPECT_TRUE(directory_entries(tmp.path()).empty()) << "a rank's results directory was left behind";
   EXPECT_TRUE(live_processes_with("PARBENCH_INTERRUPT_TEST", marker).empty()) << "a rank outlived the run";
 
   const auto json = read_json(out);
-  EXPECT_EQ(json.at("context").at("interrupted"), interrupt.signal_number == SIGINT ? "SIGINT" : "SIGTERM");
+  EXPECT_EQ(json.at("context").at("interrupted"), interrupt.signal_name);
   int single = 0;
   for (const auto& benchmark : json.at("benchmarks")) {
     const auto name = benchmark.at("run_name").get<std::string>();
@@ -90,9 +92,10 @@ TEST_P(InterruptTest, StopsEveryRankAndWritesTheCompletedCasesMarkedInterrupted)
 }
 
 INSTANTIATE_TEST_SUITE_P(Signals, InterruptTest,
-                         testing::Values(Interrupt{"SIGINT", SIGINT, false, 130},
-                                         Interrupt{"SIGINT_to_the_group", SIGINT, true, 130},
-                                         Interrupt{"SIGTERM", SIGTERM, false, 143}),
+                         testing::Values(Interrupt{"SIGINT", "SIGINT", SIGINT, false, 130},
+                                         Interrupt{"SIGINT_to_the_group", "SIGINT", SIGINT, true, 130},
+                                         Interrupt{"SIGTERM", "SIGTERM", SIGTERM, false, 143},
+                                         Interrupt{"SIGHUP_to_the_group", "SIGHUP", SIGHUP, true, 129}),
                          [](const testing::TestParamInfo<Interrupt>& info) { return std::string(info.param.name); });
 
 // Interrupted before any case has completed: still a whole JSON file, with no case in it.

@@ -73,7 +73,7 @@ bool holds(const std::vector<std::string>& strings, const std::string& wanted) {
 }  // namespace
 
 ParbenchProcess::ParbenchProcess(const std::vector<std::string>& arguments,
-                                 const std::map<std::string, std::string>& environment) {
+                                 const std::map<std::string, std::string>& environment, const ProcessSetup& setup) {
   std::vector<std::string> argv_strings{PARBENCH_BINARY};
   argv_strings.insert(argv_strings.end(), arguments.begin(), arguments.end());
   std::vector<std::string> environment_strings;
@@ -89,6 +89,9 @@ ParbenchProcess::ParbenchProcess(const std::vector<std::string>& arguments,
   envp.push_back(nullptr);
   const auto out = outputs_.file("out"), err = outputs_.file("err");
 
+  int closed_pipe[2] = {-1, -1};
+  if (setup.closed_pipe >= 0 && pipe(closed_pipe) != 0) throw std::runtime_error("pipe failed");
+
   start_ = Clock::now();
   pid_ = fork();
   if (pid_ < 0) throw std::runtime_error("fork failed");
@@ -96,8 +99,22 @@ ParbenchProcess::ParbenchProcess(const std::vector<std::string>& arguments,
     setpgid(0, 0);  // a group of its own, as a shell's job: a test may signal the group
     dup2(open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644), STDOUT_FILENO);
     dup2(open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644), STDERR_FILENO);
+    if (setup.closed_pipe >= 0) {
+      dup2(closed_pipe[1], setup.closed_pipe);
+      close(closed_pipe[0]);
+      close(closed_pipe[1]);
+    }
+    if (setup.file_size_limit) {
+      signal(SIGXFSZ, SIG_IGN);  // kept across exec
+      const rlimit limit{*setup.file_size_limit, *setup.file_size_limit};
+      setrlimit(RLIMIT_FSIZE, &limit);
+    }
     execve(argv[0], argv.data(), envp.data());
     _exit(127);
+  }
+  if (setup.closed_pipe >= 0) {  // the reading end closed before parbench writes
+    close(closed_pipe[0]);
+    close(closed_pipe[1]);
   }
 }
 
@@ -192,6 +209,19 @@ std::map<std::string, std::string> torchrun_environment(int rank, int world_size
 nlohmann::json read_json(const std::string& path) {
   std::ifstream file(path);
   return nlohmann::json::parse(file);
+}
+
+TmpdirFor::TmpdirFor(const TemporaryDirectory& dir) {
+  if (const char* previous = std::getenv("TMPDIR")) previous_ = previous;
+  setenv("TMPDIR", dir.path().c_str(), 1);
+}
+
+TmpdirFor::~TmpdirFor() {
+  if (previous_) {
+    setenv("TMPDIR", previous_->c_str(), 1);
+  } else {
+    unsetenv("TMPDIR");
+  }
 }
 
 std::optional<std::string> process_environment(pid_t pid, const std::string& name) {

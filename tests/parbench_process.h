@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <sys/resource.h>
 #include <sys/types.h>
 
 #include <chrono>
@@ -24,11 +25,22 @@ struct ProcessRun {
   double seconds = 0;  // from the start to the end of the process
 };
 
+// How a process starts beyond its arguments and environment.
+struct ProcessSetup {
+  // RLIMIT_FSIZE, with SIGXFSZ ignored: a write past this many bytes fails (EFBIG), as one on a
+  // full disk does (ENOSPC). It holds for stdout's and stderr's files too.
+  std::optional<rlim_t> file_size_limit;
+  // STDOUT_FILENO or STDERR_FILENO: a pipe whose reading end is closed, as after `| head -1`
+  // (its output then is not kept).
+  int closed_pipe = -1;
+};
+
 // One parbench process: PARBENCH_BINARY with `arguments`, the test's environment plus
 // `environment`, in a process group of its own (its id: pid()). Killed (with the ranks it started) if still running when destroyed.
 class ParbenchProcess {
  public:
-  ParbenchProcess(const std::vector<std::string>& arguments, const std::map<std::string, std::string>& environment);
+  ParbenchProcess(const std::vector<std::string>& arguments, const std::map<std::string, std::string>& environment,
+                  const ProcessSetup& setup = {});
   ~ParbenchProcess();
   ParbenchProcess(const ParbenchProcess&) = delete;
   ParbenchProcess& operator=(const ParbenchProcess&) = delete;
@@ -66,6 +78,18 @@ int free_port();
 std::map<std::string, std::string> torchrun_environment(int rank, int world_size, int port);
 
 nlohmann::json read_json(const std::string& path);
+
+// $TMPDIR set to `dir` while this lives, then as it was.
+class TmpdirFor {
+ public:
+  explicit TmpdirFor(const TemporaryDirectory& dir);
+  ~TmpdirFor();
+  TmpdirFor(const TmpdirFor&) = delete;
+  TmpdirFor& operator=(const TmpdirFor&) = delete;
+
+ private:
+  std::optional<std::string> previous_;
+};
 
 // The value of `name` in the environment process `pid` started with, if set there.
 std::optional<std::string> process_environment(pid_t pid, const std::string& name);

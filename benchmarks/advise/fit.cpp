@@ -182,7 +182,7 @@ CaseSpec case_at_batch(const CaseSpec& spec, int64_t batch, const Options& optio
 Probe probe_case(const CaseSpec& spec, int64_t batch, const Options& options, int visible_gpus) {
   const auto probed = case_at_batch(spec, batch, options, visible_gpus);
   if (!probed.skip_reason.empty()) return {ProbeResult::kFailed, "skipped at that batch: " + probed.skip_reason};
-  TemporaryDirectory dir("parbench-fit");
+  TemporaryDirectory dir(kFitDirectoryPrefix);
   const auto out_file = dir.file("probe.json");
   const int status = run_child(self_binary(), probe_arguments(probed.name, batch, out_file), dir.file("probe.log"));
   nlohmann::json document;

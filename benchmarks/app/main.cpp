@@ -23,10 +23,10 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
+#include <cctype>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <optional>
 #include <string>
 
@@ -71,9 +71,9 @@ size_t count_to_run(const std::vector<Case>& cases) {
       std::count_if(cases.begin(), cases.end(), [](const Case& spec) { return spec.skip_reason.empty(); }));
 }
 
-// Whether --benchmark_out_format is JSON (its default); a usage error for a format Google
-// Benchmark does not know (it would print its usage and exit 0, writing nothing).
-bool output_format_is_json(const std::vector<char*>& benchmark_args) {
+// --benchmark_out_format (json by default); a usage error for a format Google Benchmark does not
+// know (it would print its usage and exit 0, writing nothing).
+std::string output_format(const std::vector<char*>& benchmark_args) {
   const std::string flag = "--benchmark_out_format=";
   std::string format = "json";
   for (const char* arg : benchmark_args) {
@@ -82,7 +82,24 @@ bool output_format_is_json(const std::vector<char*>& benchmark_args) {
   if (format != "json" && format != "console" && format != "csv") {
     throw UsageError(flag + format + " is not a format: json, console or csv");
   }
-  return format == "json";
+  return format;
+}
+
+// Whether --benchmark_counters_tabular is on (a console --benchmark_out's table), read as Google
+// Benchmark reads a flag's value: "false", "no", "off" or one of 0, f, n is off.
+bool counters_tabular(const std::vector<char*>& benchmark_args) {
+  const std::string flag = "--benchmark_counters_tabular";
+  bool tabular = false;
+  for (const char* arg : benchmark_args) {
+    const std::string text = arg;
+    if (text == flag) tabular = true;
+    if (text.rfind(flag + "=", 0) != 0) continue;
+    auto value = text.substr(flag.size() + 1);
+    std::transform(value.begin(), value.end(), value.begin(), [](unsigned char c) { return std::tolower(c); });
+    tabular = value.size() == 1 ? std::isalnum(static_cast<unsigned char>(value[0])) && value.find_first_of("0fn") != 0
+                                : value != "false" && value != "no" && value != "off";
+  }
+  return tabular;
 }
 
 // Whether Google Benchmark's display is its console (--benchmark_format, console by default):
@@ -104,16 +121,12 @@ std::string run_description(const std::vector<std::pair<std::string, std::string
          values["git_sha"].substr(0, 10) + (values["git_dirty"] == "true" ? " (dirty)" : "") + ".";
 }
 
-// --summary: written whole at FILE.partial, then moved into place. false after a message naming
-// the file (the partial one removed) when it could not be.
+// --summary: written whole as --benchmark_out is (write_whole_file). false after a message naming
+// the file and the cause when it could not be.
 bool write_summary(const std::string& path, const std::string& text) {
-  const auto partial = path + ".partial";
-  std::ofstream file(partial, std::ios::trunc);
-  file << text;
-  file.close();
-  if (file && std::rename(partial.c_str(), path.c_str()) == 0) return true;
-  std::fprintf(stderr, "parbench: could not write --summary=%s: %s\n", path.c_str(), std::strerror(errno));
-  unlink(partial.c_str());
+  const auto problem = write_whole_file(path, partial_path_of(path), text);
+  if (problem.empty()) return true;
+  std::fprintf(stderr, "parbench: could not write --summary=%s: %s\n", path.c_str(), problem.c_str());
   return false;
 }
 
@@ -152,6 +165,9 @@ int print_schedule(const Options& options) {
 
 int main(int argc, char** argv) {
   using namespace parbench;
+  // A closed stdout or stderr (`parbench ... | head -1`, a closed terminal) must not end a run: a
+  // write to it fails instead, and the run and its output file go on. Ranks inherit it.
+  std::signal(SIGPIPE, SIG_IGN);
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
       std::fputs(usage().c_str(), stdout);
@@ -171,10 +187,10 @@ int main(int argc, char** argv) {
   Options options;
   std::vector<char*> benchmark_args;
   std::optional<RankInfo> external;  // set when torchrun, srun or mpirun started this process as one rank
-  bool json_output = true;
+  std::string out_format;
   try {
     options = parse_options(argc, argv, visible_gpus > 0, &benchmark_args);
-    json_output = output_format_is_json(benchmark_args);
+    out_format = output_format(benchmark_args);
     if (!options.print_schedule.empty()) return print_schedule(options);
     if (!worker) external = external_launch(options, visible_gpus);
     if (external && options.fit_batch) {
@@ -201,8 +217,8 @@ int main(int argc, char** argv) {
   if (profile_companion) return serve_profiles(options, visible_gpus);
 
   // A run that was killed (SIGKILL) could not clean up after itself: its ranks' results
-  // directories go now.
-  remove_stale_temporary_directories(kRanksDirectoryPrefix);
+  // directories and --fit=batch's probe directories go now (those no live run holds).
+  for (const char* prefix : {kRanksDirectoryPrefix, kFitDirectoryPrefix}) remove_stale_temporary_directories(prefix);
 
   // Under an external launcher only rank 0 writes output; the others run the cases silently.
   const bool writes_output = !external || external->rank == 0;
@@ -212,16 +228,21 @@ int main(int argc, char** argv) {
                          benchmark_args.end());
   }
 
-  // Google Benchmark writes its file at a temporary name, moved into place only at the end
-  // (benchmarks/output/run_output.h), so no partial file is left behind.
-  static RunOutput output(writes_output ? options.benchmark_out : "", json_output);  // the interrupt's thread reads it
+  // parbench writes the file itself, whole, at the end (benchmarks/output/run_output.h); no other
+  // run may write it meanwhile.
+  static RunOutput output(writes_output ? options.benchmark_out : "", out_format,
+                          counters_tabular(benchmark_args));  // the interrupt's thread reads it
+  if (const auto problem = output.claim(); !problem.empty()) {
+    std::fprintf(stderr, "parbench: cannot write --benchmark_out=%s: %s\n", options.benchmark_out.c_str(), problem.c_str());
+    return kExitBadInput;
+  }
   std::string out_flag;
   bool user_set_repetitions = false;
   for (auto& arg : benchmark_args) {
     const std::string text = arg;
     if (text.rfind("--benchmark_repetitions", 0) == 0) user_set_repetitions = true;
     if (text.rfind("--benchmark_out=", 0) == 0) {
-      out_flag = "--benchmark_out=" + output.partial_path();
+      out_flag = std::string("--benchmark_out=") + RunOutput::kGoogleBenchmarkOut;
       arg = out_flag.data();
     }
   }
@@ -273,7 +294,7 @@ int main(int argc, char** argv) {
   }
   RunProgress progress(count_to_run(cases) + count_to_run(allreduce_cases), writes_output);
   register_cases(cases, options, progress);
-  if (auto* json = output.file_reporter()) {
+  if (auto* json = output.json_reporter()) {
     std::map<std::string, std::string> fields;
     for (const auto& spec : cases) fields[benchmark_name(spec.name, fixed_iterations(spec, options))] = fields_json(spec.fields).dump();
     json->set_case_fields(std::move(fields));

@@ -13,6 +13,7 @@
 #include <limits>
 #include <cerrno>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -173,9 +174,9 @@ std::string help_lines(const std::string& flag, const std::string& help) {
 }
 
 std::string writability_problem(const std::string& path) {
-  // The run writes <path>.partial, then renames it over <path> (benchmarks/output/run_output.h): over a
-  // device node, a symlink, a FIFO or a process substitution's /dev/fd/N that would replace it
-  // with a file, so such a path is refused.
+  // The run writes <path>.partial.<pid>, then renames it over <path> (benchmarks/output/run_output.h):
+  // over a device node, a symlink, a FIFO or a process substitution's /dev/fd/N that would replace
+  // it with a file, so such a path is refused.
   struct stat link {};
   if (lstat(path.c_str(), &link) == 0 && !S_ISREG(link.st_mode)) {
     if (S_ISDIR(link.st_mode)) return "'" + path + "' is a directory";
@@ -191,17 +192,13 @@ std::string writability_problem(const std::string& path) {
   const auto slash = path.rfind('/');
   const std::string directory = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
   if (access(directory.c_str(), W_OK) != 0) return "directory '" + directory + "': " + std::strerror(errno);
-  for (const auto& file : {path, path + ".partial"}) {
-    struct stat info {};
-    if (stat(file.c_str(), &info) == 0 && S_ISDIR(info.st_mode)) return "'" + file + "' is a directory";
-    if (access(file.c_str(), F_OK) == 0 && access(file.c_str(), W_OK) != 0) return "'" + file + "': " + std::strerror(errno);
-  }
+  if (access(path.c_str(), F_OK) == 0 && access(path.c_str(), W_OK) != 0) return "'" + path + "': " + std::strerror(errno);
   // What access() allows may still fail (root in /proc, a read-only file system): a file beside
-  // the partial one, of this process's own name, is made and removed, so that a path that cannot
-  // take the partial file fails now, not after the run.
-  const auto probe = path + ".partial.probe" + std::to_string(getpid());
-  const int fd = open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) return "cannot create a file beside it ('" + path + ".partial'): " + std::strerror(errno);
+  // it, of a name no other process uses, is made and removed, so that a path that cannot take the
+  // partial file fails now, not after the run.
+  std::string probe = path + ".partial.probe-XXXXXX";
+  const int fd = mkstemp(probe.data());
+  if (fd < 0) return "cannot create a file beside it ('" + path + ".partial.<pid>'): " + std::strerror(errno);
   close(fd);
   unlink(probe.c_str());
   return "";
@@ -384,10 +381,10 @@ Exit status:
      does not apply (a CUDA graph of data_parallel's clone variant); the skips are listed once,
      at the end
   1  a case failed (an exception, out of memory, a rank that died, hung or timed out) or the
-     output file could not be moved into place; the other cases still ran and the JSON
+     output file could not be written (a full disk); the other cases still ran and the JSON
      records the failure
   2  bad input: the command line, the launcher's variables, an unwritable --benchmark_out or
-     --summary, or a --benchmark_filter that selects no case; nothing ran and no output file was
+     --summary, a --benchmark_out another live run is writing, or a --benchmark_filter that selects no case; nothing ran and no output file was
      written
 The last line on stderr sums the run up: "parbench: 12 ran, 9 skipped (...), 1 failed: CASE: WHY".
 )";

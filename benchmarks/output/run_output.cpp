@@ -1,6 +1,7 @@
 #include "benchmarks/output/run_output.h"
 
 #include "benchmarks/launch/rank_processes.h"
+#include "benchmarks/launch/temporary_directory.h"
 #include "benchmarks/measure/noise_rule.h"
 #include "benchmarks/output/context.h"
 
@@ -8,6 +9,8 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -15,7 +18,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <thread>
 
 namespace parbench {
@@ -70,14 +72,61 @@ std::vector<benchmark::BenchmarkReporter::Run> with_json_numbers(std::vector<ben
   return runs;
 }
 
+// A console or CSV --benchmark_out: Google Benchmark's reporter of that format, writing into
+// memory. Google Benchmark points this reporter's own streams at its file (/dev/null).
+class TextFileReporter : public benchmark::BenchmarkReporter {
+ public:
+  TextFileReporter(std::unique_ptr<benchmark::BenchmarkReporter> inner, std::ostream* memory) : inner_(std::move(inner)) {
+    inner_->SetOutputStream(memory);
+    inner_->SetErrorStream(memory);
+  }
+  bool ReportContext(const Context& context) override { return inner_->ReportContext(context); }
+  void ReportRuns(const std::vector<Run>& runs) override { inner_->ReportRuns(runs); }
+  void Finalize() override { inner_->Finalize(); }
+
+ private:
+  std::unique_ptr<benchmark::BenchmarkReporter> inner_;
+};
+
+std::unique_ptr<benchmark::BenchmarkReporter> reporter_for(const std::string& format, bool tabular) {
+  if (format == "console") {
+    return std::make_unique<benchmark::ConsoleReporter>(tabular ? benchmark::ConsoleReporter::OO_Tabular
+                                                                : benchmark::ConsoleReporter::OO_None);
+  }
+  BENCHMARK_DISABLE_DEPRECATED_WARNING  // Google Benchmark's own --benchmark_out_format=csv
+  return std::make_unique<benchmark::CSVReporter>();
+  BENCHMARK_RESTORE_DEPRECATED_WARNING
+}
+
+// write(2) until all of `text` is written; false with errno set when it cannot.
+bool write_all(int fd, const std::string& text) {
+  for (size_t done = 0; done < text.size();) {
+    const auto written = write(fd, text.data() + done, text.size() - done);
+    if (written < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    done += static_cast<size_t>(written);
+  }
+  return true;
+}
+
 std::atomic<RunOutput*> interrupted_output{nullptr};
 volatile sig_atomic_t received_signal = 0;
 int wake_pipe[2] = {-1, -1};
-std::string partial_to_remove;  // for a second signal; set before the run starts, read only after
+// For a second signal; set before the run starts, read only after. The lock file only while this
+// run holds it: once released, that path may be another run's.
+std::string partial_to_remove, lock_to_remove;
+volatile sig_atomic_t lock_held = 0;
+
+const char* signal_name(int signal_number) {
+  return signal_number == SIGINT ? "SIGINT" : signal_number == SIGHUP ? "SIGHUP" : "SIGTERM";
+}
 
 void on_signal(int signal_number) {
   if (received_signal != 0) {  // a second signal: the first one's clean-up is taking too long
     if (!partial_to_remove.empty()) unlink(partial_to_remove.c_str());
+    if (lock_held != 0) unlink(lock_to_remove.c_str());
     _exit(128 + signal_number);
   }
   received_signal = signal_number;
@@ -91,7 +140,7 @@ void on_signal(int signal_number) {
   }
   const int signal_number = received_signal;
   abandon_launches();
-  if (auto* output = interrupted_output.load()) output->interrupt(signal_number == SIGINT ? "SIGINT" : "SIGTERM");
+  if (auto* output = interrupted_output.load()) output->interrupt(signal_name(signal_number));
   std::fflush(nullptr);
   _exit(128 + signal_number);
 }
@@ -127,7 +176,12 @@ void JsonFileReporter::ReportRuns(const std::vector<Run>& runs) {
 void JsonFileReporter::Finalize() {
   std::lock_guard<std::mutex> lock(mutex_);
   json_.Finalize();
-  GetOutputStream() << with_context(memory_.str(), late_run_context());
+  finalized_ = with_context(memory_.str(), late_run_context());
+}
+
+std::string JsonFileReporter::text() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return finalized_;
 }
 
 std::optional<std::pair<std::string, size_t>> JsonFileReporter::snapshot(
@@ -140,19 +194,98 @@ std::optional<std::pair<std::string, size_t>> JsonFileReporter::snapshot(
   return std::make_pair(with_context(memory_.str() + "\n  ]\n}\n", keys), cases_.size());
 }
 
-RunOutput::RunOutput(std::string output, bool json)
-    : output_(std::move(output)), partial_(output_.empty() ? "" : output_ + ".partial"), json_(json) {
-  // A killed run's partial file: this run writes its own.
-  if (!partial_.empty()) unlink(partial_.c_str());
+std::string partial_path_of(const std::string& path) { return path + ".partial." + std::to_string(getpid()); }
+
+std::string write_whole_file(const std::string& path, const std::string& partial, const std::string& text) {
+  const int fd = open(partial.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+  if (fd < 0) return std::strerror(errno);
+  // fsync: a file system that takes the bytes now and finds no room for them later says so here.
+  bool written = write_all(fd, text) && fsync(fd) == 0;
+  int error = errno;
+  if (close(fd) != 0 && written) {
+    written = false;
+    error = errno;
+  }
+  if (written && std::rename(partial.c_str(), path.c_str()) == 0) return "";
+  if (written) error = errno;
+  unlink(partial.c_str());
+  return std::strerror(error);
+}
+
+RunOutput::RunOutput(std::string output, const std::string& format, bool tabular)
+    : output_(std::move(output)),
+      partial_(output_.empty() ? "" : partial_path_of(output_)),
+      lock_path_(output_.empty() ? "" : output_ + ".lock"),
+      json_(format == "json") {
+  if (!json_ && !output_.empty()) text_reporter_ = std::make_unique<TextFileReporter>(reporter_for(format, tabular), &text_);
+}
+
+RunOutput::~RunOutput() { release(); }
+
+benchmark::BenchmarkReporter* RunOutput::file_reporter() {
+  if (output_.empty()) return nullptr;
+  return json_ ? static_cast<benchmark::BenchmarkReporter*>(&reporter_) : text_reporter_.get();
+}
+
+std::string RunOutput::claim() {
+  if (output_.empty()) return "";
+  // The run that held it may remove it as this one opens it: the lock taken must be on the file
+  // still at that path.
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    const int fd = open(lock_path_.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0666);
+    if (fd < 0) return "cannot create its lock file '" + lock_path_ + "': " + std::strerror(errno);
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      const int error = errno;
+      close(fd);
+      if (error == EWOULDBLOCK) {
+        return "another parbench run is writing it (it holds '" + lock_path_ + "'): give each run its own file";
+      }
+      std::fprintf(stderr, "parbench: cannot lock %s (%s): a second run writing %s at the same time would go unnoticed\n",
+                   lock_path_.c_str(), std::strerror(error), output_.c_str());
+      return "";
+    }
+    struct stat held {}, now {};
+    if (fstat(fd, &held) == 0 && stat(lock_path_.c_str(), &now) == 0 && held.st_dev == now.st_dev &&
+        held.st_ino == now.st_ino) {
+      lock_ = fd;
+      lock_to_remove = lock_path_;
+      lock_held = 1;
+      break;
+    }
+    close(fd);
+  }
+  if (lock_ < 0) return "cannot lock '" + lock_path_ + "': it was replaced each time it was opened";
+  // No other run writes FILE now: the partial files beside it are killed runs' (FILE.partial.<pid>,
+  // and FILE.partial as earlier versions named it).
+  const auto slash = output_.rfind('/');
+  const auto directory = slash == std::string::npos ? std::string(".") : output_.substr(0, slash + 1);
+  const auto partial = (slash == std::string::npos ? output_ : output_.substr(slash + 1)) + ".partial";
+  for (const auto& name : directory_entries(directory)) {
+    if (name.rfind(partial, 0) != 0) continue;
+    const auto rest = name.substr(partial.size());
+    if (rest.empty() || (rest.size() > 1 && rest[0] == '.' && rest.find_first_not_of("0123456789", 1) == std::string::npos)) {
+      unlink((slash == std::string::npos ? name : directory + name).c_str());
+    }
+  }
+  return "";
+}
+
+void RunOutput::release() {
+  if (lock_ < 0) return;
+  lock_held = 0;
+  unlink(lock_path_.c_str());  // while it is held: a run that opened it before finds it replaced
+  close(lock_);
+  lock_ = -1;
 }
 
 bool RunOutput::finish() {
   std::lock_guard<std::mutex> lock(mutex_);
   finished_ = true;
-  if (output_.empty() || std::rename(partial_.c_str(), output_.c_str()) == 0) return true;
-  std::fprintf(stderr, "parbench: could not move %s to %s: %s\n", partial_.c_str(), output_.c_str(),
-               std::strerror(errno));
-  unlink(partial_.c_str());
+  if (output_.empty()) return true;
+  const auto problem = write_whole_file(output_, partial_, json_ ? reporter_.text() : text_.str());
+  release();
+  if (problem.empty()) return true;
+  std::fprintf(stderr, "parbench: could not write %s: %s\n", output_.c_str(), problem.c_str());
   return false;
 }
 
@@ -164,21 +297,19 @@ void RunOutput::interrupt(const std::string& signal_name) {
   }
   const auto snapshot = json_ ? reporter_.snapshot({{"interrupted", signal_name}}) : std::nullopt;
   if (snapshot) {
-    std::ofstream file(partial_, std::ios::trunc);
-    file << snapshot->first;
-    file.close();
-    if (file && std::rename(partial_.c_str(), output_.c_str()) == 0) {
+    const auto problem = write_whole_file(output_, partial_, snapshot->first);
+    if (problem.empty()) {
       std::fprintf(stderr, "parbench: interrupted by %s: wrote the %zu cases completed to %s (context.interrupted)\n",
                    signal_name.c_str(), snapshot->second, output_.c_str());
-      return;
+    } else {
+      std::fprintf(stderr, "parbench: interrupted by %s: could not write %s: %s\n", signal_name.c_str(),
+                   output_.c_str(), problem.c_str());
     }
-    std::fprintf(stderr, "parbench: interrupted by %s: could not write %s: %s\n", signal_name.c_str(),
-                 output_.c_str(), std::strerror(errno));
   } else {
     std::fprintf(stderr, "parbench: interrupted by %s: no output written%s\n", signal_name.c_str(),
                  json_ ? " (the run had not started)" : " (only JSON output is written on an interrupt)");
   }
-  unlink(partial_.c_str());
+  release();
 }
 
 void stop_on_interrupts() {
@@ -194,6 +325,7 @@ void stop_on_interrupts() {
   // Installed over an inherited SIG_IGN too: a shell starts background jobs ignoring SIGINT.
   sigaction(SIGINT, &action, nullptr);
   sigaction(SIGTERM, &action, nullptr);
+  sigaction(SIGHUP, &action, nullptr);  // a closed terminal: the completed cases are kept as on SIGTERM
 }
 
 void set_interrupted_output(RunOutput* output) {
