@@ -173,11 +173,12 @@ TEST(Fit, ReachingTheCapExits3AndSaysSo) {
             "parbench: incomplete (exit status 3): 1 case reached --fit-max-batch=8 without running out of memory: the "
             "largest batch that fits is at least that, not found (raise --fit-max-batch)\n");
   size_t repetitions = 0;
-  for (const auto& entry : read_json(dir.file("run.json")).at("benchmarks")) {
+  const auto json = read_json(dir.file("run.json"));
+  for (const auto& entry : json.at("benchmarks")) {
     if (entry.at("run_type") != "iteration") continue;
     ++repetitions;
     EXPECT_FALSE(entry.value("error_occurred", false)) << entry.dump();
-    EXPECT_EQ(entry.at("fit_batch"), 8);
+    EXPECT_EQ(entry.at("fit_batch"), 8) << entry.dump();
     EXPECT_FALSE(entry.contains("fit_oom_batch"));
   }
   EXPECT_EQ(repetitions, 1u);
