@@ -173,12 +173,15 @@ TEST(Cases, GpusTakesACountOrAnAscendingListOfDistinctCounts) {
   const auto list = parsed_options({"--gpus=4,1,2"}, /*has_gpu=*/false);
   EXPECT_EQ(list.gpus, 0);
   EXPECT_EQ(list.gpu_counts, (std::vector<int>{1, 2, 4}));
+  // A count given twice runs once, as a repeat in any list does.
+  EXPECT_EQ(parsed_options({"--gpus=2,1,2,02"}, /*has_gpu=*/false).gpu_counts, (std::vector<int>{1, 2}));
+  EXPECT_EQ(parsed_options({"--gpus=2,2"}, /*has_gpu=*/false).gpus, 2);
   for (const auto& [arguments, expected] : std::vector<std::pair<std::vector<std::string>, std::string>>{
-           {{"--gpus=1,2,2"}, "--gpus=1,2,2 names 2 twice (give each GPU count once, e.g. 1,2,4)"},
            {{"--gpus=0,2"}, "--gpus=0 must be at least 1"},
            {{"--gpus=1,two"}, "--gpus=two is not a whole number"},
            {{"--gpus=1,5000"}, "--gpus=5000 must be at most 4096"},
-           {{"--gpus=,"}, "--gpus needs at least one value"},
+           {{"--gpus=,"}, "--gpus=, has an empty item"},
+           {{"--gpus="}, "--gpus needs at least one value"},
            {{"--gpus=1,2", "--devices=0,1"}, "--gpus=1,2 and --devices cannot be combined"},
            {{"--gpus=2,4", "--cut=stem,layer1,layer2|layer3,layer4,head"}, "--gpus=2,4 and --cut=stem,layer1"},
            {{"--gpus=2,4", "--print-schedule=gpipe"}, "--gpus=2,4 and --print-schedule cannot be combined"}}) {
@@ -247,6 +250,57 @@ TEST(Cases, AListOfCountsNeedsOneThatTheVisibleGpusCanRun) {
   options.gpu_counts = {2, 8};
   EXPECT_NO_THROW(check_devices(options, 2));
   EXPECT_NO_THROW(check_devices(options, /*visible_gpus=*/0));  // CPU stand-ins
+}
+
+// A value given twice in any list runs once, at its first place: as written or as read (8 and
+// 08, 25 and 25.0), in parbench's own lists and the strategies' alike. Swept twice, a ddp or
+// zero option made two cases of one name, which failed and wrote JSON the gate refuses.
+TEST(Cases, ARepeatedValueInAnyListRunsOnce) {
+  const auto options =
+      parsed_options({"--models=tinycnn,tinycnn", "--strategies=ddp,zero,ddp", "--batch=8,4,08", "--image=16,16",
+                      "--precision=fp32,bf16,fp32", "--data=device,device", "--optimizer=sgd,sgd", "--checkpoint=off,off",
+                      "--cuda-graph=off,off", "--bucket-mib=25,25.0,50,25", "--overlap=on,on", "--scaling=weak,weak",
+                      "--zero-stages=1,1,2"},
+                     /*has_gpu=*/false);
+  EXPECT_EQ(options.models, std::vector<std::string>{"tinycnn"});
+  EXPECT_EQ(options.strategies, (std::vector<std::string>{"ddp", "zero"}));
+  EXPECT_EQ(options.batch_sizes, (std::vector<int64_t>{8, 4}));
+  EXPECT_EQ(options.image_sizes, std::vector<int64_t>{16});
+  EXPECT_EQ(options.precisions, (std::vector<Precision>{Precision::kFloat32, Precision::kBFloat16}));
+  EXPECT_EQ(options.cuda_graphs, std::vector<bool>{false});
+  EXPECT_EQ(options.strategy_options.at("bucket_mib"), (std::vector<std::string>{"25", "50"}));
+  EXPECT_EQ(options.strategy_options.at("overlap"), std::vector<std::string>{"on"});
+  EXPECT_EQ(options.strategy_options.at("stage"), (std::vector<std::string>{"1", "2"}));
+  const auto cases = build_cases(options, /*visible_gpus=*/0);
+  std::set<std::string> names;
+  for (const auto& spec : cases) EXPECT_TRUE(names.insert(spec.name).second) << spec.name << " is built twice";
+  EXPECT_FALSE(cases.empty());
+  // --devices is a placement, not a sweep: a repeat puts two devices on one GPU.
+  EXPECT_EQ(parsed_options({"--devices=0,0"}, /*has_gpu=*/true).devices, (std::vector<int>{0, 0}));
+}
+
+// An empty item is refused wherever a list is read, with the list as given; so is an empty list.
+TEST(Cases, AnEmptyItemInAnyListIsRefused) {
+  for (const auto& argument : {"--batch=4,,8", "--batch=4,", "--batch=,4", "--models=tinycnn,,resnet18",
+                               "--strategies=single,", "--precision=fp32,,bf16", "--gpus=1,,2", "--devices=0,,1",
+                               "--bucket-mib=25,,50", "--schedules=gpipe,,1f1b", "--split-sizes=2,,4"}) {
+    const std::string given = argument;
+    try {
+      parsed_options({given}, /*has_gpu=*/true);
+      ADD_FAILURE() << given << " accepted";
+    } catch (const UsageError& error) {
+      EXPECT_EQ(std::string(error.what()), given + " has an empty item (separate the values with single commas, e.g. " +
+                                               given.substr(0, given.find('=')) + "=A,B)");
+    }
+  }
+  for (const auto& argument : {"--batch=", "--models=", "--bucket-mib=", "--schedules="}) {
+    try {
+      parsed_options({argument}, /*has_gpu=*/true);
+      ADD_FAILURE() << argument << " accepted";
+    } catch (const UsageError& error) {
+      EXPECT_NE(std::string(error.what()).find("needs at least one value"), std::string::npos) << error.what();
+    }
+  }
 }
 
 }  // namespace

@@ -286,10 +286,12 @@ TEST(Cli, FilterSelectsTheCasesThatRunAndTheProgressCountsThem) {
   const auto out = dir.file("run.json");
   const auto run = run_parbench(std::string(kSmallRun) + " --strategies=single,model_parallel" +
                                 " --benchmark_filter=model_parallel --benchmark_out=" + out + " --benchmark_out_format=json");
-  ASSERT_EQ(run.exit_code, 0) << run.output;
   EXPECT_EQ(run.error.find("train/single/"), std::string::npos) << run.error;
+  ASSERT_TRUE(exists(out)) << run.output;
   std::ifstream file(out);
   const auto json = nlohmann::json::parse(file);
+  // With one GPU nothing runs: the run exits 3 (docs: "Exit status").
+  EXPECT_EQ(run.exit_code, json["context"]["gpu_count"] == "1" ? 3 : 0) << run.output;
   for (const auto& benchmark : json["benchmarks"]) {
     EXPECT_EQ(benchmark["run_name"].get<std::string>().rfind("train/model_parallel/", 0), 0u) << benchmark.dump();
   }
@@ -335,10 +337,13 @@ TEST(Cli, CudaGraphCasesAreNamedAndSkippedWithTheirReasons) {
   expected.insert(data_parallel + "/replicate:clone/iterations:2/manual_time");
   EXPECT_EQ(names, expected);
 
-  // Asked for graphs alone, it is listed as skipped, with the reason.
+  // Asked for graphs alone, it is listed as skipped, with the reason; since nothing ran, the run
+  // says so on its last line and exits 3.
   const auto only = run_parbench(std::string(kSmallRun) + " --strategies=data_parallel --dp-replicate=clone" +
                                  " --cuda-graph=on --benchmark_out=" + out + " --benchmark_out_format=json");
-  ASSERT_EQ(only.exit_code, 0) << only.output;
+  ASSERT_EQ(only.exit_code, 3) << only.output;
+  EXPECT_EQ(only.error.substr(only.error.rfind('\n', only.error.size() - 2) + 1),
+            "parbench: incomplete (exit status 3): no case ran: every one was skipped (the reasons are above)\n");
   std::ifstream only_file(out);
   const auto skipped = nlohmann::json::parse(only_file)["benchmarks"];
   ASSERT_FALSE(skipped.empty());
@@ -382,11 +387,20 @@ TEST(Cli, AdviseRanksEveryModelledCaseAndRunsTheBestPredicted) {
     devices_of[name] = peaks.size();
   }
   EXPECT_NE(run.output.find("peak GiB"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("  images/s  peak GiB"), std::string::npos) << run.output;  // an image model's rate
   std::set<std::string> ran;
+  std::map<std::string, std::string> skipped;  // by case: the reason
   for (const auto& benchmark : json["benchmarks"]) {
     if (benchmark["run_type"] != "iteration") continue;
     const auto name = benchmark["run_name"].get<std::string>();
     const auto case_name = name.substr(0, name.find("/iterations:"));
+    // The cases it leaves out are in the JSON as skipped, with why.
+    if (benchmark.value("error_occurred", false)) {
+      const auto message = benchmark["error_message"].get<std::string>();
+      ASSERT_EQ(message.rfind("skipped: ", 0), 0u) << name << ": " << message;
+      skipped[case_name] = message.substr(std::strlen("skipped: "));
+      continue;
+    }
     ran.insert(case_name);
     ASSERT_TRUE(rank_of.count(case_name)) << name;
     EXPECT_EQ(benchmark["predicted_rank"].get<double>(), rank_of[case_name]) << name;
@@ -400,6 +414,30 @@ TEST(Cli, AdviseRanksEveryModelledCaseAndRunsTheBestPredicted) {
   EXPECT_TRUE(ran.count("train/single/tinycnn/batch:4/image:16/precision:fp32/data:device"));
   EXPECT_GE(ran.size(), multi_device_runs ? 2u : 1u);
   EXPECT_LE(ran.size(), 3u);
+  // Every case the options name either ran or was skipped with its reason: a predicted case
+  // ranked below the best 2, a ddp case that no predictor covers.
+  for (const auto& [name, rank] : rank_of) {
+    if (ran.count(name) != 0) continue;
+    ASSERT_TRUE(skipped.count(name)) << name << " is missing from the JSON";
+    if (multi_device_runs) {
+      EXPECT_GT(rank, 2) << name;
+      EXPECT_EQ(skipped[name], "left out by --advise=2: not among the 2 best predicted of its set-up") << name;
+    }
+  }
+  size_t ddp_cases = 0;
+  for (const auto& [name, reason] : skipped) {
+    if (name.rfind("train/ddp/", 0) != 0) continue;
+    ++ddp_cases;
+    EXPECT_EQ(reason, "left out by --advise: no predictor covers it on these devices") << name;
+  }
+  EXPECT_GE(ddp_cases, 1u);
+  size_t train_skipped = 0;  // the all-reduce sweep's cases are skipped too
+  for (const auto& entry : skipped) train_skipped += entry.first.rfind("train/", 0) == 0 ? 1 : 0;
+  EXPECT_EQ(ran.size() + train_skipped, multi_device_runs ? 7u + ddp_cases : ran.size() + train_skipped);
+  EXPECT_NE(run.error.find("parbench: " + std::to_string(ran.size()) + " ran, " + std::to_string(skipped.size()) +
+                           " skipped"),
+            std::string::npos)
+      << run.error;
 }
 
 // A language model: named by its sequence length, tokens/s and the attention kernel recorded, and
@@ -426,6 +464,17 @@ TEST(Cli, TransformerCasesCountTokensAndAdvisePredictsThem) {
     EXPECT_NE(benchmark["label"].get<std::string>().find("attention="), std::string::npos) << benchmark["label"];
   }
   EXPECT_TRUE(ran.count("train/single/tinygpt/batch:4/seq:16/precision:fp32/data:device")) << run.output;
+  // The ranking's rate is in tokens, a language model's unit: 4 sequences of 16 tokens a step.
+  EXPECT_EQ(run.output.find("images/s"), std::string::npos) << run.output;
+  const std::regex single_row(R"(\n +[0-9]+ +([0-9.]+) +([0-9]+) +[0-9.-]+ +train/single/tinygpt/)");
+  std::smatch row;
+  const auto tokens_at = run.output.find("tokens/s");
+  ASSERT_NE(tokens_at, std::string::npos) << run.output;
+  const std::string table = run.output.substr(tokens_at);
+  ASSERT_TRUE(std::regex_search(table, row, single_row)) << table;
+  // Within the rounding of the printed time (to 0.01 ms); sequences/s would be 16 times less.
+  const double tokens_per_second = 1e3 * 4 * 16 / std::stod(row[1]);
+  EXPECT_NEAR(std::stod(row[2]), tokens_per_second, 0.01 * tokens_per_second + 1) << row[0];
   if (json["context"]["gpu_count"] != "1") {
     EXPECT_TRUE(ran.count("train/pipeline/tinygpt/batch:4/seq:16/precision:fp32/data:device/gpus:2/split:2/schedule:1f1b"))
         << run.output;
@@ -576,7 +625,6 @@ INSTANTIATE_TEST_SUITE_P(
                       BadInput{"--dist-timeout=1e30", "--dist-timeout=1e30 must be at most 86400"},
                       BadInput{"--gpus=99999999999", "--gpus=99999999999 must be at most"},
                       // --gpus=LIST (a scaling run).
-                      BadInput{"--gpus=1,2,2", "--gpus=1,2,2 names 2 twice"},
                       BadInput{"--gpus=0,2", "--gpus=0 must be at least 1"},
                       BadInput{"--gpus=1,two", "--gpus=two is not a whole number"},
                       BadInput{"--gpus=1,5000", "--gpus=5000 must be at most 4096"},
@@ -691,6 +739,73 @@ TEST(Cli, HelpListsEveryOption) {
                              "Exit status"}) {
     EXPECT_NE(run.output.find(option), std::string::npos) << option;
   }
+}
+
+
+// Lists and numbers checked as the command line is read: an empty list item, Google Benchmark's
+// numeric flags (nan or 1e12 seconds ran forever), and a --dist-timeout too short to meet in.
+INSTANTIATE_TEST_SUITE_P(
+    ListsAndNumbers, CliBadInput,
+    ::testing::Values(BadInput{"--batch=4,,8", "--batch=4,,8 has an empty item"},
+                      BadInput{"--strategies=ddp --bucket-mib=25,,50", "--bucket-mib=25,,50 has an empty item"},
+                      BadInput{"--benchmark_min_time=nan", "--benchmark_min_time=nan is not a finite number"},
+                      BadInput{"--benchmark_min_time=1e12", "--benchmark_min_time=1e12 must be at most 3600 seconds"},
+                      BadInput{"--benchmark_min_time=0", "--benchmark_min_time=0 must be above 0"},
+                      BadInput{"--benchmark_min_time=0.5s", "--benchmark_min_time=0.5s is not a number of seconds"},
+                      BadInput{"--benchmark_min_warmup_time=inf", "--benchmark_min_warmup_time=inf is not a finite number"},
+                      BadInput{"--benchmark_min_warmup_time=-0.5", "--benchmark_min_warmup_time=-0.5 must be at least 0"},
+                      BadInput{"--benchmark_min_warmup_time=1e9", "--benchmark_min_warmup_time=1e9 must be at most 3600"},
+                      BadInput{"--benchmark_repetitions=1000001", "--benchmark_repetitions=1000001 must be at most 100000"},
+                      BadInput{"--repetitions=1000001", "--repetitions=1000001 must be at most 100000"},
+                      BadInput{"--dist-timeout=0.001", "--dist-timeout=0.001 must be at least 1 second"},
+                      BadInput{"--dist-timeout=0.5", "--dist-timeout=0.5 must be at least 1 second"}),
+    [](const auto& info) { return "case" + std::to_string(info.index); });
+
+// Google Benchmark reads its flags from its environment too: BENCHMARK_MIN_TIME=nan is refused as
+// --benchmark_min_time=nan is.
+TEST(Cli, BenchmarkNumbersFromTheEnvironmentAreCheckedToo) {
+  parbench::TemporaryDirectory dir("parbench-cli-test");
+  const auto out = dir.file("run.json");
+  setenv("BENCHMARK_MIN_TIME", "nan", 1);
+  const auto run = run_parbench(std::string(kSmallRun) + " --strategies=single --benchmark_out=" + out);
+  unsetenv("BENCHMARK_MIN_TIME");
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_EQ(run.error, "parbench: the variable BENCHMARK_MIN_TIME=nan is not a finite number\n");
+  EXPECT_FALSE(exists(out));
+}
+
+// --trace names a file: refused before anything runs, the file left as it was.
+TEST(Cli, TraceOntoAFileIsRefusedBeforeAnythingRuns) {
+  parbench::TemporaryDirectory dir("parbench-cli-test");
+  const auto file = dir.file("not-a-folder"), out = dir.file("run.json");
+  std::ofstream(file) << "mine";
+  const auto run = run_parbench(std::string(kSmallRun) + " --strategies=single --trace=" + file + " --benchmark_out=" + out);
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_EQ(run.error, "parbench: --trace=" + file + " is not a directory (it names a file): give a directory for the "
+                       "traces, new or existing\n");
+  EXPECT_FALSE(exists(out));
+  std::ifstream kept(file);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(kept), {}), "mine");
+}
+
+// A value repeated in a distributed strategy's list (--bucket-mib=25,25, --zero-stages=1,1) runs
+// once: the run succeeds and its JSON has each case once per repetition, as the gate requires.
+TEST(Cli, ARepeatedDistributedOptionValueRunsOnce) {
+  parbench::TemporaryDirectory dir("parbench-cli-test");
+  const auto result = run_small_to_json(dir, "--repetitions=2 --strategies=ddp,zero --bucket-mib=25,25 "
+                                             "--zero-stages=1,1 --allreduce=off --dist-timeout=60");
+  ASSERT_EQ(result.run.exit_code, 0) << result.run.output;
+  std::set<std::pair<std::string, int>> seen;
+  std::set<std::string> cases;
+  for (const auto& entry : result.json["benchmarks"]) {
+    if (entry["run_type"] != "iteration") continue;
+    EXPECT_FALSE(entry.value("error_occurred", false)) << entry.dump();
+    const auto name = entry["run_name"].get<std::string>();
+    EXPECT_TRUE(seen.insert({name, entry["repetition_index"].get<int>()}).second) << name << " twice";
+    cases.insert(name);
+  }
+  EXPECT_EQ(cases.size(), 2u) << result.run.output;  // one ddp case, one zero case
+  EXPECT_NE(result.run.error.find("parbench: 2 ran, 0 skipped, 0 failed"), std::string::npos) << result.run.error;
 }
 
 }  // namespace

@@ -288,6 +288,39 @@ TEST(Fault, UnderAnExternalLauncherRanksStartedWithDifferentArgumentsAreNamedAsT
   expect_no_process_left();
 }
 
+// A rank of an external launcher that exits 0 mid-case (its exit handlers run, as on a return
+// from main) leaves its peers waiting, and only the launcher sees its status: the rank records its
+// departure in the store, and rank 0 names it within seconds, not after --dist-timeout as a hang.
+TEST(Fault, UnderAnExternalLauncherARankThatExitsCleanlyMidCaseIsNamedAtOnce) {
+  TemporaryDirectory dir("parbench-fault-test");
+  const auto out = dir.file("run.json");
+  const int port = free_port();
+  constexpr double kLongTimeout = 60;
+  auto arguments = ddp_arguments(out, "on");
+  std::replace(arguments.begin(), arguments.end(), std::string("--dist-timeout=3"), std::string("--dist-timeout=60"));
+  const auto rank_environment = [port](int rank) {
+    auto environment = torchrun_environment(rank, 2, port);
+    environment["PARBENCH_TEST_QUIT_RANK"] = "1";  // rank 1 exits 0 once it has joined, in the case
+    return test_environment(environment);
+  };
+  ParbenchProcess rank0(arguments, rank_environment(0));
+  ParbenchProcess rank1(arguments, rank_environment(1));
+  const auto run = rank0.wait(kDeadline);
+  const auto run1 = rank1.wait(kDeadline);
+  report("external launcher (torchrun variables), rank 1 exits 0 in the case", run.seconds, run);
+
+  EXPECT_EQ(run1.exit_code, 0) << run1.err;
+  EXPECT_EQ(run.exit_code, 1) << run.err;
+  EXPECT_LT(run.seconds, kLongTimeout / 2) << "not the timeout";
+  const auto message = case_outcomes(read_json(out)).at(kDdpCase + "/overlap:on/scaling:weak").first;
+  EXPECT_NE(message.find("rank 0: rank 1 exited early (status 0) before the case finished"), std::string::npos)
+      << message;
+  EXPECT_EQ(message.find("did not"), std::string::npos) << message;
+  EXPECT_EQ(message.find("no progress"), std::string::npos) << message;
+  EXPECT_NE(last_line(run.err).find("0 ran, 0 skipped, 1 failed: " + kDdpCase), std::string::npos) << run.err;
+  expect_no_process_left();
+}
+
 // ---- Cases in parbench's own process ---------------------------------------------------------------
 
 TEST(Fault, ACaseThatThrowsFailsWhileTheNextCaseRunsAndIsRecorded) {

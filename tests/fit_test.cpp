@@ -153,6 +153,48 @@ TEST(Fit, AProbeThatFailsOtherwiseFailsItsCaseAlone) {
   }
   EXPECT_EQ(failed, std::set<std::string>{"train/single/tinycnn/batch:8/image:16/precision:fp32/data:device/fit:batch"});
   EXPECT_EQ(ran, std::set<std::string>{"train/model_parallel/tinycnn/batch:64/image:16/precision:fp32/data:device/gpus:2/fit:batch"});
+  // The failure decides the exit status; the last line still says the cap was reached.
+  EXPECT_EQ(run.err.substr(run.err.rfind('\n', run.err.size() - 2) + 1),
+            "parbench: incomplete: 1 case reached --fit-max-batch=64 without running out of memory: the largest "
+            "batch that fits is at least that, not found (raise --fit-max-batch)\n");
+}
+
+// A search that reaches --fit-max-batch did not find what was asked, the largest batch that fits:
+// the case runs at the cap, and the run says so on its last line and exits 3.
+TEST(Fit, ReachingTheCapExits3AndSaysSo) {
+  TemporaryDirectory dir("parbench-fit-test");
+  ParbenchProcess parbench({"--preset=cpu", "--models=tinycnn", "--image=16", "--batch=4", "--warmup=1",
+                            "--repetitions=1", "--iterations=1", "--strategies=single", "--fit=batch", "--fit-max-batch=8",
+                            "--benchmark_out=" + dir.file("run.json"), "--benchmark_out_format=json"},
+                           {{"CUDA_VISIBLE_DEVICES", ""}});
+  const auto run = parbench.wait(600);
+  EXPECT_EQ(run.exit_code, 3) << run.err;
+  EXPECT_EQ(run.err.substr(run.err.rfind('\n', run.err.size() - 2) + 1),
+            "parbench: incomplete (exit status 3): 1 case reached --fit-max-batch=8 without running out of memory: the "
+            "largest batch that fits is at least that, not found (raise --fit-max-batch)\n");
+  size_t repetitions = 0;
+  const auto json = read_json(dir.file("run.json"));
+  for (const auto& entry : json.at("benchmarks")) {
+    if (entry.at("run_type") != "iteration") continue;
+    ++repetitions;
+    EXPECT_FALSE(entry.value("error_occurred", false)) << entry.dump();
+    EXPECT_EQ(entry.at("fit_batch"), 8) << entry.dump();
+    EXPECT_FALSE(entry.contains("fit_oom_batch"));
+  }
+  EXPECT_EQ(repetitions, 1u);
+}
+
+// A probe ended by a signal is said to be, by the signal's name: never "exited 137", which a probe
+// that exits with code 137 would also read as.
+TEST(FitProbe, AProbeKilledByASignalIsNamedSo) {
+  TemporaryDirectory dir("parbench-fit-test");
+  const auto killed = run_child("/bin/sh", {"-c", "kill -KILL $$"}, dir.file("killed.log"));
+  ASSERT_TRUE(killed.finished);
+  EXPECT_EQ(describe_end(killed), "was killed by signal 9 (SIGKILL)");
+  const auto terminated = run_child("/bin/sh", {"-c", "kill -TERM $$"}, dir.file("terminated.log"));
+  EXPECT_EQ(describe_end(terminated), "was killed by signal 15 (SIGTERM)");
+  const auto exited = run_child("/bin/sh", {"-c", "exit 137"}, dir.file("exited.log"));
+  EXPECT_EQ(describe_end(exited), "exited with code 137");
 }
 
 TEST(Fit, RefusesAdviseBesideIt) {

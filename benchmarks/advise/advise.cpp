@@ -635,10 +635,15 @@ std::optional<SimulatedStep> simulate_case(const CaseSpec& spec) {
   }
 }
 
-std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& options) {
+std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& options, std::vector<CaseSpec>* left_out_cases) {
   std::vector<std::string> order;
   std::map<std::string, std::vector<CaseSpec>> setups;
   size_t left_out = 0;
+  // Why each case that does not run was left out (one that was skipped already keeps its reason).
+  std::map<std::string, std::string> left_out_reasons;
+  const std::string kNotPredicted = "left out by --advise: no predictor covers it on these devices";
+  const std::string kNotAmongTheBest = "left out by --advise=" + std::to_string(options.advise_validate) + ": not among the " +
+                                       std::to_string(options.advise_validate) + " best predicted of its set-up";
   std::vector<const CaseSpec*> advised;
   std::vector<CaseSpec> to_run;
   // A scaling run (--gpus=LIST) has a set-up's multi-device cases at several counts: each count
@@ -652,6 +657,7 @@ std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& 
     try {
       if (!modelled(spec) || (!spec.skip_reason.empty() && !predicted_only(spec))) {
         ++left_out;
+        left_out_reasons[spec.name] = kNotPredicted;
         continue;
       }
       add_to_request(spec, probe);
@@ -877,7 +883,11 @@ std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& 
     if (!device.is_cuda() && multi != specs.end()) {
       std::printf("  CPU stand-ins: the predictions assume the devices run side by side; here they share one CPU\n");
     }
-    std::printf("  %4s  %12s  %10s  %8s  %s\n", "rank", "predicted ms", "images/s", "peak GiB", "case");
+    // The rate in the model's unit: tokens for a language model, images otherwise.
+    const bool tokens = is_language_model(setup.config.model);
+    const double items_per_sample = tokens ? static_cast<double>(setup.config.seq_len) : 1.0;
+    std::printf("  %4s  %12s  %10s  %8s  %s\n", "rank", "predicted ms", tokens ? "tokens/s" : "images/s", "peak GiB",
+                "case");
     for (size_t rank = 0; rank < specs.size(); ++rank) {
       auto& spec = specs[rank];
       spec.predicted_rank = static_cast<int>(rank + 1);
@@ -887,7 +897,8 @@ std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& 
       char time_text[32] = "-", rate_text[32] = "-", peak_text[32] = "-";
       if (timed_case) {
         std::snprintf(time_text, sizeof time_text, "%.2f", *spec.predicted_step_ms);
-        std::snprintf(rate_text, sizeof rate_text, "%.0f", 1e3 * static_cast<double>(spec.global_batch) / *spec.predicted_step_ms);
+        std::snprintf(rate_text, sizeof rate_text, "%.0f",
+                      1e3 * static_cast<double>(spec.global_batch) * items_per_sample / *spec.predicted_step_ms);
       }
       if (!spec.predicted_peak_bytes.empty()) std::snprintf(peak_text, sizeof peak_text, "%.2f", fullest_bytes(spec) / kGiB);
       std::string notes;
@@ -916,12 +927,24 @@ std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& 
       // one does) and one predicted not to fit, whose out-of-memory error is shown and ends only it.
       const bool validated = static_cast<int>(rank) < options.advise_validate || is_reference(spec) || !timed_case || !fitting;
       if (validated && runs) to_run.push_back(spec);
+      if (!validated) left_out_reasons.emplace(spec.name, kNotAmongTheBest);
     }
     std::fflush(stdout);
   }
   std::set<std::string> seen;  // the reference, in every count's ranking of a scaling run, runs once
   to_run.erase(std::remove_if(to_run.begin(), to_run.end(), [&](const CaseSpec& spec) { return !seen.insert(spec.name).second; }),
                to_run.end());
+  // Every case left out, as skipped with why: the JSON and the closing count hold every case the
+  // options asked for.
+  for (const auto& spec : cases) {
+    if (left_out_cases == nullptr || !seen.insert(spec.name).second) continue;
+    CaseSpec skipped = spec;
+    if (skipped.skip_reason.empty()) {
+      const auto why = left_out_reasons.find(spec.name);
+      skipped.skip_reason = why != left_out_reasons.end() ? why->second : "left out by --advise";
+    }
+    left_out_cases->push_back(std::move(skipped));
+  }
   benchmark::AddCustomContext("advise_predictions", predictions.dump());
   char seconds_text[32];
   std::snprintf(seconds_text, sizeof seconds_text, "%.2f", profile_seconds);

@@ -77,7 +77,10 @@ std::optional<SimulatedStep> simulate_case(const CaseSpec& spec);
 // predicted all the same, from its parts profiled sharing the visible GPUs, and marked not run.
 // A case its predictor cannot model (a schedule that cannot be built at the case's shape, a cut
 // the model cannot make) is reported on its own line and runs unpredicted; the set-up's others
-// are still predicted.
-std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& options);
+// are still predicted. `left_out`, if given, gets every case of `cases` that is not to run, as
+// skipped, with why: one skipped already keeps its reason; "left out by --advise=N: not among the
+// N best predicted of its set-up"; "left out by --advise: no predictor covers it on these devices".
+std::vector<CaseSpec> advise(const std::vector<CaseSpec>& cases, const Options& options,
+                             std::vector<CaseSpec>* left_out = nullptr);
 
 }  // namespace parbench

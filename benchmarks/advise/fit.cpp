@@ -12,6 +12,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <thread>
 
@@ -70,16 +71,16 @@ std::vector<std::string> probe_arguments(const std::string& name, int64_t batch,
   return arguments;
 }
 
-// Runs `binary` with `arguments`, its output to `log`; its exit status, or -1 where it did not
-// finish within kProbeTimeout (it is killed) or could not start.
-int run_child(const std::string& binary, const std::vector<std::string>& arguments, const std::string& log) {
+}  // namespace
+
+ChildEnd run_child(const std::string& binary, const std::vector<std::string>& arguments, const std::string& log) {
   std::vector<std::string> all{binary};
   all.insert(all.end(), arguments.begin(), arguments.end());
   std::vector<char*> argv;
   for (auto& argument : all) argv.push_back(argument.data());
   argv.push_back(nullptr);
   const int log_fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  if (log_fd < 0) return -1;
+  if (log_fd < 0) return {};
   const pid_t pid = fork();
   if (pid == 0) {
     // Async-signal-safe calls only. The probe dies with this process (an interrupt, a kill).
@@ -90,20 +91,36 @@ int run_child(const std::string& binary, const std::vector<std::string>& argumen
     _exit(127);
   }
   close(log_fd);
-  if (pid < 0) return -1;
+  if (pid < 0) return {};
   const auto deadline = std::chrono::steady_clock::now() + kProbeTimeout;
   while (true) {
     int status = 0;
     const pid_t done = waitpid(pid, &status, WNOHANG);
-    if (done == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (done == pid) return {true, status};
     if (done < 0 || std::chrono::steady_clock::now() > deadline) {
       kill(pid, SIGKILL);
       waitpid(pid, &status, 0);
-      return -1;
+      return {};
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
 }
+
+std::string describe_end(const ChildEnd& end) {
+  if (!end.finished) {
+    return "did not finish within " + std::to_string(kProbeTimeout.count()) + " minutes (or could not start)";
+  }
+  if (WIFEXITED(end.status)) return "exited with code " + std::to_string(WEXITSTATUS(end.status));
+  if (WIFSIGNALED(end.status)) {
+    const int signal = WTERMSIG(end.status);
+    const char* abbreviation = sigabbrev_np(signal);
+    return "was killed by signal " + std::to_string(signal) +
+           (abbreviation != nullptr ? " (SIG" + std::string(abbreviation) + ")" : std::string());
+  }
+  return "ended with wait status " + std::to_string(end.status);
+}
+
+namespace {
 
 // The last line of `log` that parbench wrote about a failure, for a probe that left no JSON.
 std::string last_parbench_line(const std::string& log) {
@@ -184,7 +201,8 @@ Probe probe_case(const CaseSpec& spec, int64_t batch, const Options& options, in
   if (!probed.skip_reason.empty()) return {ProbeResult::kFailed, "skipped at that batch: " + probed.skip_reason};
   TemporaryDirectory dir(kFitDirectoryPrefix);
   const auto out_file = dir.file("probe.json");
-  const int status = run_child(self_binary(), probe_arguments(probed.name, batch, out_file), dir.file("probe.log"));
+  const auto end = run_child(self_binary(), probe_arguments(probed.name, batch, out_file), dir.file("probe.log"));
+  const bool exited_0 = end.finished && WIFEXITED(end.status) && WEXITSTATUS(end.status) == 0;
   nlohmann::json document;
   try {
     std::ifstream in(out_file);
@@ -206,13 +224,12 @@ Probe probe_case(const CaseSpec& spec, int64_t batch, const Options& options, in
   if (!error.empty()) {
     return {is_out_of_memory(error) ? ProbeResult::kOutOfMemory : ProbeResult::kFailed, error};
   }
-  if (ran && status == 0) return {ProbeResult::kFits, ""};
+  if (ran && exited_0) return {ProbeResult::kFits, ""};
   const auto said = last_parbench_line(dir.file("probe.log"));
   if (is_out_of_memory(said)) return {ProbeResult::kOutOfMemory, said};
-  return {ProbeResult::kFailed, status < 0 ? "the probe did not finish within " + std::to_string(kProbeTimeout.count()) +
-                                                 " minutes"
-                                           : "the probe exited " + std::to_string(status) +
-                                                 (said.empty() ? " without output" : ": " + said)};
+  return {ProbeResult::kFailed, "the probe " + describe_end(end) + (!end.finished ? std::string()
+                                                                    : said.empty() ? " without output"
+                                                                                   : ": " + said)};
 }
 
 std::vector<CaseSpec> fit_batches(const std::vector<CaseSpec>& cases, const Options& options, int visible_gpus) {

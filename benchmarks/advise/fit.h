@@ -49,6 +49,20 @@ Probe probe_case(const CaseSpec& spec, int64_t batch, const Options& options, in
 // carrying the search (CaseSpec::fit) for its counters. Progress on stderr.
 std::vector<CaseSpec> fit_batches(const std::vector<CaseSpec>& cases, const Options& options, int visible_gpus);
 
+// How a child process ended: `status` is waitpid's, where it finished.
+struct ChildEnd {
+  bool finished = false;  // false: killed after the probe's time limit, or could not start
+  int status = 0;
+};
+
+// Runs `binary` with `arguments`, its output (stdout and stderr) to `log`, in a child process
+// that dies with this one; killed where it has not finished within the probe's time limit.
+ChildEnd run_child(const std::string& binary, const std::vector<std::string>& arguments, const std::string& log);
+
+// "exited with code 3", "was killed by signal 9 (SIGKILL)": a signal is named as one, never as
+// the shell's 128 + N, which an exit code can equal.
+std::string describe_end(const ChildEnd& end);
+
 // Whether a case's error message is an out-of-memory error (CUDA's, c10's OutOfMemoryError, the
 // CPU allocator's).
 bool is_out_of_memory(const std::string& message);

@@ -37,6 +37,7 @@ namespace {
 constexpr int kExitAllRan = 0;        // every case ran or was skipped
 constexpr int kExitCaseFailed = 1;    // a case failed, or the output could not be written
 constexpr int kExitBadInput = 2;      // nothing ran: a bad command line or launcher variables
+constexpr int kExitIncomplete = 3;    // nothing failed, but the run missed what was asked (incomplete_run)
 constexpr double kMaxScheduleGridCells = 1e6;  // --print-schedule's grid
 
 void check_cut(const Options& options, int visible_gpus) {
@@ -158,6 +159,20 @@ int print_schedule(const Options& options) {
     throw UsageError("--print-schedule=" + options.print_schedule + ": " + error.what());
   }
   return kExitAllRan;
+}
+
+// Why a run in which nothing failed still missed what was asked ("" where it did not): no case
+// ran, every one skipped; or --fit=batch reached --fit-max-batch without running out of memory,
+// so the largest batch that fits was not found.
+std::string incomplete_run(const CaseOutcomes& outcomes, const std::vector<CaseSpec>& cases, const Options& options) {
+  if (outcomes.all_skipped()) return "no case ran: every one was skipped (the reasons are above)";
+  const auto capped = std::count_if(cases.begin(), cases.end(), [](const CaseSpec& spec) {
+    return spec.fit && spec.fit->failure.empty() && !spec.fit->oom_batch;
+  });
+  if (capped == 0) return "";
+  return std::to_string(capped) + (capped == 1 ? " case" : " cases") + " reached --fit-max-batch=" +
+         std::to_string(options.fit_max_batch) + " without running out of memory: the largest batch that fits is at " +
+         "least that, not found (raise --fit-max-batch)";
 }
 
 }  // namespace
@@ -284,13 +299,21 @@ int main(int argc, char** argv) {
     return kExitBadInput;
   }
 
+  // The cases --advise and --fit=batch leave out are reported as skipped, with why.
+  const auto leave_out_allreduce = [&allreduce_cases](const std::string& why) {
+    for (auto& allreduce : allreduce_cases) {
+      if (allreduce.skip_reason.empty()) allreduce.skip_reason = why;
+    }
+  };
   if (options.advise_validate > 0 && !external) {
-    cases = advise(cases, options);
-    allreduce_cases.clear();
+    std::vector<CaseSpec> left_out;
+    cases = advise(cases, options, &left_out);
+    cases.insert(cases.end(), left_out.begin(), left_out.end());
+    leave_out_allreduce("left out by --advise: it predicts and runs training cases only");
   }
   if (options.fit_batch) {
     cases = fit_batches(cases, options, case_gpus);
-    allreduce_cases.clear();  // the search is of the training cases' batches
+    leave_out_allreduce("left out by --fit=batch: it searches the training cases' batches only");
   }
   RunProgress progress(count_to_run(cases) + count_to_run(allreduce_cases), writes_output);
   register_cases(cases, options, progress);
@@ -324,6 +347,8 @@ int main(int argc, char** argv) {
 
   int status = outcomes.any_failed() ? kExitCaseFailed : kExitAllRan;
   status = std::max(status, finish_external_launch());
+  const auto incomplete = incomplete_run(outcomes, cases, options);
+  if (status == kExitAllRan && !incomplete.empty()) status = kExitIncomplete;
   // A listing (--benchmark_list_tests) ran nothing: there is nothing to sum up.
   if (writes_output && !outcomes.empty()) {
     // The verdict ends the console's output; with another display format it goes to stderr.
@@ -333,6 +358,11 @@ int main(int argc, char** argv) {
     for (const auto& line : verdict_lines(found)) std::fprintf(verdict_stream, "%s\n", line.c_str());
     std::fflush(verdict_stream);
     for (const auto& line : outcomes.summary()) std::fprintf(stderr, "%s\n", line.c_str());
+    // The last line, where the run missed what was asked.
+    if (!incomplete.empty()) {
+      std::fprintf(stderr, "parbench: incomplete%s: %s\n",
+                   status == kExitIncomplete ? " (exit status 3)" : "", incomplete.c_str());
+    }
     if (!options.summary.empty() && !write_summary(options.summary, verdict_markdown(found, run_description(context)))) {
       status = std::max(status, kExitCaseFailed);
     }

@@ -11,7 +11,9 @@
 
 #include <algorithm>
 #include <limits>
+#include <cctype>
 #include <cerrno>
+#include <cstdlib>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -23,18 +25,45 @@ namespace parbench {
 namespace {
 
 constexpr double kMaxOptionNumber = 1e6;           // a strategy's number option: --bucket-mib at most 1 TiB
+constexpr double kMinDistTimeoutSeconds = 1;       // --dist-timeout: a second
 constexpr double kMaxDistTimeoutSeconds = 86400;   // --dist-timeout: a day
 constexpr int64_t kMaxGpus = 4096;                 // --gpus: more than any one job's devices
 constexpr int64_t kMaxPrintedMicroBatches = 4096;  // --micro-batches (--print-schedule only)
 
-std::vector<std::string> split_list(const std::string& text) {
+// The items of a list option's value (--flag=A,B,C). An empty list, or an empty item ("4,,8",
+// "4,", ",4"), is refused: it would read as a shorter list than the one meant.
+std::vector<std::string> list_items(const std::string& flag, const std::string& text) {
+  if (text.empty()) throw UsageError("--" + flag + " needs at least one value");
   std::vector<std::string> items;
-  std::stringstream stream(text);
-  std::string item;
-  while (std::getline(stream, item, ',')) {
-    if (!item.empty()) items.push_back(item);
+  for (size_t begin = 0;;) {
+    const auto comma = text.find(',', begin);
+    auto item = text.substr(begin, comma == std::string::npos ? std::string::npos : comma - begin);
+    if (item.empty()) {
+      throw UsageError("--" + flag + "=" + text + " has an empty item (separate the values with single commas, e.g. --" +
+                       flag + "=A,B)");
+    }
+    items.push_back(std::move(item));
+    if (comma == std::string::npos) return items;
+    begin = comma + 1;
   }
-  return items;
+}
+
+// Every list option is read here: each item parsed by `parse` into the value a case's name
+// writes, and a value given twice (as written, or as read: 8 and 08, 25 and 25.0) kept once, at
+// its first place, as pipeline's --split-sizes always did: swept twice, it would make two cases
+// of one name. `keep_repeats`: --devices, a placement, where a repeat shares a GPU.
+template <typename T, typename Parse>
+std::vector<T> parse_list(const std::string& flag, const std::string& text, Parse parse, bool keep_repeats = false) {
+  std::vector<T> values;
+  for (const auto& item : list_items(flag, text)) {
+    T value = parse(item);
+    if (keep_repeats || std::find(values.begin(), values.end(), value) == values.end()) values.push_back(std::move(value));
+  }
+  return values;
+}
+
+std::vector<std::string> name_list(const std::string& flag, const std::string& text) {
+  return parse_list<std::string>(flag, text, [](const std::string& item) { return item; });
 }
 
 int64_t parse_int(const std::string& flag, const std::string& text, int64_t minimum,
@@ -64,6 +93,64 @@ double parse_double(const std::string& flag, const std::string& text, double min
 
 constexpr int64_t kMostRepetitions = 100000;
 
+// --benchmark_min_time and --benchmark_min_warmup_time: seconds, at most an hour a repetition
+// (Google Benchmark runs a case's iterations until they add up to min_time: nan or 1e12 never do).
+constexpr double kMostBenchmarkSeconds = 3600;
+
+// Google Benchmark's numeric flags, checked as parbench's own (Google Benchmark reads "nan" and
+// 1e12 without a word, and 0 or -1 repetitions as an empty run that exits 0). Each is a
+// flag's name, its least value (`exclusive`: the value must be above it) and its most.
+struct BenchmarkNumber {
+  const char* name;
+  bool whole;
+  double least;
+  bool exclusive;
+  double most;
+};
+constexpr BenchmarkNumber kBenchmarkNumbers[] = {
+    {"benchmark_min_time", false, 0, true, kMostBenchmarkSeconds},
+    {"benchmark_min_warmup_time", false, 0, false, kMostBenchmarkSeconds},
+    {"benchmark_repetitions", true, 1, false, static_cast<double>(kMostRepetitions)},
+};
+
+// Throws UsageError where `text`, the value of `what` (a flag, "--benchmark_min_time", or an
+// environment variable), is not a finite number in `number`'s range.
+void check_benchmark_value(const BenchmarkNumber& number, const std::string& what, const std::string& text) {
+  const auto given = what + "=" + text;
+  if (number.whole) {
+    const auto value = parse_whole_number(text);
+    if (!value) throw UsageError(given + " is not a whole number");
+    if (*value < number.least) throw UsageError(given + " must be at least " + format_number(number.least));
+    if (*value > number.most) throw UsageError(given + " must be at most " + format_number(number.most));
+    return;
+  }
+  const auto value = parse_full_number(text);
+  if (!value) throw UsageError(given + " is not a number of seconds");
+  if (!std::isfinite(*value)) throw UsageError(given + " is not a finite number");
+  if (number.exclusive ? !(*value > number.least) : !(*value >= number.least)) {
+    throw UsageError(given + " must be " + (number.exclusive ? "above " : "at least ") + format_number(number.least) +
+                     " (seconds, at most " + format_number(number.most) + ")");
+  }
+  if (*value > number.most) throw UsageError(given + " must be at most " + format_number(number.most) + " seconds");
+}
+
+// A --benchmark_* argument: its value checked where it is one of kBenchmarkNumbers.
+void check_benchmark_number(const std::string& argument) {
+  for (const auto& number : kBenchmarkNumbers) {
+    const auto flag = std::string("--") + number.name;
+    if (argument.rfind(flag + "=", 0) == 0) check_benchmark_value(number, flag, argument.substr(flag.size() + 1));
+  }
+}
+
+// Google Benchmark also reads each flag from its environment variable (BENCHMARK_MIN_TIME, ...).
+void check_benchmark_environment() {
+  for (const auto& number : kBenchmarkNumbers) {
+    std::string variable = number.name;
+    std::transform(variable.begin(), variable.end(), variable.begin(), [](unsigned char c) { return std::toupper(c); });
+    if (const char* value = std::getenv(variable.c_str())) check_benchmark_value(number, "the variable " + variable, value);
+  }
+}
+
 // --max-noise=0.5% (or 0.5): a percentage, finite and above 0, as a fraction.
 double parse_percentage(const std::string& flag, const std::string& text) {
   std::string number = text;
@@ -86,30 +173,19 @@ T pick(const std::string& flag, const std::string& text, const std::vector<std::
 template <typename T>
 std::vector<T> pick_list(const std::string& flag, const std::string& text,
                          const std::vector<std::pair<std::string, T>>& choices) {
-  std::vector<T> values;
-  for (const auto& item : split_list(text)) values.push_back(pick(flag, item, choices));
-  if (values.empty()) throw UsageError("--" + flag + " needs at least one value");
-  return values;
+  return parse_list<T>(flag, text, [&](const std::string& item) { return pick(flag, item, choices); });
 }
 
-std::vector<int64_t> int_list(const std::string& flag, const std::string& text, int64_t minimum) {
-  std::vector<int64_t> values;
-  for (const auto& item : split_list(text)) values.push_back(parse_int(flag, item, minimum));
-  if (values.empty()) throw UsageError("--" + flag + " needs at least one value");
-  return values;
+std::vector<int64_t> int_list(const std::string& flag, const std::string& text, int64_t minimum,
+                              bool keep_repeats = false) {
+  return parse_list<int64_t>(flag, text, [&](const std::string& item) { return parse_int(flag, item, minimum); },
+                             keep_repeats);
 }
 
-// --gpus=N or --gpus=LIST: whole counts from 1 to kMaxGpus, each once, in ascending order.
+// --gpus=N or --gpus=LIST: whole counts from 1 to kMaxGpus, in ascending order.
 std::vector<int> gpu_count_list(const std::string& flag, const std::string& text) {
-  std::vector<int> counts;
-  for (const auto& item : split_list(text)) {
-    const auto count = static_cast<int>(parse_int(flag, item, 1, kMaxGpus));
-    if (std::find(counts.begin(), counts.end(), count) != counts.end()) {
-      throw UsageError("--" + flag + "=" + text + " names " + item + " twice (give each GPU count once, e.g. 1,2,4)");
-    }
-    counts.push_back(count);
-  }
-  if (counts.empty()) throw UsageError("--" + flag + " needs at least one value");
+  auto counts = parse_list<int>(
+      flag, text, [&](const std::string& item) { return static_cast<int>(parse_int(flag, item, 1, kMaxGpus)); });
   std::sort(counts.begin(), counts.end());
   return counts;
 }
@@ -146,23 +222,20 @@ std::vector<std::pair<std::string, std::string>> preset_flags(const std::string&
 // A strategy option's values as the case name writes them. Throws UsageError.
 std::vector<std::string> strategy_option_values(const StrategyOption& option, const std::string& text) {
   using Kind = StrategyOption::Kind;
-  std::vector<std::string> values;
   if (option.kind() == Kind::kChoice) {
     std::vector<std::pair<std::string, std::string>> choices;
     for (const auto& choice : option.choices()) choices.emplace_back(choice, choice);
     return pick_list(option.flag(), text, choices);
   }
-  for (const auto& item : split_list(text)) {
-    values.push_back(option.kind() == Kind::kInteger
-                         ? std::to_string(parse_int(option.flag(), item, option.minimum()))
-                         : format_number(parse_double(option.flag(), item, 0.0, kMaxOptionNumber)));
+  return parse_list<std::string>(option.flag(), text, [&option](const std::string& item) {
+    auto value = option.kind() == Kind::kInteger ? std::to_string(parse_int(option.flag(), item, option.minimum()))
+                                                 : format_number(parse_double(option.flag(), item, 0.0, kMaxOptionNumber));
     if (!option.choices().empty() &&
-        std::find(option.choices().begin(), option.choices().end(), values.back()) == option.choices().end()) {
+        std::find(option.choices().begin(), option.choices().end(), value) == option.choices().end()) {
       throw UsageError("--" + option.flag() + "=" + item + " is not one of: " + joined(option.choices(), ", "));
     }
-  }
-  if (values.empty()) throw UsageError("--" + option.flag() + " needs at least one value");
-  return values;
+    return value;
+  });
 }
 
 // "  --flag=LIST           help", its later lines indented under the first.
@@ -278,7 +351,14 @@ std::string usage() {
 
 Trains a model under each parallelism strategy on random data and times the training step.
 Google Benchmark's own flags all work: --benchmark_filter=REGEX, --benchmark_repetitions=N,
---benchmark_out=FILE --benchmark_out_format=json, --benchmark_min_time=SECONDS, ...
+--benchmark_out=FILE --benchmark_out_format=json, --benchmark_min_time=SECONDS, ... Its numbers
+are checked as parbench's own (so are its variables BENCHMARK_MIN_TIME, ...): --benchmark_min_time
+above 0 and --benchmark_min_warmup_time at least 0, both finite and at most 3600 (seconds);
+--benchmark_repetitions from 1 to 100000.
+
+A LIST is values separated by commas (--batch=4,8), none of them empty (4,,8 is refused). A value
+given twice (as written, or as read: 8 and 08, 25 and 25.0) runs once, at its first place; in
+--devices, a placement, a repeat shares a GPU instead.
 
   --preset=NAME          default | tutorial | cpu. default: the measured configuration (device
                          data, warm-up, device-synchronised timing); tutorial: PyTorch's
@@ -304,7 +384,7 @@ Google Benchmark's own flags all work: --benchmark_filter=REGEX, --benchmark_rep
   --loss=NAME            image models: mse (on one-hot labels, the tutorial's) | ce (cross-entropy);
                          default mse. Language models always train on next-token cross-entropy
   --gpus=N|LIST          GPUs for multi-device strategies and ddp ranks; default all visible.
-                         A list (e.g. 1,2,4; each count once, run in ascending order) is a
+                         A list (e.g. 1,2,4; run in ascending order) is a
                          scaling run: each multi-device strategy runs at each count of at least
                          its minimum, single once as the 1-GPU point. Minimums:
                          @MIN_DEVICES@.
@@ -319,7 +399,8 @@ Google Benchmark's own flags all work: --benchmark_filter=REGEX, --benchmark_rep
                          single runs on the first; default 0,1,...
   --warmup=N             untimed steps before timing; default 5
   --steps=N              training steps per timed iteration; default 1
-  --repetitions=N        repetitions per case (median and spread are reported); default 5
+  --repetitions=N        repetitions per case (median and spread are reported), at most 100000;
+                         default 5
   --iterations=N         timed iterations per repetition; default: Google Benchmark's min-time rule
   --max-noise=PCT        a stopping rule by noise (nvbench's stdrel): each case's repetitions go on
                          until the relative standard deviation of their times is at most PCT
@@ -339,7 +420,8 @@ Google Benchmark's own flags all work: --benchmark_filter=REGEX, --benchmark_rep
   --trace=DIR            write DIR/<case>.trace.json (ddp: one per rank), a Chrome/Perfetto trace of
                          one extra step per case, profiled outside the timed steps: host threads
                          with parbench's labelled ranges (F3 stage0, B3 stage1, send, all-reduce,
-                         optimizer, ...) and, on GPUs, the streams' kernels and copies
+                         optimizer, ...) and, on GPUs, the streams' kernels and copies; DIR is
+                         made if missing (a file there is refused)
   --cuda-graph=LIST      off | on: capture one training step in a CUDA graph and replay it, so the
                          host's dispatch cost leaves the step (every strategy but data_parallel's
                          clone variant; on GPUs); default off
@@ -347,7 +429,8 @@ Google Benchmark's own flags all work: --benchmark_filter=REGEX, --benchmark_rep
                          such as stem,layer1,layer2|layer3,layer4,head (a ResNet's stages are its
                          blocks, layer3.0, ...; a layer's name stands for its blocks); default the
                          tutorial's cut on 2 devices, balanced otherwise
-  --dist-timeout=SECONDS ddp: how long any rank waits for the others before failing; default 60
+  --dist-timeout=SECONDS ddp: how long any rank waits for the others before failing, from 1 to
+                         86400; default 60
   --allreduce=on|off     run the comm/allreduce sweep with ddp; default on
   --advise=N|all|off     profile each set-up briefly, predict the step time and the peak memory
                          per device of every single, model_parallel, pipeline (schedule
@@ -386,7 +469,12 @@ Exit status:
   2  bad input: the command line, the launcher's variables, an unwritable --benchmark_out or
      --summary, a --benchmark_out another live run is writing, or a --benchmark_filter that selects no case; nothing ran and no output file was
      written
-The last line on stderr sums the run up: "parbench: 12 ran, 9 skipped (...), 1 failed: CASE: WHY".
+  3  nothing failed, but the run missed what was asked: no case ran (every one was skipped), or
+     --fit=batch reached --fit-max-batch without running out of memory (the largest batch that
+     fits was not found); the JSON is written, and the last line says which
+Cases that --advise or --fit=batch leave out are reported as skipped, with why. The last line on
+stderr sums the run up: "parbench: 12 ran, 9 skipped (...), 1 failed: CASE: WHY", followed, where
+the run missed what was asked, by "parbench: incomplete: WHY" (with a failure too: exit 1).
 )";
   std::map<int, std::vector<std::string>> by_minimum;
   for (const auto* strategy : StrategyRegistry::instance().all()) {
@@ -419,10 +507,7 @@ Options parse_options(int argc, char** argv, bool has_gpu, std::vector<char*>* b
     if (arg.rfind("--benchmark_", 0) == 0) {
       benchmark_args->push_back(argv[i]);
       if (arg.rfind("--benchmark_out=", 0) == 0) options.benchmark_out = arg.substr(std::strlen("--benchmark_out="));
-      // Google Benchmark takes 0 or -1 as one repetition's worth of nothing: an empty run that exits 0.
-      if (arg.rfind("--benchmark_repetitions=", 0) == 0) {
-        parse_int("benchmark_repetitions", arg.substr(std::strlen("--benchmark_repetitions=")), 1, 1000000);
-      }
+      check_benchmark_number(arg);
       continue;
     }
     if (arg.rfind("--", 0) != 0) throw UsageError("unexpected argument '" + arg + "' (see --help)");
@@ -441,6 +526,8 @@ Options parse_options(int argc, char** argv, bool has_gpu, std::vector<char*>* b
     }
   }
 
+  check_benchmark_environment();
+
   std::string preset = has_gpu ? "default" : "cpu";
   for (const auto& [name, value] : flags) {
     if (name == "preset") preset = value;
@@ -452,8 +539,8 @@ Options parse_options(int argc, char** argv, bool has_gpu, std::vector<char*>* b
 
   std::map<std::string, std::function<void(const std::string&, const std::string&)>> handlers = {
       {"preset", [](auto&, auto&) {}},
-      {"models", [&](auto& f, auto& v) { options.models = split_list(v); if (options.models.empty()) throw UsageError("--" + f + " needs at least one value"); }},
-      {"strategies", [&](auto& f, auto& v) { options.strategies = split_list(v); if (options.strategies.empty()) throw UsageError("--" + f + " needs at least one value"); }},
+      {"models", [&](auto& f, auto& v) { options.models = name_list(f, v); }},
+      {"strategies", [&](auto& f, auto& v) { options.strategies = name_list(f, v); }},
       {"batch", [&](auto& f, auto& v) { options.batch_sizes = int_list(f, v, 1); }},
       {"image", [&](auto& f, auto& v) { options.image_sizes = int_list(f, v, 1); }},
       {"seq", [&](auto& f, auto& v) { options.seq_lens = int_list(f, v, 1); }},
@@ -469,11 +556,11 @@ Options parse_options(int argc, char** argv, bool has_gpu, std::vector<char*>* b
        }},
       {"devices", [&](auto& f, auto& v) {
          options.devices.clear();
-         for (auto index : int_list(f, v, 0)) options.devices.push_back(static_cast<int>(index));
+         for (auto index : int_list(f, v, 0, /*keep_repeats=*/true)) options.devices.push_back(static_cast<int>(index));
        }},
       {"warmup", [&](auto& f, auto& v) { options.warmup_steps = static_cast<int>(parse_int(f, v, 0)); }},
       {"steps", [&](auto& f, auto& v) { options.steps_per_iteration = static_cast<int>(parse_int(f, v, 1)); }},
-      {"repetitions", [&](auto& f, auto& v) { options.repetitions = static_cast<int>(parse_int(f, v, 1)); }},
+      {"repetitions", [&](auto& f, auto& v) { options.repetitions = static_cast<int>(parse_int(f, v, 1, kMostRepetitions)); }},
       {"iterations", [&](auto& f, auto& v) { options.iterations = parse_int(f, v, 1); }},
       {"max-noise", [&](auto& f, auto& v) { options.max_noise = parse_percentage(f, v); }},
       {"min-repetitions", [&](auto& f, auto& v) {
@@ -500,7 +587,14 @@ Options parse_options(int argc, char** argv, bool has_gpu, std::vector<char*>* b
       {"print-schedule", [&](auto&, auto& v) { options.print_schedule = v; }},
       {"micro-batches", [&](auto& f, auto& v) { options.micro_batches = parse_int(f, v, 1, kMaxPrintedMicroBatches); }},
       {"cut", [&](auto&, auto& v) { options.cut = v; }},
-      {"dist-timeout", [&](auto& f, auto& v) { options.dist_timeout_s = parse_double(f, v, 0.0, kMaxDistTimeoutSeconds); }},
+      {"dist-timeout", [&](auto& f, auto& v) {
+         options.dist_timeout_s = parse_double(f, v, 0.0, kMaxDistTimeoutSeconds);
+         if (options.dist_timeout_s < kMinDistTimeoutSeconds) {
+           throw UsageError("--" + f + "=" + v + " must be at least " + format_number(kMinDistTimeoutSeconds) +
+                            " second (and at most " + format_number(kMaxDistTimeoutSeconds) +
+                            "): shorter, every rendezvous and collective would time out before the ranks meet");
+         }
+       }},
       {"allreduce", [&](auto& f, auto& v) { options.allreduce = pick(f, v, kOnOff); }},
       {"verbose", [&](auto& f, auto& v) { options.verbose = pick(f, v, kOnOff); }},
       {"summary", [&](auto& f, auto& v) {
@@ -610,7 +704,12 @@ Options parse_options(int argc, char** argv, bool has_gpu, std::vector<char*>* b
     }
   }
   if (!options.trace_dir.empty()) {
-    mkdir(options.trace_dir.c_str(), 0755);  // an existing one is fine; access() says the rest
+    mkdir(options.trace_dir.c_str(), 0755);  // an existing one is fine; stat() and access() say the rest
+    struct stat trace {};
+    if (stat(options.trace_dir.c_str(), &trace) == 0 && !S_ISDIR(trace.st_mode)) {
+      throw UsageError("--trace=" + options.trace_dir + " is not a directory (it names a file): give a directory for the "
+                       "traces, new or existing");
+    }
     if (access(options.trace_dir.c_str(), W_OK) != 0) {
       throw UsageError("cannot write traces into --trace=" + options.trace_dir + ": " + std::strerror(errno));
     }

@@ -19,9 +19,11 @@ namespace test_hooks {
 // never joins (it sleeps until it is killed).
 void before_joining(int rank);
 
-// The same rank once joined, before its case: PARBENCH_TEST_FAIL_RANK=<rank> exits with code 3,
-// PARBENCH_TEST_QUIT_RANK=<rank> exits with code 0, PARBENCH_TEST_HANG_RANK=<rank> reports the
-// progress "a hang on purpose (PARBENCH_TEST_HANG_RANK)" and hangs, busy (its watchdog runs).
+// The same rank once joined, before its case (and a rank of an external launcher once it has
+// joined its world, in its first distributed case): PARBENCH_TEST_FAIL_RANK=<rank> exits with
+// code 3, PARBENCH_TEST_QUIT_RANK=<rank> exits with code 0 as a return from main would (exit
+// handlers run), PARBENCH_TEST_HANG_RANK=<rank> reports the progress "a hang on purpose
+// (PARBENCH_TEST_HANG_RANK)" and hangs, busy (its watchdog runs).
 void after_joining(World& world);
 
 // A rank after its timed steps: PARBENCH_TEST_SAVE_WEIGHTS=DIR saves the whole model's parameters,

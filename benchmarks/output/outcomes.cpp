@@ -77,6 +77,12 @@ bool CaseOutcomes::any_failed() const {
   return std::any_of(cases_.begin(), cases_.end(), [](const auto& entry) { return !entry.second.failure.empty(); });
 }
 
+bool CaseOutcomes::all_skipped() const {
+  return !cases_.empty() && std::all_of(cases_.begin(), cases_.end(), [](const auto& entry) {
+    return entry.second.failure.empty() && !entry.second.skip_reason.empty();
+  });
+}
+
 std::vector<std::string> CaseOutcomes::summary() const {
   size_t ran = 0, skipped = 0;
   std::vector<std::string> reasons;                        // in order of first appearance

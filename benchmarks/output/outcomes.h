@@ -25,6 +25,8 @@ class CaseOutcomes {
 
   bool empty() const { return cases_.empty(); }
   bool any_failed() const;
+  // Whether cases were reported and every one was skipped: none ran, none failed.
+  bool all_skipped() const;
 
   // One line per skip reason, naming the kinds of case it hit, then the closing line, e.g.
   // "parbench: 41 ran, 29 skipped (needs 2 GPUs, 0 visible), 1 failed: train/ddp/...: rank 1 ...".

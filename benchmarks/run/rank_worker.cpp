@@ -100,6 +100,7 @@ RankedRun run_as_external_rank(ExternalRank& external, int ranks, const std::fun
                                     dump_flight_recorder(output, rank));
       };
       external.world = std::make_shared<World>(external.info, external.device, external.timeout, record_stall);
+      test_hooks::after_joining(*external.world);
     }
     if (ranks != external.world->size()) {
       throw std::runtime_error("the case needs " + std::to_string(ranks) + " ranks, the launcher started " +
@@ -114,6 +115,11 @@ RankedRun run_as_external_rank(ExternalRank& external, int ranks, const std::fun
     throw std::runtime_error(external.failure);
   }
 }
+
+// An externally launched rank's process ending before its world was left together (an exit
+// with status 0 mid-case included): recorded in the store, so that its peers name it at once
+// (store_sync.h). The launcher alone would see the status.
+void record_departure(int status, void*) { announce_departure(status); }
 
 }  // namespace
 
@@ -224,6 +230,9 @@ std::optional<RankInfo> external_launch(Options& options, int visible_gpus) {
   info->arguments = options.argv;
   info->launch = launch_facts();
   external_rank() = ExternalRank{*info, *device, timeout_of(options.dist_timeout_s), options.benchmark_out, nullptr, ""};
+  // After external_rank()'s static, so that the handler runs before it is destroyed.
+  watch_departures();
+  on_exit(record_departure, nullptr);
   return info;
 }
 

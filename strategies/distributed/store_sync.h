@@ -39,6 +39,26 @@ void wait_for_ranks(c10d::Store& store, const std::string& prefix, int world_siz
 void wait_for_rank(c10d::Store& store, const std::string& key, int rank, std::chrono::milliseconds timeout,
                    const std::string& what);
 
+// ---- A rank that ends early under an external launcher --------------------------------------
+// Only the launcher sees a rank's exit status. So a rank of an external launcher whose process
+// ends while its world has not been left together (status 0 included: an exit mid-case) records
+// it in the store (announce_departure, from an exit handler), and its peers' waits, and their
+// watchdogs where nothing times out (NCCL), end within a second naming it, not at the timeout.
+
+// This rank's store and rank, where its departure is to be recorded; a World sets them on
+// joining and clears them when the ranks have left together.
+void set_departure_store(c10::intrusive_ptr<c10d::Store> store, int rank);
+void clear_departure_store();
+// Whether waits look for departures (watch_departures: an external launcher's ranks; ranks of
+// parbench's own launcher are watched by it, from their exit statuses).
+void watch_departures();
+bool departures_watched();
+// Records this rank's departure with exit status `status` where a store is set (an exit handler).
+void announce_departure(int status) noexcept;
+// "rank 1 exited early (status 0) before the case finished" where `rank` recorded a departure in
+// `store` (or the store it prefixes); "" where it did not. Throws where the store does not answer.
+std::string departure_of(c10d::Store& store, int rank);
+
 // Counts the calling rank as done with one exchange's keys; the last of `readers` ranks to
 // call deletes `keys` and the counter, so a long run does not grow the store.
 void release_keys(c10d::Store& store, const std::string& counter, int readers, const std::vector<std::string>& keys);

@@ -215,6 +215,7 @@ World::World(const RankInfo& info, torch::Device device, std::chrono::millisecon
                              " (MASTER_ADDR:MASTER_PORT) within " + format_seconds(timeout) + ": " + first_line(error));
   }
   store_ = c10::make_intrusive<c10d::PrefixStore>("parbench", tcp_store_);
+  set_departure_store(store_, info.rank);  // until the ranks leave together (store_sync.h)
   set_store_host(info.master_addr + ":" + std::to_string(info.master_port) + " (hosted by " +
                  (info.launcher_hosts_store ? std::string("the launcher)") : std::string("rank 0)")));
   report_progress("joining");
@@ -321,18 +322,51 @@ void World::stop_watchdog() {
   if (watchdog_.joinable()) watchdog_.join();
 }
 
+// A rank busy without progress for this long looks for a peer that has ended (store_sync.h): a
+// wait that can time out finds it sooner, and fails the case instead of ending the process.
+constexpr std::chrono::milliseconds kDepartureLookAfter{3000};
+constexpr std::chrono::milliseconds kDepartureLookEvery{500};
+
+// The message for the first peer that recorded its departure in `store`; "" if none did.
+static std::string first_departure(c10d::Store& store, int size, int me) {
+  for (int other = 0; other < size; ++other) {
+    if (other == me) continue;
+    auto departed = departure_of(store, other);
+    if (!departed.empty()) return departed;
+  }
+  return "";
+}
+
 void World::watch() {
   const auto limit = timeout_ + kStallGrace;
+  c10::intrusive_ptr<c10d::Store> departures;  // a connection of its own, made when first needed
+  auto next_look = std::chrono::steady_clock::now();
   std::unique_lock<std::mutex> lock(progress_mutex_);
   while (!stopping_) {
     stop_watching_.wait_for(lock, std::chrono::milliseconds(100));
-    const auto stalled_for =
-        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - progress_time_);
-    if (stopping_ || !busy_ || stalled_for < limit) continue;
+    const auto now = std::chrono::steady_clock::now();
+    const auto stalled_for = std::chrono::duration_cast<std::chrono::milliseconds>(now - progress_time_);
+    if (stopping_ || !busy_) continue;
+    std::string message;
+    if (stalled_for >= kDepartureLookAfter && now >= next_look && departures_watched()) {
+      next_look = now + kDepartureLookEvery;
+      lock.unlock();
+      try {
+        if (!departures) departures = tcp_store_->clone();
+        message = first_departure(*departures, size(), rank());
+      } catch (const std::exception&) {
+        // The store does not answer: the stall below says so in time.
+      }
+      lock.lock();
+      if (message.empty()) continue;
+      message += " (this rank at " + progress_ + ")";
+    } else if (stalled_for < limit) {
+      continue;
+    }
     const auto where = progress_;
     const auto count = progress_count_;
     lock.unlock();
-    const auto message = describe_stall(where, count, stalled_for);
+    if (message.empty()) message = describe_stall(where, count, stalled_for);
     // One write: other ranks' watchdogs may be printing to the same stderr at the same moment.
     const auto line = "parbench: rank " + std::to_string(rank()) + ": " + message + "\n";
     [[maybe_unused]] const auto written = write(STDERR_FILENO, line.data(), line.size());
@@ -455,6 +489,7 @@ void World::leave() {
   } else {
     store_->add("left", 1);
   }
+  clear_departure_store();  // left together: an exit from here on is no departure
   backend_->shutdown();
   left_ = true;
 }

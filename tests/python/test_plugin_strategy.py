@@ -51,13 +51,15 @@ def test_its_cases_are_listed_named_by_the_option_and_filtered():
 def test_its_skip_rule_applies():
     listed = parbench("--strategies=test_only", "--knob=twice", "--models=tinycnn", "--batch=1", "--image=16",
                       "--iterations=1", "--repetitions=1")
-    assert listed.returncode == 0, listed.stderr
+    # Its one case skipped, nothing ran: exit 3, and the last line says so.
+    assert listed.returncode == 3, listed.stderr
     assert "knob:twice needs a batch of at least 2" in listed.stderr
+    assert listed.stderr.splitlines()[-1].startswith("parbench: incomplete (exit status 3): no case ran")
 
 
 def test_a_graph_of_it_is_listed_once_skipped_without_its_options():
     run = parbench("--strategies=test_only", "--knob=once,twice", "--cuda-graph=on", *SMALL, "--repetitions=1")
-    assert run.returncode == 0, run.stderr
+    assert run.returncode == 3, run.stderr  # its one case skipped: nothing ran
     assert "test_only cannot be captured in a CUDA graph" in run.stderr
     listed = parbench("--strategies=test_only", "--knob=once,twice", "--cuda-graph=on", *SMALL, "--benchmark_list_tests")
     assert listed.stdout.split() == [f"{PREFIX}/graph:on/iterations:2/manual_time"]
