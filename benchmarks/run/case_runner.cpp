@@ -270,7 +270,13 @@ void run_local_case(benchmark::State& state, const CaseSpec& spec, const Options
     for (const auto& [name, value] : stall_counters(iteration_seconds)) state.counters[name] = value;
     auto facts = prepared.strategy->describe();
     for (const auto& [name, value] : prepared.strategy->model().forward_facts()) facts[name] = value;
-    if (prepared.peaks) add_mfu(*prepared.peaks, state.counters["tflops"] * 1e12, distinct_gpus(spec), state.counters, facts);
+    if (prepared.peaks) {
+      add_mfu(*prepared.peaks, state.counters["tflops"] * 1e12, distinct_gpus(spec), state.counters, facts);
+      if (state.counters.count("tokens_per_second") != 0) {
+        add_torchtitan_mfu(prepared.peaks->gpu_name, prepared.peaks->math, spec.config.model, spec.config.seq_len,
+                           state.counters["tokens_per_second"], distinct_gpus(spec), state.counters);
+      }
+    }
     facts["devices"] = device_kind(devices.front());
     if (const auto placement = shared_gpu_placement(spec); !placement.empty()) facts["placement"] = placement;
     if (!prepared.profile.trace_path.empty()) facts["trace"] = prepared.profile.trace_path;

@@ -207,6 +207,10 @@ void run_distributed_case(benchmark::State& state, const CaseSpec& spec, const O
   if (!run.peak_math.empty()) {
     const ComputePeaks peaks{run.peak_math, run.gpu_name, datasheet_peak(run.gpu_name, run.peak_math), run.gemm_flops};
     add_mfu(peaks, state.counters["tflops"] * 1e12, spec.gpus, state.counters, facts);
+    if (state.counters.count("tokens_per_second") != 0) {
+      add_torchtitan_mfu(run.gpu_name, run.peak_math, spec.config.model, spec.config.seq_len,
+                         state.counters["tokens_per_second"], spec.gpus, state.counters);
+    }
   }
   state.SetLabel(format_label(facts));
 }
