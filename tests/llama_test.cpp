@@ -304,6 +304,44 @@ TEST(Llama, ATiedHeadIsTheEmbeddingAndStrategiesThatPlaceStagesApartSkipIt) {
   }
 }
 
+// A tied head trains under the strategies that keep the stages together: data_parallel's replicas
+// (each with its own tied weight) and single take the same steps, the embedding's gradient holding
+// both of its uses.
+TEST(Llama, ATiedHeadTrainsUnderDataParallelAsUnderSingle) {
+  const auto name = register_llama_config_file(kTiedConfig, nullptr);
+  RunConfig config;
+  config.model = name;
+  config.batch_size = 4;
+  config.seq_len = 8;
+  fit_config_to_model(config);
+  config.learning_rate = 0.1;
+  torch::manual_seed(3);
+  const auto batch = make_random_batch(config, config.batch_size, torch::kCPU, torch::kCPU);
+  const auto train = [&](const std::string& strategy_name, size_t devices) {
+    auto strategy = StrategyRegistry::instance().get(strategy_name).create();
+    strategy->setup([&](torch::Device) {
+      torch::manual_seed(11);
+      return make_case_model(config);
+    }, std::vector<torch::Device>(devices, torch::kCPU), config);
+    double loss = 0;
+    for (int step = 0; step < 2; ++step) loss = strategy->train_step(batch).item<double>();
+    std::map<std::string, std::pair<torch::Tensor, torch::Tensor>> result;
+    for (const auto& item : strategy->model().module().named_parameters()) {
+      result[item.key()] = {item.value().detach().clone(), item.value().grad().clone()};
+    }
+    return std::make_pair(loss, result);
+  };
+  const auto single = train("single", 1);
+  const auto replicated = train("data_parallel", 2);
+  EXPECT_NEAR(replicated.first, single.first, 1e-5 * std::abs(single.first));
+  ASSERT_EQ(replicated.second.size(), single.second.size());
+  EXPECT_EQ(single.second.count("lm_head.weight"), 0u);
+  for (const auto& [parameter, tensors] : single.second) {
+    EXPECT_LT(relative_difference(replicated.second.at(parameter).first, tensors.first), 1e-5) << parameter;
+    EXPECT_LT(relative_difference(replicated.second.at(parameter).second, tensors.second), 1e-5) << parameter;
+  }
+}
+
 // The example configurations (models/configs/, Hugging Face's config.json of each, architecture
 // fields only) read as the built-in flavours of the same shapes.
 TEST(ModelConfig, TheExampleConfigsAreTheFlavoursShapes) {
