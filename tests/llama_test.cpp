@@ -399,6 +399,38 @@ TEST(ModelConfig, AGoodFileTrainsAsAModelNamedAfterTheFile) {
   EXPECT_TRUE(found) << out.at("benchmarks").dump();
 }
 
+// The set-up's seconds are a counter: a case in this process, and a distributed case per rank,
+// whose model build the test hook slows by 400 ms.
+TEST(SetupSeconds, AreReportedForACaseAndForEachRank) {
+  TemporaryDirectory dir("parbench-setup-seconds");
+  auto arguments = kSmallLlamaRun;
+  arguments[1] = "--strategies=single,ddp";
+  arguments.push_back("--models=tinyllama");
+  arguments.push_back("--allreduce=off");
+  arguments.push_back("--benchmark_out=" + dir.file("run.json"));
+  ParbenchProcess process(arguments, {{"PARBENCH_TEST_SLOW_MODEL_BUILD_MS", "400"}});
+  const auto run = process.wait(300);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  int seen = 0;
+  const auto out = read_json(dir.file("run.json"));
+  for (const auto& benchmark : out.at("benchmarks")) {
+    const auto name = benchmark.at("name").get<std::string>();
+    if (name.rfind("train/single/", 0) == 0) {
+      ASSERT_TRUE(benchmark.contains("setup_s")) << benchmark.dump();
+      EXPECT_GT(benchmark.at("setup_s").get<double>(), 0.0);
+      ++seen;
+    } else if (name.rfind("train/ddp/", 0) == 0) {
+      for (const std::string rank : {"0", "1"}) {
+        const auto key = benchmark.contains("setup_s") ? "setup_s" : "setup_s_rank" + rank;
+        ASSERT_TRUE(benchmark.contains(key)) << benchmark.dump();
+        EXPECT_GE(benchmark.at(key).get<double>(), 0.4) << key;
+      }
+      ++seen;
+    }
+  }
+  EXPECT_EQ(seen, 2) << out.dump();
+}
+
 // Each kind of bad file: exit 2, one line on stderr naming the file and what is wrong, nothing
 // written.
 TEST(ModelConfig, EachBadFileGetsItsOneLineErrorAndExit2) {

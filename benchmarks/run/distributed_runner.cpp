@@ -24,6 +24,7 @@
 #endif
 
 #include <algorithm>
+#include <chrono>
 #include <map>
 #include <numeric>
 
@@ -104,6 +105,7 @@ RankedRun run_training_rank(World& world, const CaseSpec& spec, const Options& o
     auto strategy = spec.strategy->create();
     auto config = spec.config;
     config.world = &world;
+    const auto setup_began = std::chrono::steady_clock::now();
     strategy->setup(
         [&config, &world](torch::Device on) {
           world.report_own_work("building the model");
@@ -114,6 +116,8 @@ RankedRun run_training_rank(World& world, const CaseSpec& spec, const Options& o
           return model;
         },
         devices, config);
+    synchronize_devices(devices);
+    mine.counters["setup_s"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - setup_began).count();
     torch::manual_seed(kRankDataSeed + static_cast<uint64_t>(world.rank()));
     BatchSource source(config, config.batch_size, spec.data, strategy->input_device(), strategy->target_device());
     for (int step = 0; step < options.warmup_steps; ++step) {
