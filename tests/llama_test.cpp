@@ -22,6 +22,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <set>
 #include <string>
 
 namespace parbench {
@@ -375,7 +376,7 @@ const std::vector<std::string> kSmallLlamaRun = {"--preset=cpu", "--strategies=s
                                                  "--warmup=1", "--repetitions=1", "--iterations=1"};
 
 // A good file: trained as a model named after the file, its unused fields named on one line of
-// stderr, the case in the JSON.
+// stderr (once: not again by the ranks, which read the options too), the cases in the JSON.
 TEST(ModelConfig, AGoodFileTrainsAsAModelNamedAfterTheFile) {
   TemporaryDirectory dir("parbench-model-config");
   auto json = tiny_config();
@@ -383,6 +384,8 @@ TEST(ModelConfig, AGoodFileTrainsAsAModelNamedAfterTheFile) {
   json["bos_token_id"] = 1;
   const auto path = write_config(dir, "my-llama", json);
   auto arguments = kSmallLlamaRun;
+  arguments[1] = "--strategies=single,ddp";
+  arguments.push_back("--allreduce=off");
   arguments.push_back("--model-config=" + path);
   arguments.push_back("--benchmark_out=" + dir.file("run.json"));
   ParbenchProcess process(arguments, {});
@@ -390,13 +393,20 @@ TEST(ModelConfig, AGoodFileTrainsAsAModelNamedAfterTheFile) {
   ASSERT_EQ(run.exit_code, 0) << run.err;
   const auto expected_line = "parbench: --model-config=" + path + ": fields not used: bos_token_id, torch_dtype\n";
   EXPECT_NE(run.err.find(expected_line), std::string::npos) << run.err;
+  size_t lines = 0;
+  for (auto at = run.err.find("fields not used"); at != std::string::npos; at = run.err.find("fields not used", at + 1)) {
+    ++lines;
+  }
+  EXPECT_EQ(lines, 1u) << run.err;
   const auto out = read_json(dir.file("run.json"));
-  bool found = false;
+  std::set<std::string> trained;
   for (const auto& benchmark : out.at("benchmarks")) {
     const auto name = benchmark.at("name").get<std::string>();
-    found = found || name.rfind("train/single/my-llama/", 0) == 0;
+    for (const std::string strategy : {"single", "ddp"}) {
+      if (name.rfind("train/" + strategy + "/my-llama/", 0) == 0) trained.insert(strategy);
+    }
   }
-  EXPECT_TRUE(found) << out.at("benchmarks").dump();
+  EXPECT_EQ(trained, (std::set<std::string>{"single", "ddp"})) << out.at("benchmarks").dump();
 }
 
 // The set-up's seconds are a counter: a case in this process, and a distributed case per rank,

@@ -1,5 +1,8 @@
 #include "benchmarks/config/options.h"
 
+#include "benchmarks/launch/rank_protocol.h"
+#include "benchmarks/launch/self_exec.h"
+#include "benchmarks/run/profile_companion.h"
 #include "core/text.h"
 #include "models/llama_config_file.h"
 #include "models/model_zoo.h"
@@ -15,6 +18,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -251,6 +255,16 @@ std::string strategy_options_help() {
   return text;
 }
 
+// Whether this process says what a user should read once: not a rank or profile companion that
+// parbench started (each reads the same options again), and under an external launcher rank 0 alone.
+bool speaks_for_the_run() {
+  for (const auto& argument : self_arguments()) {
+    if (argument.rfind(kWorkerFlag, 0) == 0 || argument == kProfileCompanionFlag) return false;
+  }
+  const char* rank = std::getenv("RANK");
+  return rank == nullptr || std::string(rank) == "0";
+}
+
 // --models' help line: the registered models, image models apart from language models.
 std::string models_help() {
   std::vector<std::string> images, tokens;
@@ -472,7 +486,7 @@ Options parse_options(int argc, char** argv, bool has_gpu, std::vector<char*>* b
          } catch (const std::invalid_argument& error) {
            throw UsageError(error.what());
          }
-         if (!unused.empty()) {
+         if (!unused.empty() && speaks_for_the_run()) {
            std::fprintf(stderr, "parbench: --model-config=%s: fields not used: %s\n", v.c_str(), joined(unused).c_str());
          }
        }},
