@@ -5,13 +5,16 @@
 #   - Google Benchmark, built in Release from Debian's source into .deps/ (see below).
 #   - Python: an importable torch (the GPU machines bring 2.11.0+cu130) or, failing that, a
 #     torch wheel pinned to 2.11.0 in the project-local .venv; matplotlib, scipy and pytest there too,
-#     and PyYAML and jsonschema (the tests' schema check of docs/examples/'s TrainJob manifest).
+#     and PyYAML and jsonschema (the tests' schema check of docs/examples/'s TrainJob manifest), and
+#     transformers pinned (the Llama models' reference).
 #   - this checkout's Python package (pyproject.toml), editable, into that python.
 # Prints the python to use as its last line (ci/build.sh reads it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 readonly TORCH_VERSION=2.11.0
+# Hugging Face's LlamaForCausalLM, the reference tests/python/test_llama_reference.py compares against.
+readonly TRANSFORMERS_VERSION=5.25.0
 readonly DEBIAN_PACKAGES=(g++ cmake ninja-build git libgtest-dev libgmock-dev nlohmann-json3-dev python3-venv shellcheck)
 
 # PARBENCH_NO_APT=1: the libraries come from elsewhere (the GPU machines have no network;
@@ -115,12 +118,13 @@ else
   if [[ ! -x .venv/bin/python ]]; then
     python3 -m venv .venv >&2
   fi
-  if ! .venv/bin/python -c "import torch, matplotlib, scipy, pytest, yaml, jsonschema" 2>/dev/null; then
-    echo "setup: installing torch==$TORCH_VERSION, matplotlib, scipy, pytest, pyyaml and jsonschema into .venv" >&2
+  if ! .venv/bin/python -c "import torch, matplotlib, scipy, pytest, yaml, jsonschema, transformers" 2>/dev/null; then
+    echo "setup: installing torch==$TORCH_VERSION, matplotlib, scipy, pytest, pyyaml, jsonschema and" \
+      "transformers==$TRANSFORMERS_VERSION into .venv" >&2
     .venv/bin/python -m pip install -q --upgrade pip >&2
     # setuptools and wheel: the build backend pip installs this checkout's package with, offline.
     .venv/bin/python -m pip install -q "torch==$TORCH_VERSION" matplotlib scipy pytest pyyaml jsonschema \
-      "setuptools>=64" wheel >&2
+      "transformers==$TRANSFORMERS_VERSION" "setuptools>=64" wheel >&2
   fi
   python=$PWD/.venv/bin/python
 fi

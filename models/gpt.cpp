@@ -1,5 +1,6 @@
 #include "models/gpt.h"
 
+#include "models/model_traits.h"
 #include "models/model_zoo.h"
 
 #include <ATen/SDPBackend.h>
@@ -209,6 +210,8 @@ std::vector<ModelInfo> gpt_models() {
   std::vector<ModelInfo> models;
   int position = 30;
   for (const auto& config : gpt_configs()) {
+    declare_transformer_shape(config.name, {gpt_non_embedding_params(config), config.layers, config.heads,
+                                            config.width / config.heads});
     models.push_back(ModelInfo::named(config.name)
                          .listed_at(position++)
                          .takes_tokens(config.vocabulary, config.context)

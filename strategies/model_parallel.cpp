@@ -1,6 +1,7 @@
 // Naive model parallelism: the model's stages split across devices, the whole batch passing
 // through one device after the other (the tutorial's ModelParallelResNet50). It is a pipeline
 // of one micro-batch: strategies/stage_executor.h runs it, each stage owning its backward.
+#include "models/model_traits.h"
 #include "strategies/partition.h"
 #include "strategies/prediction.h"
 #include "strategies/stage_executor.h"
@@ -33,6 +34,12 @@ PARBENCH_REGISTER_STRATEGY(StrategyInfo("model_parallel")
                                .min_devices(2)
                                .graph_capturable()
                                .device_role("stages")
+                               .obstacle([](const CaseConditions& conditions) -> std::optional<CaseObstacle> {
+                                 const auto reason = shared_weights_obstacle(
+                                     conditions.config.model, "model_parallel places stages on separate devices");
+                                 if (reason.empty()) return std::nullopt;
+                                 return CaseObstacle{reason};
+                               })
                                // --advise: the schedule simulator over one micro-batch of the whole batch.
                                .predictor(staged_predictor()));
 

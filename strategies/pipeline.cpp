@@ -3,6 +3,7 @@
 // schedules are in strategies/pipeline_schedule.h; strategies/stage_executor.h runs them, one
 // host thread per device, each stage owning its backward.
 #include "core/counter_table.h"
+#include "models/model_traits.h"
 #include "strategies/partition.h"
 #include "strategies/pipeline_schedule.h"
 #include "strategies/prediction.h"
@@ -113,6 +114,10 @@ StrategyInfo pipeline_info() {
       .obstacle([](const CaseConditions& conditions) -> std::optional<CaseObstacle> {
         const auto& config = conditions.config;
         const auto options = pipeline_options(config);
+        if (const auto reason = shared_weights_obstacle(config.model, "pipeline places stages on separate devices");
+            !reason.empty()) {
+          return CaseObstacle{reason};
+        }
         if (schedule_info(options.schedule).splits_backward && config.checkpoint != Checkpointing::kOff) {
           return CaseObstacle{options.schedule + " splits each backward into input and weight gradients; "
                               "--checkpoint=blocks recomputes a block's whole backward at once"};

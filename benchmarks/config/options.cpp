@@ -1,6 +1,10 @@
 #include "benchmarks/config/options.h"
 
+#include "benchmarks/launch/rank_protocol.h"
+#include "benchmarks/launch/self_exec.h"
+#include "benchmarks/run/profile_companion.h"
 #include "core/text.h"
+#include "models/llama_config_file.h"
 #include "models/model_zoo.h"
 #include "strategies/partition.h"
 #include "strategies/whole_number.h"
@@ -15,6 +19,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -319,6 +324,16 @@ std::string strategy_options_help() {
   return text;
 }
 
+// Whether this process says what a user should read once: not a rank or profile companion that
+// parbench started (each reads the same options again), and under an external launcher rank 0 alone.
+bool speaks_for_the_run() {
+  for (const auto& argument : self_arguments()) {
+    if (argument.rfind(kWorkerFlag, 0) == 0 || argument == kProfileCompanionFlag) return false;
+  }
+  const char* rank = std::getenv("RANK");
+  return rank == nullptr || std::string(rank) == "0";
+}
+
 // --models' help line: the registered models, image models apart from language models.
 std::string models_help() {
   std::vector<std::string> images, tokens;
@@ -369,8 +384,12 @@ given twice (as written, or as read: 8 and 08, 25 and 25.0) runs once, at its fi
   --batch=LIST           images (language models: sequences) per step (ddp: per rank in weak scaling,
                          global in strong); default 120
   --image=LIST           image side in pixels; default 128
-  --seq=LIST             language models: tokens per sequence, at most the model's context of 1024;
-                         default 1024 (cpu preset: 64)
+  --seq=LIST             language models: tokens per sequence, at most the model's context (the
+                         GPTs' 1024 or 2048, the Llamas' 131072); default 1024 (cpu preset: 64)
+  --model-config=FILE    a Hugging Face config.json of a Llama-architecture model: trains it as a
+                         model named after the file's stem (configs/my-llama.json: my-llama), the
+                         one model run unless --models names others too; fields parbench does not
+                         use are named on stderr
   --precision=LIST       fp32 | bf16 (bf16 autocast, channels-last, fp32 weights); default fp32
   --data=LIST            device (made once on the device) | pinned (pinned host buffers, async copy)
                          | host (randn on the CPU every step, pageable copy: the tutorial's); default device
@@ -536,10 +555,24 @@ Options parse_options(int argc, char** argv, bool has_gpu, std::vector<char*>* b
   preset_then_given.insert(preset_then_given.end(), flags.begin(), flags.end());
   options.preset = preset;
   bool noise_bounds_given = false;
+  std::string config_model;  // --model-config's model, registered as the flag is read
 
   std::map<std::string, std::function<void(const std::string&, const std::string&)>> handlers = {
       {"preset", [](auto&, auto&) {}},
       {"models", [&](auto& f, auto& v) { options.models = name_list(f, v); }},
+      {"model-config", [&](auto& f, auto& v) {
+         if (v.empty()) throw UsageError("--" + f + " needs a file (a Hugging Face config.json of a Llama model)");
+         if (!config_model.empty()) throw UsageError("--" + f + " is given twice: one configuration file a run");
+         std::vector<std::string> unused;
+         try {
+           config_model = register_llama_config_file(v, &unused);
+         } catch (const std::invalid_argument& error) {
+           throw UsageError(error.what());
+         }
+         if (!unused.empty() && speaks_for_the_run()) {
+           std::fprintf(stderr, "parbench: --model-config=%s: fields not used: %s\n", v.c_str(), joined(unused).c_str());
+         }
+       }},
       {"strategies", [&](auto& f, auto& v) { options.strategies = name_list(f, v); }},
       {"batch", [&](auto& f, auto& v) { options.batch_sizes = int_list(f, v, 1); }},
       {"image", [&](auto& f, auto& v) { options.image_sizes = int_list(f, v, 1); }},
@@ -630,6 +663,10 @@ Options parse_options(int argc, char** argv, bool has_gpu, std::vector<char*>* b
     handler->second(name, value);
   }
 
+  if (!config_model.empty()) {
+    const bool models_given = std::any_of(flags.begin(), flags.end(), [](const auto& flag) { return flag.first == "models"; });
+    if (!models_given) options.models = {config_model};
+  }
   if (noise_bounds_given && options.max_noise == 0) {
     throw UsageError("--min-repetitions and --max-repetitions apply only with --max-noise");
   }

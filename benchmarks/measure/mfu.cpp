@@ -1,5 +1,8 @@
 #include "benchmarks/measure/mfu.h"
 
+#include "core/counter_table.h"
+#include "models/model_traits.h"
+
 #ifdef PARBENCH_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
 #endif
@@ -12,6 +15,10 @@
 
 namespace parbench {
 namespace {
+
+PARBENCH_DECLARE_COUNTER(Counter("mfu_torchtitan").unit("fraction").higher_is_better()
+                             .means("language models at bf16 on H100/H200 SXM: torchtitan's MFU, tokens/s x (6 N + 12 L H "
+                                    "head_dim T) over 989 TFLOP/s per GPU"));
 
 // Dense tensor-core peaks (sparsity halved away) and CUDA-core fp32, in TFLOP/s.
 struct KnownGpu {
@@ -118,6 +125,17 @@ void add_mfu(const ComputePeaks& peaks, double achieved_flops, int gpus, benchma
   facts["peak_source"] = peaks.datasheet->source;
   counters["peak_tflops"] = peaks.datasheet->flops / 1e12;
   counters["mfu"] = achieved_flops / (peaks.datasheet->flops * gpus);
+}
+
+void add_torchtitan_mfu(const std::string& gpu_name, const std::string& math, const std::string& model,
+                        int64_t seq_len, double tokens_per_second, int gpus, benchmark::UserCounters& counters) {
+  const auto shape = transformer_shape(model);
+  if (!shape || math != "bf16" || gpus < 1) return;
+  const bool hopper = gpu_name.find("H100") != std::string::npos || gpu_name.find("H200") != std::string::npos;
+  const bool sxm = gpu_name.find("PCIe") == std::string::npos && gpu_name.find("NVL") == std::string::npos;
+  if (!hopper || !sxm) return;
+  counters["mfu_torchtitan"] =
+      tokens_per_second * torchtitan_flops_per_token(*shape, seq_len) / (kTorchtitanPeakFlops * gpus);
 }
 
 }  // namespace parbench

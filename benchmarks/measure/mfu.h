@@ -45,4 +45,11 @@ ComputePeaks measure_compute_peaks(torch::Device device, const std::string& math
 void add_mfu(const ComputePeaks& peaks, double achieved_flops, int gpus, benchmark::UserCounters& counters,
              std::map<std::string, std::string>& facts);
 
+// torchtitan's MFU (docs/METRICS.md): mfu_torchtitan = tokens/s x (6 x non-embedding parameters
+// + 12 x layers x heads x head_dim x seq_len) / (989e12 x gpus), for a model that declares its
+// transformer shape (models/model_traits.h) trained at bf16 (`math`) on H100s or H200s (SXM, as
+// CUDA names them: no PCIe or NVL). Nothing otherwise.
+void add_torchtitan_mfu(const std::string& gpu_name, const std::string& math, const std::string& model,
+                        int64_t seq_len, double tokens_per_second, int gpus, benchmark::UserCounters& counters);
+
 }  // namespace parbench

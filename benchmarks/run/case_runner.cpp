@@ -12,6 +12,7 @@
 #include "benchmarks/run/batch_source.h"
 #include "benchmarks/run/distributed_runner.h"
 #include "benchmarks/run/profile_companion.h"
+#include "core/counter_table.h"
 #include "core/device_timer.h"
 #include "core/text.h"
 #include "models/model_zoo.h"
@@ -35,6 +36,10 @@ namespace parbench {
 
 namespace {
 
+PARBENCH_DECLARE_COUNTER(Counter("setup_s").unit("s").lower_is_better()
+                             .means("the strategy's set-up: the model built, placed and sharded on its devices, "
+                                    "until they are idle (a distributed case: per rank)"));
+
 // A set-up strategy kept across Google Benchmark's calls of one case (its repetitions), so
 // set-up and warm-up happen once per case.
 struct PreparedCase {
@@ -44,6 +49,7 @@ struct PreparedCase {
   std::unique_ptr<GraphedStep> graphed;  // set when the case replays a captured step
   double params = 0;
   double forward_flops_per_sample = 0;
+  double setup_seconds = 0;  // the strategy's set-up, the devices synchronised after it
   std::optional<ComputePeaks> peaks;  // GPUs only
   CaseProfile profile;  // from the profile companion
   // GPUs: the allocator before the set-up, and between two warm-up steps where the step is then
@@ -77,7 +83,10 @@ std::unique_ptr<PreparedCase> make_prepared_case(const CaseSpec& spec, const Opt
   fresh->name = spec.name;
   fresh->strategy = spec.strategy->create();
   const auto config = spec.config;
+  const auto setup_began = std::chrono::steady_clock::now();
   fresh->strategy->setup([&config](torch::Device on) { return make_case_model(config, on); }, devices, config);
+  synchronize_devices(devices);
+  fresh->setup_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - setup_began).count();
   fresh->source = std::make_unique<BatchSource>(spec.config, spec.config.batch_size, spec.data,
                                                 fresh->strategy->input_device(), fresh->strategy->target_device());
   for (const auto& parameter : fresh->strategy->model().module().parameters()) fresh->params += parameter.numel();
@@ -263,6 +272,7 @@ void run_local_case(benchmark::State& state, const CaseSpec& spec, const Options
     }
     const int64_t steps = state.iterations() * options.steps_per_iteration;
     set_training_counters(state, spec, seconds, steps, prepared.params, prepared.forward_flops_per_sample);
+    state.counters["setup_s"] = prepared.setup_seconds;
     set_device_counters(state, peak_memory_bytes(devices), prepared.profile.busy_seconds.value_or(std::vector<double>{}),
                         seconds / static_cast<double>(steps));
     for (const auto& [name, value] : case_memory_counters(prepared, devices)) state.counters[name] = value;
@@ -270,7 +280,13 @@ void run_local_case(benchmark::State& state, const CaseSpec& spec, const Options
     for (const auto& [name, value] : stall_counters(iteration_seconds)) state.counters[name] = value;
     auto facts = prepared.strategy->describe();
     for (const auto& [name, value] : prepared.strategy->model().forward_facts()) facts[name] = value;
-    if (prepared.peaks) add_mfu(*prepared.peaks, state.counters["tflops"] * 1e12, distinct_gpus(spec), state.counters, facts);
+    if (prepared.peaks) {
+      add_mfu(*prepared.peaks, state.counters["tflops"] * 1e12, distinct_gpus(spec), state.counters, facts);
+      if (state.counters.count("tokens_per_second") != 0) {
+        add_torchtitan_mfu(prepared.peaks->gpu_name, prepared.peaks->math, spec.config.model, spec.config.seq_len,
+                           state.counters["tokens_per_second"], distinct_gpus(spec), state.counters);
+      }
+    }
     facts["devices"] = device_kind(devices.front());
     if (const auto placement = shared_gpu_placement(spec); !placement.empty()) facts["placement"] = placement;
     if (!prepared.profile.trace_path.empty()) facts["trace"] = prepared.profile.trace_path;

@@ -24,6 +24,7 @@
 #endif
 
 #include <algorithm>
+#include <chrono>
 #include <map>
 #include <numeric>
 
@@ -104,6 +105,7 @@ RankedRun run_training_rank(World& world, const CaseSpec& spec, const Options& o
     auto strategy = spec.strategy->create();
     auto config = spec.config;
     config.world = &world;
+    const auto setup_began = std::chrono::steady_clock::now();
     strategy->setup(
         [&config, &world](torch::Device on) {
           world.report_own_work("building the model");
@@ -114,6 +116,8 @@ RankedRun run_training_rank(World& world, const CaseSpec& spec, const Options& o
           return model;
         },
         devices, config);
+    synchronize_devices(devices);
+    mine.counters["setup_s"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - setup_began).count();
     torch::manual_seed(kRankDataSeed + static_cast<uint64_t>(world.rank()));
     BatchSource source(config, config.batch_size, spec.data, strategy->input_device(), strategy->target_device());
     for (int step = 0; step < options.warmup_steps; ++step) {
@@ -207,6 +211,10 @@ void run_distributed_case(benchmark::State& state, const CaseSpec& spec, const O
   if (!run.peak_math.empty()) {
     const ComputePeaks peaks{run.peak_math, run.gpu_name, datasheet_peak(run.gpu_name, run.peak_math), run.gemm_flops};
     add_mfu(peaks, state.counters["tflops"] * 1e12, spec.gpus, state.counters, facts);
+    if (state.counters.count("tokens_per_second") != 0) {
+      add_torchtitan_mfu(run.gpu_name, run.peak_math, spec.config.model, spec.config.seq_len,
+                         state.counters["tokens_per_second"], spec.gpus, state.counters);
+    }
   }
   state.SetLabel(format_label(facts));
 }

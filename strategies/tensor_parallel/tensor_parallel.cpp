@@ -74,7 +74,10 @@ class TensorParallel final : public Strategy {
     // that a model larger than one GPU could not reach.
     auto whole = make_model(torch::kCPU);
     auto* gpt = dynamic_cast<GPTImpl*>(&whole->module());
-    TORCH_CHECK(gpt != nullptr, "tensor_parallel splits GPT models; ", whole->name(), " is not one");
+    if (gpt == nullptr) {
+      throw std::invalid_argument("tensor_parallel has a plan for the GPT family only; " + whole->name() +
+                                  " is not one of them");
+    }
     const auto obstacle =
         tensor_parallel_obstacle(gpt->config(), group_.degree, config.seq_len, sequence_parallel_on(config));
     TORCH_CHECK(obstacle.empty(), obstacle);
@@ -236,8 +239,8 @@ std::optional<CaseObstacle> tensor_parallel_obstacle_in(const CaseConditions& co
   if (gpt == nullptr) {
     std::string models;
     for (const auto& known : gpt_configs()) models += (models.empty() ? "" : ", ") + known.name;
-    return CaseObstacle{"tensor_parallel splits the GPT models' layers (" + models + "); " + config.model +
-                        " is not one"};
+    return CaseObstacle{"tensor_parallel has a plan for the GPT family only (" + models + "); " + config.model +
+                        " is not one of them"};
   }
   if (conditions.named_batch % conditions.devices != 0) {
     return CaseObstacle{"tensor_parallel's ranks each draw --batch/" + std::to_string(conditions.devices) +
