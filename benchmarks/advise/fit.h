@@ -6,6 +6,7 @@
 #pragma once
 
 #include "benchmarks/cases/cases.h"
+#include "benchmarks/launch/rank_failure.h"
 
 #include <cstdint>
 #include <functional>
@@ -49,8 +50,6 @@ Probe probe_case(const CaseSpec& spec, int64_t batch, const Options& options, in
 // carrying the search (CaseSpec::fit) for its counters. Progress on stderr.
 std::vector<CaseSpec> fit_batches(const std::vector<CaseSpec>& cases, const Options& options, int visible_gpus);
 
-// Whether a case's error message is an out-of-memory error (CUDA's, c10's OutOfMemoryError, the
-// CPU allocator's).
-bool is_out_of_memory(const std::string& message);
+// is_out_of_memory (benchmarks/launch/rank_failure.h) tells a probe's out-of-memory error.
 
 }  // namespace parbench

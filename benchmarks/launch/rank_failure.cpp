@@ -33,6 +33,8 @@ constexpr const char* kOnGpu = "on GPU ";
 
 }  // namespace
 
+bool is_out_of_memory(const std::string& message) { return lowered(message).find("out of memory") != std::string::npos; }
+
 std::string launcher_gpu_text(const std::map<int, double>& gib_by_gpu) {
   std::string text;
   for (const auto& [gpu, gib] : gib_by_gpu) text += (text.empty() ? "" : ",") + std::to_string(gpu) + ":" + gib_text(gib);

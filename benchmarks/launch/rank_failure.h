@@ -3,8 +3,6 @@
 // before the ranks that then waited for it ("no progress ...") or lost their connection to it.
 #pragma once
 
-#include "benchmarks/advise/fit.h"  // is_out_of_memory: CUDA's, c10's, NCCL's "out of memory"
-
 #include <map>
 #include <optional>
 #include <string>
@@ -22,6 +20,10 @@ std::map<int, double> launcher_gpu_from_text(const std::string& text);
 // A rank's reason for running out of memory on `gpu`: "on GPU 0: out of memory, the launching
 // process holds 63.50 GiB there (MESSAGE)"; without `launcher_gib`, no word of the launcher.
 std::string out_of_memory_reason(int gpu, std::optional<double> launcher_gib, const std::string& message);
+
+// Whether an error message is an out-of-memory error (CUDA's, c10's OutOfMemoryError, NCCL's
+// "Cuda failure 'out of memory'", the CPU allocator's).
+bool is_out_of_memory(const std::string& message);
 
 struct RankFailure {
   int rank = 0;

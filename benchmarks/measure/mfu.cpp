@@ -120,9 +120,4 @@ void add_mfu(const ComputePeaks& peaks, double achieved_flops, int gpus, benchma
   counters["mfu"] = achieved_flops / (peaks.datasheet->flops * gpus);
 }
 
-void add_case_mfu(const ComputePeaks& peaks, double achieved_flops, const CaseSpec& spec,
-                  benchmark::UserCounters& counters, std::map<std::string, std::string>& facts) {
-  add_mfu(peaks, achieved_flops, distinct_gpus(spec), counters, facts);
-}
-
 }  // namespace parbench

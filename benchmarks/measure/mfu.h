@@ -4,7 +4,6 @@
 // still gets a figure.
 #pragma once
 
-#include "benchmarks/cases/cases.h"
 #include "models/model_zoo.h"
 #include "strategies/strategy.h"
 
@@ -45,9 +44,5 @@ ComputePeaks measure_compute_peaks(torch::Device device, const std::string& math
 // peak_tflops for `achieved_flops` over `gpus` GPUs; the label's peak_math and peak_source.
 void add_mfu(const ComputePeaks& peaks, double achieved_flops, int gpus, benchmark::UserCounters& counters,
              std::map<std::string, std::string>& facts);
-// add_mfu for a case's achieved FLOP/s over the GPUs it runs on: its distinct GPUs (stages placed
-// on one GPU share its peak), as every case's runner hands them.
-void add_case_mfu(const ComputePeaks& peaks, double achieved_flops, const CaseSpec& spec,
-                  benchmark::UserCounters& counters, std::map<std::string, std::string>& facts);
 
 }  // namespace parbench

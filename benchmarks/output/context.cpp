@@ -2,7 +2,6 @@
 
 #include "benchmarks/config/test_hooks.h"
 #include "benchmarks/measure/nvml.h"
-#include "benchmarks/run/threads.h"
 #include "core/counter_table.h"
 #include "core/text.h"
 #include "strategies/distributed/world.h"
@@ -226,7 +225,8 @@ std::vector<std::pair<std::string, std::string>> run_context(const Options& opti
   context.emplace_back("intra_op_threads", std::to_string(at::get_num_threads()));
   // Each device's (each rank's) intra-op threads, the same for every strategy (1.16.0): "off"
   // where LibTorch chose (benchmarks/run/threads.h). A case's own count is its label's intra_op_threads.
-  context.emplace_back("threads_per_device", threads_per_device_text(options.threads_per_device));
+  context.emplace_back("threads_per_device",
+                       options.threads_per_device > 0 ? std::to_string(options.threads_per_device) : "off");
   context.emplace_back("environment", library_environment());
   context.emplace_back("environment_set_by_parbench", nlohmann::json(set_parbench_environment()).dump());
   context.emplace_back("launcher_environment", nlohmann::json(launcher_variables()).dump());

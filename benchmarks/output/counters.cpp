@@ -123,4 +123,9 @@ benchmark::UserCounters stall_counters(const std::vector<double>& iteration_seco
   return counters;
 }
 
+void add_case_mfu(const ComputePeaks& peaks, double achieved_flops, const CaseSpec& spec,
+                  benchmark::UserCounters& counters, std::map<std::string, std::string>& facts) {
+  add_mfu(peaks, achieved_flops, distinct_gpus(spec), counters, facts);
+}
+
 }  // namespace parbench

@@ -44,8 +44,4 @@ void set_interop_threads_once(int threads_per_device) {
   }
 }
 
-std::string threads_per_device_text(int threads_per_device) {
-  return threads_per_device > 0 ? std::to_string(threads_per_device) : "off";
-}
-
 }  // namespace parbench

@@ -29,7 +29,4 @@ void apply_threads_per_device(int threads_per_device, int devices);
 // before any inter-op work; a later call changes nothing.
 void set_interop_threads_once(int threads_per_device);
 
-// "off", or the number: the run context's threads_per_device (docs/JSON.md).
-std::string threads_per_device_text(int threads_per_device);
-
 }  // namespace parbench
