@@ -20,6 +20,9 @@ per-repetition entries:
                 summary's reps column), the lowest SM clock, highest temperature and power and
                 the clock-event reasons seen per device; with --max-noise, the noise each case reached
   best split    pipeline: the split_size with the lowest median step time, per schedule
+  flags         repetitions flagged `stalled` (in the reps column, and a note at the top), and a
+                scaling efficiency above 100% beyond the noise (the two throughputs' relative
+                spreads summed; "above ideal" in the efficiency column, and a note at the top)
   scaling       a run at several device counts (parbench --gpus=LIST): per set-up, each strategy's
                 case of highest median throughput at each count (ddp weak and strong apart), its
                 ideal (gpus x single's throughput) and scaling efficiency, in a table and a figure;
@@ -261,6 +264,20 @@ def build_report(results: pr.Results, rendered: plot.Rendered, generated: dateti
         lines += [f"**Throttled:** {count} repetition(s) of {len(throttled_cases)} case(s) ran while a GPU was "
                   "throttled (a clock-event reason, or its SM clock below the run's threshold): their times "
                   "are not the GPU's best (*Clocks and throttling* below).", ""]
+    stalled_cases = [case for case in results.train_cases() if _stalled(case)]
+    if stalled_cases:
+        count = sum(_stalled(case) for case in stalled_cases)
+        lines += [f"**Stalled:** {count} repetition(s) of {len(stalled_cases)} case(s) had an iteration at "
+                  "least 3\u00d7 their median (`stalled`, docs/METRICS.md): their times are not the case's "
+                  "steady pace.", ""]
+    above = [(case, single) for cases in groups.values() for case in pr.headline_cases(cases)
+             if (single := pr.single_reference(cases)) is not None and above_ideal(case, single)]
+    if above:
+        named = ", ".join(f"{_name(case)} {pr.scaling_efficiency(case, single):.1%} (noise allows "
+                          f"{efficiency_allowance(case, single):.1%} above 100%)" for case, single in above)
+        lines += [f"**Above ideal scaling:** {named}. More than the devices can give over `single`: `single` was "
+                  "slowed, or the cores were not shared on equal terms (`threads_per_device` in the context), so "
+                  "these speedups are not to be trusted.", ""]
     lines += ["## Findings", ""]
     for setup, cases in groups.items():
         sentences = findings(cases)
@@ -483,17 +500,20 @@ def summary_table(cases: list[pr.Case]) -> list[str]:
             tried = sorted(c.split_size for c in cases
                            if c.pipelined and c.ran and c.series == case.series)
             best_split = f"{case.split_size} (of {', '.join(map(str, tried))})"
-        throttled = _throttled(case)
+        flags = [f"{count} {word}" for count, word in ((_throttled(case), "throttled"), (_stalled(case), "stalled"))
+                 if count]
+        above = compared and above_ideal(case, single)
         rows.append([
             case.strategy,
             case.config(),
-            f"{step.count} ({throttled} throttled)" if throttled else str(step.count),
+            f"{step.count} ({', '.join(flags)})" if flags else str(step.count),
             f"{step.median:.2f}",
             _spread(step),
             f"{step.minimum:.2f}\u2013{step.maximum:.2f}",
             f"{case.throughput().median:,.1f}",
             f"{pr.speedup(case, single):.2f}\u00d7" if compared else "no single",
-            f"{pr.scaling_efficiency(case, single):.1%}" if compared else "no single",
+            (f"{pr.scaling_efficiency(case, single):.1%}" + (" (above ideal)" if above else "")) if compared
+            else "no single",
             ", ".join(f"dev{device} {peak:.2f}" for device, peak in case.peak_memory_gib().items()) or "not measured",
             _mfu(case),
             _per_device(case.bubble_fractions()),
@@ -764,6 +784,25 @@ def environment(results: pr.Results) -> list[str]:
         fence = "`" * max(3, 1 + max((len(m) for m in re.findall(r"`+", command)), default=0))
         lines += ["", f"Command line of `{run.path}`:", "", f"{fence}sh", command, fence]
     return lines
+
+
+def _stalled(case: pr.Case) -> int:
+    """How many of the case's repetitions parbench flagged `stalled` (docs/METRICS.md)."""
+    return sum(1 for entry in case.repetitions if entry.get("stalled", 0) > 0)
+
+
+def efficiency_allowance(case: pr.Case, single: pr.Case) -> float:
+    """The noise allowed a scaling efficiency above 100%, as the console's verdict allows it
+    (docs/METRICS.md, "The console and the verdict"): the two throughputs' relative spreads
+    (sample standard deviation over median) summed; 0 for a side with one repetition."""
+    def relative(stats: pr.Stats) -> float:
+        return stats.stddev / stats.median if stats.stddev is not None and stats.median > 0 else 0.0
+    return relative(case.stats("items_per_second")) + relative(single.stats("items_per_second"))
+
+
+def above_ideal(case: pr.Case, single: pr.Case) -> bool:
+    """Scaling efficiency above 100% beyond the noise: more than the case's devices can give."""
+    return case is not single and pr.scaling_efficiency(case, single) > 1 + efficiency_allowance(case, single)
 
 
 def _throttled(case: pr.Case) -> int:

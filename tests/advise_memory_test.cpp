@@ -393,6 +393,38 @@ TEST(AdviseMemory, ZeroStageThreeCountsEachUnitsWholeGradientsFromItsBackwardOn)
   EXPECT_FALSE(rank.fresh_gradients);  // its shards' gradients are kept, and count in its peak
 }
 
+// Without its rehearsal, a tensor_parallel rank's activations are the whole model's at the whole
+// batch scaled as Megatron-LM's per-layer count: (10 + 24 / t) / 34 of them, or 1 / t with
+// sequence parallelism.
+TEST(AdviseMemory, TensorParallelWithoutItsRehearsalScalesTheWholeModelsActivations) {
+  size_t checked = 0;
+  for (const std::string degree : {"2", "4"}) {
+    auto specs = build_cases(parsed_options({"--strategies=tensor_parallel", "--models=tinygpt", "--gpus=" + degree,
+                                             "--seq=16", "--batch=4", "--sequence-parallel=off,on"},
+                                            /*has_gpu=*/false),
+                             /*visible_gpus=*/4);
+    specs.erase(std::remove_if(specs.begin(), specs.end(), [](const CaseSpec& spec) { return !spec.skip_reason.empty(); }),
+                specs.end());
+    for (const auto& spec : specs) {
+      ++checked;
+      AdviseProfile profile;  // no rehearsal: the fallback
+      profile.memory = profile_memory({spec.config}, torch::kCPU);
+      const auto whole = whole_model_memory(profile.memory, spec.config, spec.global_batch, /*holds_batch=*/true,
+                                            /*fresh_gradients=*/false);
+      const auto predicted =
+          spec.strategy->predictor().memory(profile, CaseConditions{spec.config, spec.global_batch, spec.gpus});
+      ASSERT_EQ(predicted.devices.size(), static_cast<size_t>(spec.gpus)) << spec.name;
+      const double t = spec.gpus;
+      const bool sequence_parallel = option_choice(spec.config, "sp", "off") == "on";
+      const double split = sequence_parallel ? 1.0 / t : (10.0 + 24.0 / t) / 34.0;
+      for (const auto& device : predicted.devices) {
+        EXPECT_NEAR(device.activations, whole.activations * split, 1e-9 * whole.activations) << spec.name;
+      }
+    }
+  }
+  EXPECT_GE(checked, 2u) << "tensor_parallel on 2 devices, sequence parallelism off and on";
+}
+
 TEST(AdviseMemory, ModelStatesByFormulaMatchTensorParallelOnCpuRanks) {
   for (const std::string optimizer : {"sgd", "adamw"}) {
     expect_rank_states_match({"--strategies=tensor_parallel", "--models=tinygpt", "--optimizer=" + optimizer});

@@ -18,6 +18,7 @@
 #include <map>
 #include <optional>
 #include <regex>
+#include <sched.h>
 #include <set>
 
 namespace {
@@ -80,7 +81,7 @@ TEST(Cli, ShortRunWritesJsonWithCountersAndContext) {
                           "schedules"}) {
     EXPECT_TRUE(context.contains(key)) << key;
   }
-  EXPECT_EQ(context["parbench_json_schema"], "1.15.0");
+  EXPECT_EQ(context["parbench_json_schema"], "1.16.0");
   EXPECT_EQ(context["strategies"], "single,model_parallel,pipeline,data_parallel,ddp,zero,tensor_parallel");
   EXPECT_EQ(context["schedules"], "tutorial,gpipe,1f1b,interleaved-1f1b,zb-h1");
   EXPECT_FALSE(context.contains("interrupted"));
@@ -131,7 +132,9 @@ TEST(Cli, ShortRunWritesJsonWithCountersAndContext) {
     EXPECT_NEAR(benchmark["items_per_second"].get<double>(), 4 / (benchmark["step_ms"].get<double>() / 1e3),
                 1e-6 * benchmark["items_per_second"].get<double>());
     EXPECT_EQ(benchmark["batch"], 4);
-    EXPECT_EQ(benchmark["label"], "devices=" + devices);
+    // Its devices and the threads its process computed with (the cpu preset's threads per device).
+    EXPECT_EQ(benchmark["label"].get<std::string>().rfind("devices=" + devices + ";intra_op_threads=", 0), 0u)
+        << benchmark["label"];
   }
   EXPECT_EQ(single_runs, 3);
   EXPECT_GE(aggregates, 3);  // mean, median, stddev (and cv)
@@ -704,6 +707,53 @@ TEST(Cli, AStallInsideARepetitionIsFlagged) {
     EXPECT_GE(entry["iteration_max_over_median"].get<double>(), 3.0) << entry.dump();
   }
   EXPECT_EQ(repetitions, 2);
+  // The console says so under the case's line, and the verdict names it.
+  EXPECT_NE(run.output.find("\n    ^ 2 of 2 repetitions stalled\n"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("  Flagged: single (2 of 2 repetitions stalled)."), std::string::npos) << run.output;
+}
+
+// The label's `key=value` fact, or "".
+std::string label_fact(const nlohmann::json& entry, const std::string& key) {
+  const auto label = ";" + entry.value("label", std::string());
+  const auto at = label.find(";" + key + "=");
+  if (at == std::string::npos) return "";
+  const auto start = at + key.size() + 2;
+  return label.substr(start, label.find(';', start) - start);
+}
+
+// The cpu preset gives every device the same share of the cores (--threads-per-device=auto):
+// single one device's, a rank one device's, a case of two devices in one process two devices'.
+// The context records the share, each case's label the threads its process computed with.
+TEST(Cli, EveryStrategyGetsTheSameThreadsPerDevice) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  ASSERT_EQ(sched_getaffinity(0, sizeof set, &set), 0);
+  const int per_device = std::max(1, CPU_COUNT(&set) / 2);  // the most devices a case uses: 2
+  parbench::TemporaryDirectory dir("parbench-cli-test");
+  for (const std::string given : {"", "--threads-per-device=3"}) {
+    const auto [run, json] = run_small_to_json(dir, "--strategies=single,model_parallel,ddp --allreduce=off " + given);
+    ASSERT_EQ(run.exit_code, 0) << run.output;
+    const int expected = given.empty() ? per_device : 3;
+    EXPECT_EQ(json["context"]["threads_per_device"], std::to_string(expected)) << given;
+    std::map<std::string, int> threads;
+    for (const auto& entry : json["benchmarks"]) {
+      if (entry["run_type"] != "iteration") continue;
+      threads[entry["fields"]["strategy"].get<std::string>()] = std::stoi(label_fact(entry, "intra_op_threads"));
+    }
+    EXPECT_EQ(threads, (std::map<std::string, int>{{"single", expected}, {"model_parallel", 2 * expected},
+                                                   {"ddp", expected}}))
+        << given;
+  }
+  // off: LibTorch's own count, recorded as such.
+  const auto [off, json] = run_small_to_json(dir, "--strategies=single --threads-per-device=off");
+  ASSERT_EQ(off.exit_code, 0) << off.output;
+  EXPECT_EQ(json["context"]["threads_per_device"], "off");
+  for (const std::string bad : {"0", "many", "-2"}) {
+    const auto refused = run_parbench("--preset=cpu --strategies=single --threads-per-device=" + bad);
+    EXPECT_EQ(refused.exit_code, 2) << refused.output;
+    EXPECT_NE(refused.error.find("--threads-per-device=" + bad), std::string::npos) << refused.error;
+    EXPECT_EQ(std::count(refused.error.begin(), refused.error.end(), '\n'), 1) << refused.error;
+  }
 }
 
 // A killed run (SIGKILL) leaves its ranks' results directory and its .partial file: the next run

@@ -1,12 +1,19 @@
 // Multi-GPU equivalence: the CUDA paths (per-stage streams, cross-device copies, DataParallel's
 // scatter/gather) give single's step. Skipped, with the reason, where fewer than 2 GPUs exist.
+#include "benchmarks/launch/temporary_directory.h"
 #include "core/device_timer.h"
 #include "models/model_zoo.h"
 #include "strategies/strategy.h"
 #include "strategies/training.h"
 #include "tests/case_options.h"
+#include "tests/parbench_process.h"
 
 #include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <optional>
 
 namespace parbench {
 namespace {
@@ -95,6 +102,75 @@ TEST_P(MultiGpuEquivalence, MatchesSingleGpu) {
 
 INSTANTIATE_TEST_SUITE_P(Models, MultiGpuEquivalence, ::testing::Values("tinycnn", "resnet50"),
                          [](const auto& info) { return info.param; });
+
+// ---- A large local case, then ranks on the same GPUs, in one process ----------------------------
+
+// The label's `key=value` fact of a JSON entry, or "".
+std::string label_fact(const nlohmann::json& entry, const std::string& key) {
+  const auto label = entry.value("label", std::string());
+  const auto at = (";" + label).find(";" + key + "=");
+  if (at == std::string::npos) return "";
+  const auto start = at + key.size() + 1;
+  return label.substr(start, label.find(';', start) - start);
+}
+
+// gpt2-large single (AdamW, fp32, batch 4: its model states alone 11.5 GiB, about 60 GB in all on
+// GPU 0), then ddp on the same GPUs (one rank where the machine has one GPU), in one process. Run
+// once for the tests below; nullopt where no GPU is visible.
+struct LargeThenRanks {
+  ProcessRun run;
+  nlohmann::json single, ddp;
+};
+
+const std::optional<LargeThenRanks>& large_then_ranks() {
+  static const std::optional<LargeThenRanks> result = []() -> std::optional<LargeThenRanks> {
+    const int gpus = std::min(2, visible_gpu_count());
+    if (gpus < 1) return std::nullopt;
+    TemporaryDirectory dir("parbench-gpu-launch");
+    const auto out = dir.file("run.json");
+    ParbenchProcess parbench({"--models=gpt2-large", "--seq=1024", "--batch=4", "--optimizer=adamw",
+                              "--strategies=single,ddp", "--gpus=" + std::to_string(gpus), "--allreduce=off",
+                              "--warmup=1", "--repetitions=1", "--iterations=2", "--busy-profile=off",
+                              "--benchmark_out=" + out, "--benchmark_out_format=json"},
+                             {});
+    LargeThenRanks found;
+    found.run = parbench.wait(600);
+    if (access(out.c_str(), F_OK) != 0) return found;
+    for (const auto& entry : read_json(out).at("benchmarks")) {
+      const auto name = entry.at("name").get<std::string>();
+      if (name.rfind("train/single/", 0) == 0) found.single = entry;
+      if (name.rfind("train/ddp/", 0) == 0) found.ddp = entry;
+    }
+    return found;
+  }();
+  return result;
+}
+
+// The process hands back what single left before the ranks start: the ddp case runs (before,
+// gpt-2.7b's ddp failed "rank 1: no progress for 65 s" after single's 63.5 GiB on GPU 0).
+TEST(GpuLaunch, RanksRunAfterALargeLocalCaseOnTheSameGpus) {
+  const auto& found = large_then_ranks();
+  if (!found) GTEST_SKIP() << "needs a GPU, none visible";
+  ASSERT_EQ(found->run.exit_code, 0) << found->run.err;
+  ASSERT_FALSE(found->single.is_null()) << found->run.err;
+  ASSERT_FALSE(found->ddp.is_null()) << found->run.err;
+  EXPECT_FALSE(found->single.value("error_occurred", false)) << found->single.dump();
+  EXPECT_FALSE(found->ddp.value("error_occurred", false)) << found->ddp.dump();
+  // single held a large share of GPU 0: more than its model states.
+  EXPECT_GT(found->single.value("peak_mem_gib_dev0", 0.0), 11.5) << found->single.dump();
+}
+
+// What the launching process still reserved on its GPUs when the ranks started (its caching
+// allocator's count, the ddp case's label fact launcher_reserved_gib): next to nothing, though
+// single's model, optimizer state and cached blocks had been there.
+TEST(GpuLaunch, TheLaunchingProcessHoldsNextToNothingWhenItsRanksStart) {
+  const auto& found = large_then_ranks();
+  if (!found) GTEST_SKIP() << "needs a GPU, none visible";
+  ASSERT_FALSE(found->ddp.is_null()) << found->run.err;
+  const auto reserved = label_fact(found->ddp, "launcher_reserved_gib");
+  ASSERT_FALSE(reserved.empty()) << found->ddp.dump();
+  EXPECT_LT(std::stod(reserved), 0.25) << found->ddp.dump();
+}
 
 }  // namespace
 }  // namespace parbench

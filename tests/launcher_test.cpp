@@ -2,6 +2,7 @@
 // a rank that dies, hangs or never joins ends the run within the timeout with one line naming
 // it, no process is left behind, and bad launcher variables get clear errors.
 #include "benchmarks/launch/launcher.h"
+#include "benchmarks/launch/rank_failure.h"
 #include "benchmarks/launch/rank_processes.h"
 #include "benchmarks/run/allreduce.h"
 #include "benchmarks/run/rank_worker.h"
@@ -56,6 +57,61 @@ std::pair<std::string, double> small_case_failure(const std::map<std::string, st
     return {error.what(), seconds_since(start)};
   }
   return {"", seconds_since(start)};
+}
+
+// ---- Which rank's failure is the cause --------------------------------------------------------
+
+// The launching process's holding per GPU travels to the ranks as "0:63.50,1:0.00".
+TEST(RankFailure, TheLaunchersHoldingGoesToTheRanksAsText) {
+  const std::map<int, double> holding = {{0, 63.5}, {1, 0.0}, {3, 0.126}};
+  EXPECT_EQ(launcher_gpu_text(holding), "0:63.50,1:0.00,3:0.13");
+  EXPECT_EQ(launcher_gpu_from_text("0:63.50,1:0.00,3:0.13"), (std::map<int, double>{{0, 63.5}, {1, 0.0}, {3, 0.13}}));
+  EXPECT_EQ(launcher_gpu_from_text("0:1.5,x:2,2:,3:abc,-1:2,4:-1,5"), (std::map<int, double>{{0, 1.5}}));
+  EXPECT_TRUE(launcher_gpu_from_text("").empty());
+}
+
+// A rank out of memory says so, on which GPU, with what the launching process holds there.
+TEST(RankFailure, ARankOutOfMemorySaysSoWithTheLaunchersHolding) {
+  const std::string cuda = "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 139.81 GiB";
+  EXPECT_TRUE(is_out_of_memory(cuda));
+  EXPECT_TRUE(is_out_of_memory("NCCL error: unhandled cuda error, Cuda failure 'out of memory'"));
+  EXPECT_FALSE(is_out_of_memory("no progress for 65 s at warm-up step 1"));
+  const auto reason = out_of_memory_reason(0, 63.5, cuda);
+  EXPECT_EQ(reason, "on GPU 0: out of memory, the launching process holds 63.50 GiB there (" + cuda + ")");
+  EXPECT_EQ(describe_rank_failure({0, reason}),
+            "rank 0 on GPU 0: out of memory, the launching process holds 63.50 GiB there (" + cuda + ")");
+  EXPECT_EQ(out_of_memory_reason(2, std::nullopt, "x out of memory"), "on GPU 2: out of memory (x out of memory)");
+  EXPECT_EQ(describe_rank_failure({1, "no progress for 65 s at warm-up step 1"}),
+            "rank 1: no progress for 65 s at warm-up step 1");
+  EXPECT_EQ(describe_rank_failure({1, "was killed by signal 9 (Killed) (rank 0 at set-up)", true}),
+            "rank 1 was killed by signal 9 (Killed) (rank 0 at set-up)");
+}
+
+// The rank that ran out of memory is reported before the ones that then stalled waiting for it or
+// lost their connection to it, whichever failed first; a rank's own failure before those.
+TEST(RankFailure, TheCauseIsReportedBeforeTheRanksThatWaitedForIt) {
+  const RankFailure stalled{1, "no progress for 65 s at warm-up step 1"};
+  const RankFailure lost{2, "Connection reset by peer"};
+  const RankFailure out_of_memory{0, out_of_memory_reason(0, 63.5, "CUDA out of memory. Tried to allocate 2.00 GiB")};
+  const RankFailure own{3, "failing on purpose (PARBENCH_TEST_FAIL_CASE)"};
+  const RankFailure killed{3, "was killed by signal 9 (Killed) (rank 0 at set-up)", true};
+  EXPECT_EQ(root_cause({stalled, lost, out_of_memory}).rank, 0);
+  EXPECT_EQ(root_cause({stalled, own, out_of_memory}).rank, 0);
+  EXPECT_EQ(root_cause({stalled, lost, own}).rank, 3);
+  EXPECT_EQ(root_cause({lost, killed}).rank, 3);
+  EXPECT_EQ(root_cause({stalled, lost}).rank, 1);  // none is a cause: the first
+  EXPECT_FALSE(is_root_cause(stalled));
+  EXPECT_FALSE(is_root_cause(lost));
+  EXPECT_TRUE(is_root_cause(out_of_memory));
+  EXPECT_TRUE(is_root_cause(killed));
+}
+
+// Where the ranks only stalled, a launching process holding 1 GiB or more on a GPU is named.
+TEST(RankFailure, AStallNamesWhatTheLaunchingProcessHolds) {
+  EXPECT_EQ(launcher_holding_note({{0, 63.5}, {1, 0.4}, {2, 1.0}}),
+            "; the launching process holds 63.50 GiB on GPU 0, 1.00 GiB on GPU 2");
+  EXPECT_EQ(launcher_holding_note({{0, 0.99}}), "");
+  EXPECT_EQ(launcher_holding_note({}), "");
 }
 
 TEST(Launcher, RunsACaseAndReturnsRankZerosCombinedTimes) {

@@ -66,6 +66,25 @@ TEST(Mfu, DividesByThePeakTimesTheGpus) {
 // Which TF32 switch decides an fp32 model's peak is the model's declared fp32 engine: cuDNN's for
 // the convolution networks, cuBLAS's for the transformers (as before the registry, when it was
 // chosen by "language model").
+// Every case's runner hands add_mfu the GPUs the case runs on: its distinct GPUs, so two stages
+// placed on one GPU share that GPU's peak, and ddp's ranks each bring their own.
+TEST(Mfu, ACaseIsJudgedAgainstTheGpusItRunsOn) {
+  const auto mfu_of = [](int gpus, std::vector<int> gpu_ids) {
+    CaseSpec spec;
+    spec.gpus = gpus;
+    spec.gpu_ids = std::move(gpu_ids);
+    benchmark::UserCounters counters;
+    std::map<std::string, std::string> facts;
+    add_case_mfu(h100_bf16_peaks(), 400e12, spec, counters, facts);
+    return std::make_pair(counter(counters, "mfu"), counter(counters, "mfu_gemm"));
+  };
+  EXPECT_DOUBLE_EQ(mfu_of(1, {}).first, 400.0 / 989.4);
+  EXPECT_DOUBLE_EQ(mfu_of(4, {}).first, 400.0 / (989.4 * 4));
+  EXPECT_DOUBLE_EQ(mfu_of(4, {}).second, 400.0 / (700.0 * 4));
+  EXPECT_DOUBLE_EQ(mfu_of(2, {3, 5}).first, 400.0 / (989.4 * 2));
+  EXPECT_DOUBLE_EQ(mfu_of(2, {1, 1}).first, 400.0 / 989.4) << "two stages on one GPU: one GPU's peak";
+}
+
 TEST(Mfu, TheModelsFp32EngineChoosesTheTf32SwitchThatSetsItsPeak) {
   auto& context = at::globalContext();
   const bool cudnn_was = context.allowTF32CuDNN(), cublas_was = context.allowTF32CuBLAS();
@@ -231,6 +250,13 @@ RankMeasurements rank_measuring(std::vector<std::vector<double>> seconds, std::o
   measurements.peak_bytes = peak;
   measurements.busy_seconds = busy;
   return measurements;
+}
+
+// ddp's noise rule (--max-noise) judges each iteration at its slowest rank, as the reported times do.
+TEST(CombineRanks, TheNoiseRuleReadsTheSlowestRanksTimes) {
+  EXPECT_EQ(slowest_rank_times({"[1.0, 5.0, 2.0]", "[3.0, 2.0, 2.5]", "[2.0, 4.0, 0.5]"}),
+            (std::vector<double>{3.0, 5.0, 2.5}));
+  EXPECT_EQ(slowest_rank_times({"[0.25, 0.5]"}), (std::vector<double>{0.25, 0.5}));
 }
 
 TEST(CombineRanks, EachIterationTakesTheSlowestRank) {

@@ -32,6 +32,14 @@ std::string read_file(const std::string& path) {
 const std::vector<std::string> kNoAllreduce = {"--strategies=single", "--models=tinycnn", "--warmup=0",
                                                "--repetitions=1",     "--iterations=2"};
 
+// nccl-tests' bus bandwidth: each rank of a ring sends and receives 2(n-1)/n of the buffer.
+TEST(CaseProtocol, AllreducesBusBandwidthIsTheRingsShare) {
+  EXPECT_DOUBLE_EQ(bus_bandwidth_gbps(10.0, 2), 10.0);
+  EXPECT_DOUBLE_EQ(bus_bandwidth_gbps(10.0, 4), 15.0);
+  EXPECT_DOUBLE_EQ(bus_bandwidth_gbps(10.0, 8), 17.5);
+  EXPECT_DOUBLE_EQ(bus_bandwidth_gbps(10.0, 1), 0.0);
+}
+
 TEST(CaseProtocol, AllreduceFieldsDescribeTheCaseAndBuildItBack) {
   const auto allreduce = allreduce_case(4096, 3);
   EXPECT_EQ(allreduce.name, "comm/allreduce/bytes:4096/ranks:3");

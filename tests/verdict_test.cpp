@@ -160,6 +160,78 @@ TEST(Verdict, ARunWithoutSingleOrWithOneStrategySaysSo) {
   EXPECT_EQ(verdict_lines({}), std::vector<std::string>{"Verdict: no training case ran."});
 }
 
+std::string joined_lines(const std::vector<std::string>& lines) {
+  std::string text;
+  for (const auto& line : lines) text += line + "\n";
+  return text;
+}
+
+// Above 100% scaling efficiency beyond the noise, the case is flagged on its console line, in
+// the verdict and in the summary: a CPU run's single on a shared host crawled at 500 ms a step
+// while two ranks took 7 ms, which made ddp "73.35x single's".
+TEST(Verdict, EfficiencyAboveOneHundredPercentBeyondTheNoiseIsFlagged) {
+  const auto single = image_case("single", {490, 500, 510});
+  const auto ddp = image_case("ddp", {7, 7.1, 6.9}, {{"gpus", "2", true}});
+  ASSERT_GT(scaling_efficiency(ddp, single), 30);
+  // The allowance: the two throughputs' relative spreads (sample standard deviation over median), summed.
+  const auto relative = [](const CaseResult& result) {
+    const auto& spread = *result.counter("items_per_second");
+    return *spread.stddev / spread.median;
+  };
+  EXPECT_DOUBLE_EQ(efficiency_allowance(ddp, single), relative(ddp) + relative(single));
+  EXPECT_TRUE(above_ideal(ddp, single));
+  EXPECT_FALSE(above_ideal(single, single));
+  const auto line = joined_lines(case_lines(ddp, &single, &single));
+  EXPECT_NE(line.find("    ^ efficiency 3,"), std::string::npos) << line;
+  EXPECT_NE(line.find("% above 100% beyond the noise (allowed "), std::string::npos) << line;
+  EXPECT_EQ(joined_lines(case_lines(single, nullptr, &single)).find("^"), std::string::npos);
+  const auto found = verdicts({&single, &ddp});
+  const auto console = joined_lines(verdict_lines(found));
+  EXPECT_NE(console.find("Flagged: ddp gpus:2 (efficiency 3,"), std::string::npos) << console;
+  EXPECT_NE(console.find("%! "), std::string::npos) << console;  // the efficiency cell's mark
+  EXPECT_NE(console.find("not to be trusted"), std::string::npos) << console;
+  const auto markdown = verdict_markdown(found, "a run");
+  EXPECT_NE(markdown.find("%! |"), std::string::npos) << markdown;
+  EXPECT_NE(markdown.find("\nFlagged: ddp gpus:2 (efficiency 3,"), std::string::npos) << markdown;
+  for (const auto& text : verdict_lines(found)) EXPECT_LE(columns(text), kConsoleWidth) << text;
+}
+
+// Within the noise it is not: 1% above ideal, with spreads of several percent.
+TEST(Verdict, EfficiencyJustAboveOneHundredPercentWithinTheNoiseIsNotFlagged) {
+  const auto single = image_case("single", {95, 100, 105});
+  const auto ddp = image_case("ddp", {47.5, 49.5, 52}, {{"gpus", "2", true}});
+  ASSERT_GT(scaling_efficiency(ddp, single), 1.0);
+  ASSERT_LT(scaling_efficiency(ddp, single), 1.0 + efficiency_allowance(ddp, single));
+  EXPECT_FALSE(above_ideal(ddp, single));
+  EXPECT_EQ(case_flags(ddp, &single), "");
+  const auto console = joined_lines(verdict_lines(verdicts({&single, &ddp})));
+  EXPECT_EQ(console.find("Flagged"), std::string::npos) << console;
+  // One repetition each: no spread, no allowance.
+  const auto once = image_case("single", {100});
+  const auto fast = image_case("ddp", {49.5}, {{"gpus", "2", true}});
+  EXPECT_DOUBLE_EQ(efficiency_allowance(fast, once), 0.0);
+  EXPECT_TRUE(above_ideal(fast, once));
+}
+
+// A repetition flagged `stalled` (benchmarks/output/counters.h) is flagged on the console line,
+// in the verdict and in the summary.
+TEST(Verdict, AStalledRepetitionIsFlagged) {
+  const auto single = image_case("single", {50, 50, 50});
+  auto ddp = image_case("ddp", {30, 31, 90}, {{"gpus", "2", true}});
+  ddp.counters["stalled"] = Spread::of({1.0});  // one of the three repetitions had it
+  EXPECT_EQ(stalled_repetitions(ddp), 1u);
+  EXPECT_EQ(stalled_repetitions(single), 0u);
+  EXPECT_EQ(case_flags(ddp, &single), "1 of 3 repetitions stalled");
+  const auto line = joined_lines(case_lines(ddp, &single, &single));
+  EXPECT_NE(line.find("\n    ^ 1 of 3 repetitions stalled\n"), std::string::npos) << line;
+  const auto found = verdicts({&single, &ddp});
+  const auto console = joined_lines(verdict_lines(found));
+  EXPECT_NE(console.find("Flagged: ddp gpus:2 (1 of 3 repetitions stalled)."), std::string::npos) << console;
+  EXPECT_NE(console.find("at least 3x its median"), std::string::npos) << console;
+  EXPECT_NE(verdict_markdown(found, "a run").find("Flagged: ddp gpus:2 (1 of 3 repetitions stalled)."),
+            std::string::npos);
+}
+
 // What the console prints for a run of `cases` and `allreduces`, every case having run
 // `repetitions` times: its lines, as main prints them.
 std::vector<std::string> console_of(const std::vector<CaseSpec>& cases, const std::vector<AllreduceCase>& allreduces,

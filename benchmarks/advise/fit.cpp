@@ -134,12 +134,6 @@ std::string last_parbench_line(const std::string& log) {
 
 }  // namespace
 
-bool is_out_of_memory(const std::string& message) {
-  std::string lower(message);
-  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
-  return lower.find("out of memory") != std::string::npos;
-}
-
 FitSearch search_largest_batch(int64_t start, int64_t step, int64_t cap, const std::function<Probe(int64_t batch)>& probe) {
   FitSearch search;
   search.step = step;

@@ -6,6 +6,7 @@
 #pragma once
 
 #include "benchmarks/cases/cases.h"
+#include "benchmarks/launch/rank_failure.h"
 
 #include <cstdint>
 #include <functional>
@@ -63,8 +64,6 @@ ChildEnd run_child(const std::string& binary, const std::vector<std::string>& ar
 // the shell's 128 + N, which an exit code can equal.
 std::string describe_end(const ChildEnd& end);
 
-// Whether a case's error message is an out-of-memory error (CUDA's, c10's OutOfMemoryError, the
-// CPU allocator's).
-bool is_out_of_memory(const std::string& message);
+// is_out_of_memory (benchmarks/launch/rank_failure.h) tells a probe's out-of-memory error.
 
 }  // namespace parbench

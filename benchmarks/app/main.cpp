@@ -11,6 +11,7 @@
 #include "benchmarks/output/run_output.h"
 #include "benchmarks/output/verdict.h"
 #include "benchmarks/run/allreduce.h"
+#include "benchmarks/run/threads.h"
 #include "benchmarks/run/case_runner.h"
 #include "benchmarks/run/profile_companion.h"
 #include "benchmarks/run/rank_worker.h"
@@ -315,6 +316,11 @@ int main(int argc, char** argv) {
     cases = fit_batches(cases, options, case_gpus);
     leave_out_allreduce("left out by --fit=batch: it searches the training cases' batches only");
   }
+  // Every strategy computes with the same cores per device (benchmarks/run/threads.h): resolved
+  // from the cases that run, before the first, and handed to the ranks as a number.
+  options.threads_per_device =
+      resolve_threads_per_device(options.threads_per_device, usable_cores(), devices_in_run(cases));
+  set_interop_threads_once(options.threads_per_device);
   RunProgress progress(count_to_run(cases) + count_to_run(allreduce_cases), writes_output);
   register_cases(cases, options, progress);
   if (auto* json = output.json_reporter()) {

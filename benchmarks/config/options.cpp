@@ -32,6 +32,7 @@ namespace {
 constexpr double kMaxOptionNumber = 1e6;           // a strategy's number option: --bucket-mib at most 1 TiB
 constexpr double kMinDistTimeoutSeconds = 1;       // --dist-timeout: a second
 constexpr double kMaxDistTimeoutSeconds = 86400;   // --dist-timeout: a day
+constexpr int64_t kMaxThreadsPerDevice = 1024;     // --threads-per-device
 constexpr int64_t kMaxGpus = 4096;                 // --gpus: more than any one job's devices
 constexpr int64_t kMaxPrintedMicroBatches = 4096;  // --micro-batches (--print-schedule only)
 
@@ -218,7 +219,8 @@ std::vector<std::pair<std::string, std::string>> preset_flags(const std::string&
   }
   if (preset == "cpu") {
     // Small enough for a 2-core machine: a few seconds a case.
-    return {{"batch", "8"}, {"image", "64"}, {"seq", "64"}, {"warmup", "2"}};
+    // Every strategy computes with the same cores per device: single as many as each rank.
+    return {{"batch", "8"}, {"image", "64"}, {"seq", "64"}, {"warmup", "2"}, {"threads-per-device", "auto"}};
   }
   if (preset != "default") throw UsageError("--preset=" + preset + " is not one of: default, tutorial, cpu");
   return {};
@@ -451,6 +453,11 @@ given twice (as written, or as read: 8 and 08, 25 and 25.0) runs once, at its fi
   --dist-timeout=SECONDS ddp: how long any rank waits for the others before failing, from 1 to
                          86400; default 60
   --allreduce=on|off     run the comm/allreduce sweep with ddp; default on
+  --threads-per-device=N|auto|off
+                         intra-op CPU threads per device: each rank gets N, a case of D devices in
+                         one process D x N. auto: the usable cores / the most devices a case of the
+                         run uses (at least 1), so every strategy gets the same cores per device;
+                         off: LibTorch's own count. default off (cpu preset: auto)
   --advise=N|all|off     profile each set-up briefly, predict the step time and the peak memory
                          per device of every single, model_parallel, pipeline (schedule
                          simulator), data_parallel and ddp (on GPUs) case, print them ranked per
@@ -629,6 +636,15 @@ Options parse_options(int argc, char** argv, bool has_gpu, std::vector<char*>* b
          }
        }},
       {"allreduce", [&](auto& f, auto& v) { options.allreduce = pick(f, v, kOnOff); }},
+      {"threads-per-device", [&](auto& f, auto& v) {
+         if (v == "auto" || v == "off") {
+           options.threads_per_device = v == "auto" ? kThreadsPerDeviceAuto : 0;
+         } else if (!parse_whole_number(v)) {
+           throw UsageError("--" + f + "=" + v + ": expected N (threads, at least 1), auto or off");
+         } else {
+           options.threads_per_device = static_cast<int>(parse_int(f, v, 1, kMaxThreadsPerDevice));
+         }
+       }},
       {"verbose", [&](auto& f, auto& v) { options.verbose = pick(f, v, kOnOff); }},
       {"summary", [&](auto& f, auto& v) {
          if (v.empty()) throw UsageError("--" + f + " needs a file");

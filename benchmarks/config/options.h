@@ -27,6 +27,8 @@ struct UsageError : std::invalid_argument {
 };
 
 inline constexpr int kValidateAll = std::numeric_limits<int>::max();
+// --threads-per-device=auto, until main resolves it (benchmarks/run/threads.h).
+inline constexpr int kThreadsPerDeviceAuto = -1;
 
 struct Options {
   std::string preset = "default";  // default, tutorial, cpu
@@ -92,6 +94,11 @@ struct Options {
   // the verdict as Markdown, checked for writability as --benchmark_out is.
   bool verbose = false;
   std::string summary;
+  // --threads-per-device: the intra-op threads each device (each rank) computes with, so that
+  // every strategy gets the same cores per device (benchmarks/run/threads.h). 0: off, LibTorch's
+  // own count; kThreadsPerDeviceAuto: the usable cores over the most devices a case of the run
+  // uses (the cpu preset's), resolved by main before the cases run.
+  int threads_per_device = 0;
   std::string argv;
 };
 

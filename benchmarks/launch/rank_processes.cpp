@@ -1,5 +1,6 @@
 #include "benchmarks/launch/rank_processes.h"
 
+#include "benchmarks/launch/rank_failure.h"
 #include "benchmarks/launch/rank_protocol.h"
 #include "benchmarks/launch/temporary_directory.h"
 #include "strategies/distributed/store_sync.h"
@@ -12,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -30,6 +32,8 @@ using std::chrono::milliseconds;
 
 constexpr auto kProgressPollInterval = milliseconds(500);
 constexpr auto kReapTimeout = std::chrono::seconds(10);
+// How long a failed launch waits for its other ranks' reasons before it names the cause.
+constexpr auto kCauseGrace = std::chrono::seconds(2);
 
 std::string read_first_line(const std::string& path) {
   std::ifstream file(path);
@@ -186,6 +190,41 @@ std::string describe_status(int status) {
   return "ended with wait status " + std::to_string(status);
 }
 
+std::map<int, double> launcher_holding(const LaunchRequest& request) {
+  const auto found = request.environment.find(kLauncherGpuVariable);
+  return found == request.environment.end() ? std::map<int, double>{} : launcher_gpu_from_text(found->second);
+}
+
+// After `first` (a rank and its wait status) failed: the ranks' failures in the order seen.
+// Where every failure seen is one that follows another's (a stall, a lost connection:
+// is_root_cause), the others get kCauseGrace to end or write their reasons, so that a rank out of
+// memory whose peers lost it first is still found. A rank's reason is its error file's line,
+// else how it ended with the ranks' progress.
+std::vector<RankFailure> failures_after(RankProcesses& processes, const LaunchRequest& request,
+                                        std::pair<int, int> first, const std::string& progress) {
+  std::vector<RankFailure> failures;
+  std::vector<bool> seen(static_cast<size_t>(request.ranks), false);
+  const auto add = [&](int rank, std::optional<int> status) {
+    if (seen[static_cast<size_t>(rank)]) return;
+    RankFailure failure{rank, read_first_line(error_file(request.error_dir, rank)), false};
+    if (failure.reason.empty()) {
+      if (!status) return;  // still running, nothing written
+      failure.reason = describe_status(*status) + " (" + progress + ")";
+      failure.ended_without_reason = true;
+    }
+    seen[static_cast<size_t>(rank)] = true;
+    failures.push_back(std::move(failure));
+  };
+  add(first.first, first.second);
+  const auto deadline = Clock::now() + kCauseGrace;
+  while (!is_root_cause(root_cause(failures)) && processes.running() > 0 && Clock::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds(20));
+    while (const auto exited = processes.next_exit()) add(exited->first, exited->second);
+    for (int rank = 0; rank < request.ranks; ++rank) add(rank, std::nullopt);
+  }
+  return failures;
+}
+
 std::string supervise(RankProcesses& processes, c10d::Store& store, const LaunchRequest& request) {
   const auto stall_limit = 2 * request.timeout + std::chrono::seconds(30);
   std::vector<std::string> progress(static_cast<size_t>(request.ranks));
@@ -198,17 +237,20 @@ std::string supervise(RankProcesses& processes, c10d::Store& store, const Launch
       // A rank that exits 0 without its done file left its peers waiting for it: not a hang
       // to wait --dist-timeout for, a failure of that rank now.
       if (clean && access(done_file(request.error_dir, rank).c_str(), F_OK) == 0) continue;
-      processes.kill_all();
-      processes.reap_all();
       if (clean) {
+        processes.kill_all();
+        processes.reap_all();
         read_progress(store, progress);
         return "rank " + std::to_string(rank) + " exited with code 0 before handing in its results (" +
                describe_progress(progress) + ")";
       }
-      const auto reason = read_first_line(error_file(request.error_dir, rank));
-      if (!reason.empty()) return "rank " + std::to_string(rank) + ": " + reason;
       read_progress(store, progress);
-      return "rank " + std::to_string(rank) + " " + describe_status(status) + " (" + describe_progress(progress) + ")";
+      const auto failures = failures_after(processes, request, {rank, status}, describe_progress(progress));
+      processes.kill_all();
+      processes.reap_all();
+      const auto& cause = root_cause(failures);
+      return describe_rank_failure(cause) +
+             (is_out_of_memory(cause.reason) ? "" : launcher_holding_note(launcher_holding(request)));
     }
     const auto now = Clock::now();
     if (now >= next_look) {
@@ -219,7 +261,8 @@ std::string supervise(RankProcesses& processes, c10d::Store& store, const Launch
       processes.kill_all();
       processes.reap_all();
       return "no rank made progress for " + format_seconds(std::chrono::duration_cast<milliseconds>(stall_limit)) +
-             ", so all were killed (" + describe_progress(progress) + ")";
+             ", so all were killed (" + describe_progress(progress) + ")" +
+             launcher_holding_note(launcher_holding(request));
     }
     std::this_thread::sleep_for(milliseconds(10));
   }

@@ -206,6 +206,16 @@ int64_t distributed_iterations(const Options& options) {
   return options.iterations > 0 ? options.iterations : kDefaultDistributedIterations;
 }
 
+std::vector<double> slowest_rank_times(const std::vector<std::string>& gathered) {
+  std::vector<double> slowest;
+  for (const auto& text : gathered) {
+    const auto theirs = nlohmann::json::parse(text).get<std::vector<double>>();
+    if (slowest.empty()) slowest.assign(theirs.size(), 0.0);
+    for (size_t i = 0; i < slowest.size() && i < theirs.size(); ++i) slowest[i] = std::max(slowest[i], theirs[i]);
+  }
+  return slowest;
+}
+
 std::vector<std::vector<double>> time_iterations_together(World& world, const Options& options,
                                                           const std::vector<torch::Device>& devices,
                                                           const std::function<void()>& work,
@@ -234,11 +244,8 @@ std::vector<std::vector<double>> time_iterations_together(World& world, const Op
     if (tracker) {
       // Every rank judges the same times, the slowest rank's per iteration, so all stop together.
       world.report_progress("the noise rule after repetition " + std::to_string(repetition + 1));
-      std::vector<double> slowest(seconds[repetition].size(), 0.0);
-      for (const auto& text : world.gather_to_all(nlohmann::json(seconds[repetition]).dump(), "repetition times")) {
-        const auto theirs = nlohmann::json::parse(text).get<std::vector<double>>();
-        for (size_t i = 0; i < slowest.size() && i < theirs.size(); ++i) slowest[i] = std::max(slowest[i], theirs[i]);
-      }
+      auto slowest = slowest_rank_times(world.gather_to_all(nlohmann::json(seconds[repetition]).dump(), "repetition times"));
+      slowest.resize(seconds[repetition].size(), 0.0);
       tracker->add(iterations, std::accumulate(slowest.begin(), slowest.end(), 0.0) / static_cast<double>(iterations));
       if (tracker->stopped()) {
         seconds.resize(repetition + 1);

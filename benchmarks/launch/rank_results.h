@@ -89,6 +89,10 @@ int64_t distributed_iterations(const Options& options);
 // With --max-noise every rank hands in each repetition's times and all stop together, after the
 // repetition whose slowest-rank times meet the rule (benchmarks/measure/noise_rule.h); `noise`, where
 // given, receives what the rule reached.
+// What the noise rule judges of a repetition: each iteration's time on the slowest rank, from every
+// rank's times as gather_to_all hands them in (JSON arrays of seconds, one per rank).
+std::vector<double> slowest_rank_times(const std::vector<std::string>& gathered);
+
 struct RepetitionHooks {
   std::function<void(size_t repetition)> before;
   std::function<void(size_t repetition)> after;

@@ -58,6 +58,26 @@ void release_leftover_memory(const std::vector<torch::Device>& devices) {
 #endif
 }
 
+std::map<int, double> reserved_gib_by_gpu() {
+  std::map<int, double> gib;
+#ifdef PARBENCH_WITH_CUDA
+  if (!torch::cuda::is_available()) return gib;
+  const int gpus = static_cast<int>(torch::cuda::device_count());
+  // An allocator not yet used has no device state to read (and reserves nothing).
+  const bool used = c10::cuda::CUDACachingAllocator::get()->initialized();
+  constexpr auto kAggregate = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+  for (int i = 0; i < gpus; ++i) {
+    double bytes = 0;
+    if (used) {
+      bytes = static_cast<double>(
+          c10::cuda::CUDACachingAllocator::getDeviceStats(static_cast<c10::DeviceIndex>(i)).reserved_bytes[kAggregate].current);
+    }
+    gib[i] = bytes / (1024.0 * 1024.0 * 1024.0);
+  }
+#endif
+  return gib;
+}
+
 std::vector<AllocatorStats> allocator_stats(const std::vector<torch::Device>& devices, bool release_cublas_workspaces) {
   std::vector<AllocatorStats> all;
 #ifdef PARBENCH_WITH_CUDA

@@ -8,6 +8,7 @@
 
 #include <benchmark/benchmark.h>
 
+#include <map>
 #include <vector>
 
 namespace parbench {
@@ -45,6 +46,10 @@ void release_cached_memory();
 // in one process (ResNet-50 on 2 H200s, reports/2026-11-27-session12/RUN.md). A live graph's
 // kernels use its workspaces, so never while one is.
 void release_leftover_memory(const std::vector<torch::Device>& devices);
+
+// What this process's CUDA caching allocator reserves on each visible GPU now, in GiB (0 where
+// it has not been used); empty without CUDA. What a launch's ranks share their GPUs with.
+std::map<int, double> reserved_gib_by_gpu();
 
 // Per device; empty off CUDA (every device must be a GPU). `release_cublas_workspaces`: first hand
 // the cuBLAS workspaces that LibTorch keeps allocated per handle and stream (up to 32 MiB each

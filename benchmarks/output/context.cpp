@@ -223,6 +223,10 @@ std::vector<std::pair<std::string, std::string>> run_context(const Options& opti
     context.emplace_back(key, value != nullptr ? value : "unset");
   }
   context.emplace_back("intra_op_threads", std::to_string(at::get_num_threads()));
+  // Each device's (each rank's) intra-op threads, the same for every strategy (1.16.0): "off"
+  // where LibTorch chose (benchmarks/run/threads.h). A case's own count is its label's intra_op_threads.
+  context.emplace_back("threads_per_device",
+                       options.threads_per_device > 0 ? std::to_string(options.threads_per_device) : "off");
   context.emplace_back("environment", library_environment());
   context.emplace_back("environment_set_by_parbench", nlohmann::json(set_parbench_environment()).dump());
   context.emplace_back("launcher_environment", nlohmann::json(launcher_variables()).dump());

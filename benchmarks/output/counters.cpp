@@ -123,4 +123,14 @@ benchmark::UserCounters stall_counters(const std::vector<double>& iteration_seco
   return counters;
 }
 
+void add_case_mfu(const ComputePeaks& peaks, double achieved_flops, const CaseSpec& spec,
+                  benchmark::UserCounters& counters, std::map<std::string, std::string>& facts) {
+  const int gpus = distinct_gpus(spec);
+  add_mfu(peaks, achieved_flops, gpus, counters, facts);
+  if (counters.count("tokens_per_second") != 0) {
+    add_torchtitan_mfu(peaks.gpu_name, peaks.math, spec.config.model, spec.config.seq_len,
+                       counters["tokens_per_second"], gpus, counters);
+  }
+}
+
 }  // namespace parbench

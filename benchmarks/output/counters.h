@@ -4,6 +4,7 @@
 #pragma once
 
 #include "benchmarks/cases/cases.h"
+#include "benchmarks/measure/mfu.h"
 #include "benchmarks/measure/nvml.h"
 
 #include <benchmark/benchmark.h>
@@ -56,6 +57,11 @@ void set_training_counters(benchmark::State& state, const CaseSpec& spec, double
 inline constexpr double kStallRatio = 3.0;
 inline constexpr size_t kStallMinIterations = 3;
 benchmark::UserCounters stall_counters(const std::vector<double>& iteration_seconds);
+
+// add_mfu (benchmarks/measure/mfu.h) for a case's achieved FLOP/s over the GPUs it runs on: its
+// distinct GPUs (stages placed on one GPU share its peak), as every case's runner hands them.
+void add_case_mfu(const ComputePeaks& peaks, double achieved_flops, const CaseSpec& spec,
+                  benchmark::UserCounters& counters, std::map<std::string, std::string>& facts);
 
 // "cuda" or "cpu": the label's `devices` fact (docs/JSON.md).
 std::string device_kind(torch::Device device);

@@ -1,5 +1,7 @@
 #include "benchmarks/output/verdict.h"
 
+#include "benchmarks/output/counters.h"
+
 #include "core/statistics.h"
 #include "core/text.h"
 
@@ -127,6 +129,30 @@ std::string winner_sentence(const SetupVerdict& verdict) {
   return text + (*verdict.within_noise ? ": their order is not settled." : ".");
 }
 
+// "Flagged: ddp (efficiency 3,667% above ...); pipeline gpus:2/split:1 (1 of 3 repetitions stalled). ..."
+// with what the flags mean; "" where no case is flagged.
+std::string flags_sentence(const SetupVerdict& verdict) {
+  if (verdict.flagged.empty()) return "";
+  std::string text = "Flagged:";
+  bool above = false, stalled = false;
+  for (size_t i = 0; i < verdict.flagged.size(); ++i) {
+    const auto& [result, flags] = verdict.flagged[i];
+    text += (i ? "; " : " ") + label_of(*result) + " (" + flags + ")";
+    above = above || flags.find("above 100%") != std::string::npos;
+    stalled = stalled || flags.find("stalled") != std::string::npos;
+  }
+  text += ".";
+  if (above) {
+    text += " Above 100% efficiency, single was slowed or the cores were not shared on equal terms: the speedups "
+            "are not to be trusted.";
+  }
+  if (stalled) {
+    text += " A stalled repetition had an iteration at least " + printed("%g", kStallRatio) +
+            "x its median: its times are not the case's steady pace.";
+  }
+  return text;
+}
+
 // "gpipe 20 (48.20 ms), 1f1b 20 (47.90 ms); 10 splits each", or each with its count where they differ.
 std::string splits_sentence(const std::vector<SplitBest>& splits) {
   const bool same_count = std::all_of(splits.begin(), splits.end(),
@@ -156,7 +182,8 @@ std::vector<std::string> verdict_row_cells(const CaseResult& result, const Setup
   const auto peak = peak_memory_gib(result);
   return {milliseconds(result.counter("step_ms")->median), amount(throughput(result).median),
           single ? times(speedup(result, *single)) + (weak_scaling(result) ? "*" : "") : "-",
-          single ? percent(scaling_efficiency(result, *single)) : "-", peak ? printed("%.2f", *peak) : "-"};
+          single ? percent(scaling_efficiency(result, *single)) + (above_ideal(result, *single) ? "!" : "") : "-",
+          peak ? printed("%.2f", *peak) : "-"};
 }
 
 // The compact console's columns for a train case.
@@ -265,6 +292,39 @@ std::optional<double> peak_memory_gib(const CaseResult& result) {
   return peak;
 }
 
+double efficiency_allowance(const CaseResult& result, const CaseResult& single) {
+  const auto relative = [](const Spread& spread) {
+    return spread.stddev && spread.median > 0 ? *spread.stddev / spread.median : 0.0;
+  };
+  return relative(*result.counter("items_per_second")) + relative(*single.counter("items_per_second"));
+}
+
+bool above_ideal(const CaseResult& result, const CaseResult& single) {
+  if (&result == &single || result.counter("items_per_second") == nullptr ||
+      single.counter("items_per_second") == nullptr) {
+    return false;
+  }
+  return scaling_efficiency(result, single) > 1.0 + efficiency_allowance(result, single);
+}
+
+size_t stalled_repetitions(const CaseResult& result) {
+  const auto* stalled = result.counter("stalled");
+  return stalled != nullptr && stalled->maximum > 0 ? stalled->count : 0;
+}
+
+std::string case_flags(const CaseResult& result, const CaseResult* single) {
+  std::string text;
+  if (single != nullptr && above_ideal(result, *single)) {
+    text = "efficiency " + amount(100 * scaling_efficiency(result, *single)) + "% above 100% beyond the noise (allowed " +
+           percent(efficiency_allowance(result, *single)) + ")";
+  }
+  if (const auto stalled = stalled_repetitions(result); stalled > 0) {
+    text += (text.empty() ? "" : "; ") + std::to_string(stalled) + " of " + std::to_string(result.repetitions) +
+            (result.repetitions == 1 ? " repetition" : " repetitions") + " stalled";
+  }
+  return text;
+}
+
 std::vector<SetupVerdict> verdicts(const std::vector<const CaseResult*>& results) {
   std::vector<std::string> order;
   std::map<std::string, std::vector<const CaseResult*>> by_setup;
@@ -336,6 +396,9 @@ std::vector<SetupVerdict> verdicts(const std::vector<const CaseResult*>& results
       if (result->counter("step_ms")->median < best.best->counter("step_ms")->median) best.best = result;
     }
     for (const auto& series : series_order) verdict.best_splits.push_back(splits.at(series));
+    for (const auto* result : cases) {
+      if (auto flags = case_flags(*result, verdict.single); !flags.empty()) verdict.flagged.emplace_back(result, std::move(flags));
+    }
     all.push_back(std::move(verdict));
   }
   return all;
@@ -364,6 +427,7 @@ std::vector<std::string> verdict_lines(const std::vector<SetupVerdict>& verdicts
       }
     }
     for (auto& line : wrapped(winner_sentence(verdict), 2, 4)) lines.push_back(std::move(line));
+    for (auto& line : wrapped(flags_sentence(verdict), 2, 4)) lines.push_back(std::move(line));
     if (verdict.single == nullptr) lines.push_back("  No single case ran: no speedup or scaling efficiency.");
     if (!verdict.best_splits.empty()) {
       const auto text = "Best pipeline split per schedule: " + splits_sentence(verdict.best_splits) + ".";
@@ -400,6 +464,7 @@ std::string verdict_markdown(const std::vector<SetupVerdict>& verdicts, const st
               cells[3] + " | " + cells[4] + " |\n";
     }
     text += "\n**" + winner_sentence(verdict) + "**\n";
+    if (!verdict.flagged.empty()) text += "\n" + flags_sentence(verdict) + "\n";
     if (verdict.single == nullptr) text += "\nNo single case ran: no speedup or scaling efficiency.\n";
     if (weak) {
       text += "\n\\* weak scaling: each rank trains single's batch, so compare " + verdict.unit +
@@ -441,6 +506,9 @@ std::vector<std::string> case_lines(const CaseResult& result, const CaseResult* 
                             amount(throughput(result).median), compared ? times(speedup(result, *single)) : "-",
                             mfu ? percent(mfu->median) : "-", peak ? printed("%.2f", *peak) : "-"}))) {
       lines.push_back(std::move(line));
+    }
+    if (const auto flags = case_flags(result, compared ? single : nullptr); !flags.empty()) {
+      for (auto& line : wrapped("^ " + flags, 4, 6)) lines.push_back(std::move(line));
     }
     return lines;
   }

@@ -63,6 +63,20 @@ double scaling_efficiency(const CaseResult& result, const CaseResult& single);
 // The highest peak_mem_gib_dev<i> over devices and repetitions; none where not measured (CPU).
 std::optional<double> peak_memory_gib(const CaseResult& result);
 
+// The noise allowed a scaling efficiency above 100% (docs/METRICS.md, "The console and the
+// verdict"): the sum of the two throughputs' relative spreads (sample standard deviation over
+// median), a first-order bound on the spread of their ratio; 0 for a side with one repetition.
+double efficiency_allowance(const CaseResult& result, const CaseResult& single);
+// Scaling efficiency above 1 + efficiency_allowance: more than the case's devices can give over
+// single's, which says single was slowed or the cores were not shared on equal terms.
+bool above_ideal(const CaseResult& result, const CaseResult& single);
+// The repetitions flagged `stalled` (an iteration at least kStallRatio times its repetition's
+// median, benchmarks/output/counters.h); 0 where none was.
+size_t stalled_repetitions(const CaseResult& result);
+// "efficiency 3,667% above 100% beyond the noise (allowed A%)", "2 of 5 repetitions stalled",
+// both joined by "; ", or "": what flags a case on the console and in the verdict.
+std::string case_flags(const CaseResult& result, const CaseResult* single);
+
 // One set-up's verdict.
 struct SplitBest {
   std::string series;  // the schedule, and the series' other fields: "interleaved-1f1b chunks:2"
@@ -81,6 +95,8 @@ struct SetupVerdict {
   std::optional<bool> within_noise;
   std::vector<SplitBest> best_splits;
   size_t fewest_repetitions = 0, most_repetitions = 0;
+  // Every case of the set-up that case_flags flags, in run order, with its flags.
+  std::vector<std::pair<const CaseResult*, std::string>> flagged;
 };
 
 // Every set-up's verdict from the train cases that ran, set-ups in the order first seen.
@@ -92,7 +108,8 @@ std::vector<std::string> verdict_lines(const std::vector<SetupVerdict>& verdicts
 std::string verdict_markdown(const std::vector<SetupVerdict>& verdicts, const std::string& run_description);
 
 // The compact console's lines for one case: a header where its set-up (or family) differs from
-// the previous case's, then its own line (two where its config is too long for the column).
+// the previous case's, then its own line (two where its config is too long for the column), then
+// its flags where case_flags gives any, on lines of their own starting "    ^ ".
 std::vector<std::string> case_lines(const CaseResult& result, const CaseResult* previous, const CaseResult* single);
 
 // The results of a run's cases, from the runs Google Benchmark reports.

@@ -114,16 +114,20 @@ void register_allreduce_cases(const std::vector<AllreduceCase>& cases, const Opt
           if (!reported) return;
           const auto& seconds = reported->run->repetitions[reported->index].seconds;
           const double mean_seconds = std::accumulate(seconds.begin(), seconds.end(), 0.0) / seconds.size();
-          const double ranks = allreduce.ranks;
           const double algbw = static_cast<double>(allreduce.bytes) / mean_seconds / 1e9;
           state.counters["bytes"] = static_cast<double>(allreduce.bytes);
           state.counters["algbw_gbps"] = algbw;
-          state.counters["busbw_gbps"] = algbw * 2.0 * (ranks - 1.0) / ranks;
+          state.counters["busbw_gbps"] = bus_bandwidth_gbps(algbw, allreduce.ranks);
           state.SetLabel(format_label(reported->run->facts));
         });
     benchmark->UseManualTime()->Unit(benchmark::kMillisecond);
     benchmark->Iterations(distributed_iterations(options));
   }
+}
+
+double bus_bandwidth_gbps(double algbw_gbps, int ranks) {
+  const double n = ranks;
+  return algbw_gbps * 2.0 * (n - 1.0) / n;
 }
 
 RankedRun run_allreduce_rank(World& world, const AllreduceCase& allreduce, const Options& options) {

@@ -49,6 +49,10 @@ void register_allreduce_cases(const std::vector<AllreduceCase>& cases, const Opt
 // at least 20 (spreading the ranks' start skew), at most 100.
 int64_t all_reduces_per_iteration(int64_t bytes);
 
+// nccl-tests' bus bandwidth of a ring all-reduce on `ranks` ranks: algbw x 2(n-1)/n, what each
+// link carries (0 on one rank, which sends nothing).
+double bus_bandwidth_gbps(double algbw_gbps, int ranks);
+
 // One rank's part of a case: a checked all-reduce, warm-up, then the timed iterations of
 // all_reduces_per_iteration(bytes) all-reduces each (its time per all-reduce reported).
 RankedRun run_allreduce_rank(World& world, const AllreduceCase& allreduce, const Options& options);

@@ -13,6 +13,7 @@
 #include "benchmarks/run/distributed_runner.h"
 #include "benchmarks/run/profile_companion.h"
 #include "core/counter_table.h"
+#include "benchmarks/run/threads.h"
 #include "core/device_timer.h"
 #include "core/text.h"
 #include "models/model_zoo.h"
@@ -69,11 +70,21 @@ void release_prepared_case() {
   release_cached_memory();
 }
 
+// The GPUs the local cases of this process have set up on.
+std::vector<torch::Device>& local_case_gpus() {
+  static std::vector<torch::Device> gpus;
+  return gpus;
+}
+
 // Set-up, warm-up and, for a graphed case, the capture: everything before the timed steps.
 std::unique_ptr<PreparedCase> make_prepared_case(const CaseSpec& spec, const Options& options) {
   test_hooks::at_case_setup(spec.name);
   test_hooks::at_case_batch(spec.config.batch_size);
   const auto devices = case_devices(spec);
+  for (const auto& device : devices) {
+    auto& used = local_case_gpus();
+    if (device.is_cuda() && std::find(used.begin(), used.end(), device) == used.end()) used.push_back(device);
+  }
   // The previous case's graph, if any, is gone (prepare released it; a profile runs in a
   // process of its own): what earlier work left is not this case's.
   release_leftover_memory(devices);
@@ -189,7 +200,7 @@ CaseProfile profile_case(const CaseSpec& spec, const Options& options) {
     save_step_trace(devices, [&] { prepared->step(); }, profile.trace_path);
   }
   prepared.reset();
-  release_cached_memory();
+  release_leftover_memory(devices);  // the cuBLAS workspaces too: ranks may share these GPUs next
   if (!profile.trace_path.empty()) {
     if (const auto predicted = simulate_case(spec)) {
       auto path = profile.trace_path;
@@ -201,6 +212,11 @@ CaseProfile profile_case(const CaseSpec& spec, const Options& options) {
 }
 
 void stop_profile_companion() { profile_companion().stop(); }
+
+void release_local_case() {
+  release_prepared_case();  // its graph, if any, with it: no graph of this process is alive now
+  release_leftover_memory(local_case_gpus());
+}
 
 int64_t fixed_iterations(const CaseSpec& spec, const Options& options) {
   if (options.iterations > 0) return options.iterations;
@@ -244,6 +260,8 @@ void run_local_case(benchmark::State& state, const CaseSpec& spec, const Options
   if (rule && !noise) noise.emplace(*rule);
   if (noise && noise->stopped()) return skip_stopped_repetition(state);
   try {
+    // The case's devices' share of the cores, as every rank gets one device's (benchmarks/run/threads.h).
+    apply_threads_per_device(options.threads_per_device, spec.gpus);
     auto& prepared = prepare(spec, options);
     const auto& devices = prepared.strategy->devices();
     DeviceTimer timer(devices, options.timer);
@@ -280,14 +298,9 @@ void run_local_case(benchmark::State& state, const CaseSpec& spec, const Options
     for (const auto& [name, value] : stall_counters(iteration_seconds)) state.counters[name] = value;
     auto facts = prepared.strategy->describe();
     for (const auto& [name, value] : prepared.strategy->model().forward_facts()) facts[name] = value;
-    if (prepared.peaks) {
-      add_mfu(*prepared.peaks, state.counters["tflops"] * 1e12, distinct_gpus(spec), state.counters, facts);
-      if (state.counters.count("tokens_per_second") != 0) {
-        add_torchtitan_mfu(prepared.peaks->gpu_name, prepared.peaks->math, spec.config.model, spec.config.seq_len,
-                           state.counters["tokens_per_second"], distinct_gpus(spec), state.counters);
-      }
-    }
+    if (prepared.peaks) add_case_mfu(*prepared.peaks, state.counters["tflops"] * 1e12, spec, state.counters, facts);
     facts["devices"] = device_kind(devices.front());
+    facts["intra_op_threads"] = std::to_string(at::get_num_threads());
     if (const auto placement = shared_gpu_placement(spec); !placement.empty()) facts["placement"] = placement;
     if (!prepared.profile.trace_path.empty()) facts["trace"] = prepared.profile.trace_path;
     state.SetLabel(format_label(facts));

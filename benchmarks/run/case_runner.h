@@ -65,4 +65,9 @@ std::string trace_path(const std::string& dir, const std::string& case_name, con
 // Ends the profile companion, if one was started: after the last case.
 void stop_profile_companion();
 
+// Before ranks start on GPUs this process has used: the last local case's model, optimizer state
+// and graph go, and every GPU a local case used hands its cuBLAS workspaces and cached blocks
+// back (release_leftover_memory), so that the ranks find the memory the earlier cases took.
+void release_local_case();
+
 }  // namespace parbench

@@ -3,6 +3,7 @@
 #include "benchmarks/cases/cases.h"
 #include "benchmarks/config/test_hooks.h"
 #include "benchmarks/launch/launcher.h"
+#include "benchmarks/launch/rank_failure.h"
 #include "benchmarks/launch/self_exec.h"
 #include "benchmarks/measure/device_stats.h"
 #include "benchmarks/measure/graphed_step.h"
@@ -14,6 +15,7 @@
 #include "benchmarks/run/batch_source.h"
 #include "benchmarks/run/case_runner.h"
 #include "benchmarks/run/rank_worker.h"
+#include "benchmarks/run/threads.h"
 #include "core/device_timer.h"
 #include "models/model_zoo.h"
 #include "strategies/distributed/store_sync.h"
@@ -25,6 +27,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <map>
 #include <numeric>
 
@@ -43,8 +46,29 @@ std::optional<ReportedRepetition> report_next_repetition(benchmark::State& state
   auto& outcome = entry->second;
   if (first_call) {
     try {
-      outcome.run = launched_externally() ? run_as_external_rank(ranks, run_rank)
-                             : launch_case(self_binary(), self_arguments(), launched, ranks, options.dist_timeout_s);
+      if (launched_externally()) {
+        outcome.run = run_as_external_rank(ranks, run_rank);
+      } else {
+        // The ranks share the GPUs this process used: what its local cases left goes back first,
+        // and they learn what it still holds (benchmarks/launch/rank_failure.h).
+        release_local_case();
+        const auto holding = reserved_gib_by_gpu();
+        std::map<std::string, std::string> environment;
+        if (!holding.empty()) environment[kLauncherGpuVariable] = launcher_gpu_text(holding);
+        auto arguments = self_arguments();
+        // A number, resolved from this run's cases: the ranks' own options would resolve auto from theirs.
+        if (options.threads_per_device > 0) {
+          arguments.push_back("--threads-per-device=" + std::to_string(options.threads_per_device));
+        }
+        outcome.run = launch_case(self_binary(), arguments, launched, ranks, options.dist_timeout_s, environment);
+        if (!holding.empty()) {
+          double most = 0;
+          for (const auto& [gpu, gib] : holding) most = std::max(most, gib);
+          char text[32];
+          std::snprintf(text, sizeof text, "%.2f", most);
+          outcome.run->facts["launcher_reserved_gib"] = text;
+        }
+      }
       note_rank_hosts(outcome.run->hosts, outcome.run->launches);
     } catch (const std::exception& error) {
       outcome.error = first_line(error);
@@ -84,6 +108,7 @@ std::optional<ReportedRepetition> report_next_repetition(benchmark::State& state
 RankedRun run_training_rank(World& world, const CaseSpec& spec, const Options& options, bool ends_with_case) {
   TORCH_CHECK(world.size() == spec.gpus, spec.name, " needs ", spec.gpus, " ranks, the world has ", world.size());
   const std::vector<torch::Device> devices{world.device()};
+  apply_threads_per_device(options.threads_per_device, 1);  // one device's share (benchmarks/run/threads.h)
   RankedRun run;
   RankMeasurements mine;
   {
@@ -178,6 +203,7 @@ RankedRun run_training_rank(World& world, const CaseSpec& spec, const Options& o
 
     run.facts = strategy->describe();
     run.facts["devices"] = device_kind(world.device());
+    run.facts["intra_op_threads"] = std::to_string(at::get_num_threads());
     for (const auto& parameter : strategy->model().module().parameters()) run.params += parameter.numel();
     run.forward_flops_per_sample =
         ModelRegistry::instance().get(config.model).forward_flops_per_sample(sample_size(config), config.num_classes);
@@ -210,11 +236,7 @@ void run_distributed_case(benchmark::State& state, const CaseSpec& spec, const O
   auto facts = run.facts;
   if (!run.peak_math.empty()) {
     const ComputePeaks peaks{run.peak_math, run.gpu_name, datasheet_peak(run.gpu_name, run.peak_math), run.gemm_flops};
-    add_mfu(peaks, state.counters["tflops"] * 1e12, spec.gpus, state.counters, facts);
-    if (state.counters.count("tokens_per_second") != 0) {
-      add_torchtitan_mfu(run.gpu_name, run.peak_math, spec.config.model, spec.config.seq_len,
-                         state.counters["tokens_per_second"], spec.gpus, state.counters);
-    }
+    add_case_mfu(peaks, state.counters["tflops"] * 1e12, spec, state.counters, facts);
   }
   state.SetLabel(format_label(facts));
 }

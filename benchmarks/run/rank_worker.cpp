@@ -3,10 +3,12 @@
 #include "benchmarks/cases/cases.h"
 #include "benchmarks/config/test_hooks.h"
 #include "benchmarks/launch/elastic_error.h"
+#include "benchmarks/launch/rank_failure.h"
 #include "benchmarks/launch/rank_protocol.h"
 #include "benchmarks/output/context.h"
 #include "benchmarks/run/allreduce.h"
 #include "benchmarks/run/distributed_runner.h"
+#include "benchmarks/run/threads.h"
 #include "strategies/distributed/store_sync.h"
 
 #include <nlohmann/json.hpp>
@@ -73,6 +75,15 @@ RankedRun run_launched_case(const WorkerRequest& request, const Options& options
   check_name(spec.name);
   if (!spec.skip_reason.empty()) throw std::runtime_error("case " + spec.name + " is skipped: " + spec.skip_reason);
   return run_training_rank(world, spec, options, /*ends_with_case=*/true);
+}
+
+// What the launching process holds on `gpu` (kLauncherGpuVariable), where it said.
+std::optional<double> launcher_gib_on(int gpu) {
+  const char* text = std::getenv(kLauncherGpuVariable);
+  if (text == nullptr) return std::nullopt;
+  const auto holding = launcher_gpu_from_text(text);
+  const auto found = holding.find(gpu);
+  return found == holding.end() ? std::nullopt : std::optional<double>(found->second);
 }
 
 struct ExternalRank {
@@ -145,6 +156,7 @@ std::optional<WorkerRequest> take_worker_flags(int* argc, char** argv) {
 
 int run_worker(const WorkerRequest& request, Options options, int visible_gpus) {
   int rank = -1;
+  std::optional<int> gpu;  // this rank's, once known
   try {
     if (request.case_name.empty() || request.result_dir.empty()) {
       throw std::runtime_error("a rank needs both --parbench-worker=CASE and --parbench-results=DIR");
@@ -165,6 +177,7 @@ int run_worker(const WorkerRequest& request, Options options, int visible_gpus) 
     }
     options.gpu_counts.clear();
     options.gpus = info->world_size;
+    set_interop_threads_once(options.threads_per_device);  // the number the launching process resolved
     auto rank_info = *info;
     rank_info.arguments = options.argv;
     rank_info.launch = launch_facts();
@@ -175,6 +188,7 @@ int run_worker(const WorkerRequest& request, Options options, int visible_gpus) 
     const auto device = options.devices.empty()
                             ? rank_device(*info, visible_gpus)
                             : torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(options.devices.at(rank)));
+    if (device.is_cuda()) gpu = device.index();
     auto world = std::make_shared<World>(rank_info, device, timeout_of(options.dist_timeout_s),
                                          record_stall);
     test_hooks::after_joining(*world);
@@ -193,9 +207,11 @@ int run_worker(const WorkerRequest& request, Options options, int visible_gpus) 
     std::ofstream(done_file(request.result_dir, rank)) << "done\n";
     return 0;
   } catch (const std::exception& error) {
-    const auto message = first_line(error);
+    auto message = first_line(error);
+    // Out of memory on its GPU: said so, with what the launching process holds there.
+    if (gpu && is_out_of_memory(message)) message = out_of_memory_reason(*gpu, launcher_gib_on(*gpu), message);
     // One write: other ranks may be failing onto the same stderr at the same moment.
-    const auto line = "parbench: rank " + std::to_string(rank) + ": " + message + "\n";
+    const auto line = "parbench: " + describe_rank_failure({rank, message}) + "\n";
     [[maybe_unused]] const auto written = write(STDERR_FILENO, line.data(), line.size());
     if (rank >= 0) std::ofstream(error_file(request.result_dir, rank)) << message << "\n";
     std::fflush(nullptr);

@@ -7,13 +7,16 @@ what the report computes from the same repetitions, to the digits printed. The c
 with the same verdict, every line within 120 columns, one line per case and no Google Benchmark
 rows.
 """
+import json
 import os
 import re
 import subprocess
+import sys
 
 import pytest
 
 from parbench_results import cases as pr
+from scripts import REPO
 
 BINARY = os.environ.get("PARBENCH_BINARY")
 RUN = ["--preset=cpu", "--models=tinycnn", "--batch=4", "--image=16", "--warmup=1", "--repetitions=3",
@@ -49,7 +52,7 @@ def summary_rows(markdown: str) -> dict[str, list[str]]:
 
 
 def number(text: str) -> float:
-    return float(text.replace(",", "").rstrip("x*%"))
+    return float(text.replace(",", "").rstrip("x*%!"))
 
 
 def test_the_summary_gives_the_reports_numbers_for_each_strategys_best_case(run):
@@ -111,7 +114,7 @@ def test_the_console_has_one_line_per_case_and_ends_with_the_verdict(run):
     assert all(columns(line) <= 120 for line in lines), result.stdout
     assert "Iterations" not in result.stdout and "_median" not in result.stdout, result.stdout
     verdict = next(i for i, line in enumerate(lines) if line.startswith("Verdict for "))
-    case_lines = [line for line in lines[:verdict] if line.startswith("  ")]
+    case_lines = [line for line in lines[:verdict] if line.startswith("  ") and not line.startswith("    ^ ")]
     assert len(case_lines) == CASES, result.stdout
     assert lines[verdict - 1] == ""
     assert any(line.startswith("  Winner: ") for line in lines[verdict:]), result.stdout
@@ -145,3 +148,69 @@ def test_a_summary_that_cannot_be_written_is_refused_before_the_run(tmp_path, pa
     assert result.stdout == ""
     assert result.stderr.strip().splitlines() == [result.stderr.strip()], result.stderr  # one line
     assert f"cannot write --summary={path}" in result.stderr and why in result.stderr, result.stderr
+
+
+# ---- The report's flags (reports/make_report.py), from the GPU fixtures -----------------------------
+
+FIXTURES = REPO / "tests" / "python" / "fixtures"
+SINGLE_FP32 = "train/single/resnet50/batch:120/image:128/precision:fp32/data:device/manual_time"
+DDP_ON = "train/ddp/resnet50/batch:120/image:128/precision:fp32/data:device/gpus:2/bucket_mib:25/overlap:on/scaling:weak"
+
+
+def report_of(tmp_path, change=None):
+    """REPORT.md of the GPU fixtures, each file's JSON first passed through change(document)."""
+    files = []
+    for name in ("gpu_run.json", "gpu_run_ddp.json"):
+        document = json.loads((FIXTURES / name).read_text())
+        if change:
+            change(document)
+        (tmp_path / name).write_text(json.dumps(document))
+        files.append(tmp_path / name)
+    result = subprocess.run([sys.executable, str(REPO / "reports" / "make_report.py"), str(tmp_path / "out"),
+                             *map(str, files)], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    return (tmp_path / "out" / "REPORT.md").read_text(encoding="utf-8")
+
+
+def summary_row(markdown, run_name_part):
+    """The fp32 summary table's row (cells) of the case whose config the run name's part names."""
+    block = markdown.split("\n## Summary\n", 1)[1].split("\n## ", 1)[0]
+    fp32 = block.split("### resnet50, batch 120, image 128\u00d7128, fp32, data on device\n", 1)[1].split("\n### ", 1)[0]
+    rows = [[cell.strip() for cell in line.strip().strip("|").split("|")] for line in fp32.splitlines()
+            if line.startswith("|")]
+    header = rows[0]
+    return [dict(zip(header, row)) for row in rows[2:] if run_name_part(row)]
+
+
+def test_the_report_flags_neither_where_nothing_stalled_and_scaling_is_below_ideal(tmp_path):
+    markdown = report_of(tmp_path)
+    assert "**Stalled:**" not in markdown and "**Above ideal scaling:**" not in markdown
+    assert "above ideal" not in markdown and "stalled)" not in markdown
+
+
+def test_the_report_flags_stalled_repetitions_and_efficiency_above_ideal(tmp_path):
+    def change(document):
+        first = True
+        for entry in document["benchmarks"]:
+            if entry["run_type"] != "iteration":
+                continue
+            if entry["run_name"] == SINGLE_FP32:  # single slowed to half: ddp's efficiency about 194%
+                entry["items_per_second"] /= 2
+            if entry["run_name"].startswith(DDP_ON + "/") and first:
+                entry["stalled"] = 1
+                first = False
+
+    markdown = report_of(tmp_path, change)
+    assert "**Stalled:** 1 repetition(s) of 1 case(s)" in markdown, markdown[:2000]
+    above = next(line for line in markdown.splitlines() if line.startswith("**Above ideal scaling:** "))
+    assert "`ddp` (2 GPUs, bucket 25 MiB, overlap on, weak scaling, per-rank batch 120) 194.3% (noise allows" in above
+    assert "`single`" not in above.split(" More than the devices")[0]
+    ddp = summary_row(markdown, lambda row: row[0] == "ddp" and "overlap on" in row[1])
+    assert len(ddp) == 1, markdown
+    assert ddp[0]["reps"] == "3 (1 stalled)"
+    assert ddp[0]["scaling efficiency"].endswith("% (above ideal)"), ddp[0]
+    efficiency = float(ddp[0]["scaling efficiency"].split("%")[0])
+    assert efficiency == pytest.approx(100 * 1115.2416 / (2 * 573.8881 / 2), abs=0.06)
+    # The other ddp case, also above ideal now, and single itself: single is never flagged.
+    single = summary_row(markdown, lambda row: row[0] == "single")
+    assert "above ideal" not in single[0]["scaling efficiency"]
