@@ -1,4 +1,5 @@
 // parbench: times one model's training step under each parallelism strategy.
+#include "benchmarks/config/run_voice.h"
 #include "benchmarks/advise/advise.h"
 #include "benchmarks/advise/fit.h"
 #include "benchmarks/cases/cases.h"
@@ -194,6 +195,7 @@ int main(int argc, char** argv) {
   // Ranks started by parbench's own launcher carry hidden flags (benchmarks/run/rank_worker.h).
   const auto worker = take_worker_flags(&argc, argv);
   const bool profile_companion = take_profile_companion_flag(&argc, argv);
+  set_speaks_for_the_run(!worker && !profile_companion);
   // Before any thread or rank starts: the ranks inherit it, the context records it.
   set_parbench_environment();
   // Ranks of parbench's launcher and the profile companion keep the signals' default actions:

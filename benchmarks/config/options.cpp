@@ -1,8 +1,6 @@
 #include "benchmarks/config/options.h"
 
-#include "benchmarks/launch/rank_protocol.h"
-#include "benchmarks/launch/self_exec.h"
-#include "benchmarks/run/profile_companion.h"
+#include "benchmarks/config/run_voice.h"
 #include "core/text.h"
 #include "models/llama_config_file.h"
 #include "models/model_zoo.h"
@@ -328,12 +326,15 @@ std::string strategy_options_help() {
 
 // Whether this process says what a user should read once: not a rank or profile companion that
 // parbench started (each reads the same options again), and under an external launcher rank 0 alone.
+namespace {
+bool speaks_as_set = true;
+}  // namespace
+
+void set_speaks_for_the_run(bool speaks) { speaks_as_set = speaks; }
+
 bool speaks_for_the_run() {
-  for (const auto& argument : self_arguments()) {
-    if (argument.rfind(kWorkerFlag, 0) == 0 || argument == kProfileCompanionFlag) return false;
-  }
   const char* rank = std::getenv("RANK");
-  return rank == nullptr || std::string(rank) == "0";
+  return speaks_as_set && (rank == nullptr || std::string(rank) == "0");
 }
 
 // --models' help line: the registered models, image models apart from language models.
