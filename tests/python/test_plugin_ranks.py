@@ -71,7 +71,9 @@ def test_a_counter_that_differs_between_ranks_arrives_per_rank(ranks_run):
 
 def test_its_skip_rule_applies():
     result = parbench(*SMALL, "--batch=1", "--reduce=flat", "--repetitions=1")
-    assert result.returncode == 0, result.stderr
+    # Its one case skipped, nothing ran: exit 3, and the last line says so.
+    assert result.returncode == 3, result.stderr
+    assert result.stderr.splitlines()[-1].startswith("parbench: incomplete (exit status 3): no case ran")
     assert "reduce:flat needs a batch of at least 2" in result.stderr
 
 
