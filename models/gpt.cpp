@@ -1,9 +1,9 @@
 #include "models/gpt.h"
 
 #include "models/model_traits.h"
+#include "models/attention_backend.h"
 #include "models/model_zoo.h"
 
-#include <ATen/SDPBackend.h>
 #include <ATen/ops/_fused_sdp_choice.h>
 #include <ATen/ops/scaled_dot_product_attention.h>
 
@@ -14,17 +14,6 @@ namespace {
 
 // GPT-2's 50257 tokens, padded to a multiple of 64.
 constexpr int64_t kPaddedVocabulary = 50304;
-
-std::string backend_name(int64_t backend) {
-  switch (static_cast<at::SDPBackend>(backend)) {
-    case at::SDPBackend::math: return "math";
-    case at::SDPBackend::flash_attention: return "flash_attention";
-    case at::SDPBackend::efficient_attention: return "efficient_attention";
-    case at::SDPBackend::cudnn_attention: return "cudnn_attention";
-    case at::SDPBackend::overrideable: return "overrideable";
-    default: return "unknown";
-  }
-}
 
 // `layer` over the last dimension of `x`, applied to x as a matrix of rows: at::linear fuses the
 // bias into the matrix product (addmm) for 2-D inputs only; on (N, T, d) it ran as a matmul and
@@ -199,7 +188,7 @@ double gpt_forward_flops_per_sample(const GptConfig& config, int64_t seq_len) {
 
 std::map<std::string, std::string> GPTImpl::forward_facts() const {
   if (blocks_.empty() || blocks_.front()->attn->sdpa_backend < 0) return {};
-  return {{"attention", backend_name(blocks_.front()->attn->sdpa_backend)}};
+  return {{"attention", sdpa_backend_name(blocks_.front()->attn->sdpa_backend)}};
 }
 
 namespace {

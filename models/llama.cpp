@@ -1,10 +1,10 @@
 #include "models/llama.h"
 
 #include "models/model_traits.h"
+#include "models/attention_backend.h"
 #include "models/model_zoo.h"
 
 #include <ATen/CPUGeneratorImpl.h>
-#include <ATen/SDPBackend.h>
 #include <ATen/ops/_fused_sdp_choice.h>
 #include <ATen/ops/scaled_dot_product_attention.h>
 #include <nlohmann/json.hpp>
@@ -19,17 +19,6 @@ namespace {
 
 constexpr int64_t kLlama3Vocabulary = 128256;
 constexpr int64_t kLlama3Context = 131072;
-
-std::string backend_name(int64_t backend) {
-  switch (static_cast<at::SDPBackend>(backend)) {
-    case at::SDPBackend::math: return "math";
-    case at::SDPBackend::flash_attention: return "flash_attention";
-    case at::SDPBackend::efficient_attention: return "efficient_attention";
-    case at::SDPBackend::cudnn_attention: return "cudnn_attention";
-    case at::SDPBackend::overrideable: return "overrideable";
-    default: return "unknown";
-  }
-}
 
 uint64_t splitmix64(uint64_t& state) {
   uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
@@ -420,7 +409,7 @@ std::vector<Stage> LlamaImpl::build_stages() {
 
 std::map<std::string, std::string> LlamaImpl::forward_facts() const {
   if (model->blocks.empty() || model->blocks.front()->self_attn->sdpa_backend < 0) return {};
-  return {{"attention", backend_name(model->blocks.front()->self_attn->sdpa_backend)}};
+  return {{"attention", sdpa_backend_name(model->blocks.front()->self_attn->sdpa_backend)}};
 }
 
 std::string llama_config_json(const LlamaConfig& c) {
