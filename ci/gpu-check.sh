@@ -75,8 +75,9 @@ step_prebuilt() {
 }
 
 # After build: every test through ctest (PARBENCH_CTEST_REGEX=...: those whose names match), the
-# GPU tests among them. After prebuilt: GoogleTest's GPU cases that start no parbench process
-# (PARBENCH_GTEST_FILTER), then tests/gpu/ with pytest.
+# GPU tests among them. After prebuilt: GoogleTest's GPU cases (PARBENCH_GTEST_FILTER; those
+# that start parbench are given the carried binary through PARBENCH_BINARY), then tests/gpu/
+# with pytest.
 step_test() {
   local status=0
   if [[ -z $gtest_binary ]]; then
@@ -85,8 +86,8 @@ step_test() {
     grep -E "tests passed|tests failed|\(Failed\)|\(SEGFAULT\)|Skipped|\*\*\*" "$results/ctest.log" | tail -n 20
     return $status
   fi
-  timeout -k 10 "${PARBENCH_TEST_TIMEOUT:-600}" "$gtest_binary" \
-    --gtest_filter="${PARBENCH_GTEST_FILTER:-*MultiGpu*:*GraphedS*:AdviseProfile.*:DataParallel.*:DeviceTimerGpu.*:*TwoGpusOnNccl*:*GraphedGptStages*}" \
+  PARBENCH_BINARY=$parbench timeout -k 10 "${PARBENCH_TEST_TIMEOUT:-600}" "$gtest_binary" \
+    --gtest_filter="${PARBENCH_GTEST_FILTER:-*MultiGpu*:*GraphedS*:AdviseProfile.*:DataParallel.*:DeviceTimerGpu.*:*TwoGpusOnNccl*:*GraphedGptStages*:GpuLaunch.*:Llama.BuiltOnAGpu*}" \
     >"$results/gtest.log" 2>&1 || status=1
   grep -E "PASSED|FAILED|SKIPPED \[|tests ran" "$results/gtest.log" | tail -n 30
   PARBENCH_BINARY=$parbench PYTHONPATH="$PWD/plots${PYTHONPATH:+:$PYTHONPATH}" \

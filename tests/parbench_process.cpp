@@ -74,7 +74,10 @@ bool holds(const std::vector<std::string>& strings, const std::string& wanted) {
 
 ParbenchProcess::ParbenchProcess(const std::vector<std::string>& arguments,
                                  const std::map<std::string, std::string>& environment, const ProcessSetup& setup) {
-  std::vector<std::string> argv_strings{PARBENCH_BINARY};
+  // PARBENCH_BINARY in the environment, where set, names the binary: binaries built on one machine
+  // and carried to another (ci/gpu-check.sh prebuilt) are not where the build put them.
+  const char* carried = std::getenv("PARBENCH_BINARY");
+  std::vector<std::string> argv_strings{carried != nullptr && *carried != '\0' ? carried : PARBENCH_BINARY};
   argv_strings.insert(argv_strings.end(), arguments.begin(), arguments.end());
   std::vector<std::string> environment_strings;
   for (char** entry = environ; *entry != nullptr; ++entry) {

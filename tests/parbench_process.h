@@ -35,7 +35,7 @@ struct ProcessSetup {
   int closed_pipe = -1;
 };
 
-// One parbench process: PARBENCH_BINARY with `arguments`, the test's environment plus
+// One parbench process: PARBENCH_BINARY (the environment's, where set, else the build's) with `arguments`, the test's environment plus
 // `environment`, in a process group of its own (its id: pid()). Killed (with the ranks it started) if still running when destroyed.
 class ParbenchProcess {
  public:
