@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <map>
+#include <deque>
 #include <mutex>
 #include <stdexcept>
 
@@ -88,8 +89,27 @@ const std::vector<LlamaConfig>& llama_configs() {
   return configs;
 }
 
+namespace {
+
+// The configurations register_llama_model added (--model-config), kept for the model's lifetime:
+// a deque, so that the addresses find_llama_config hands out stay valid as more are added.
+std::deque<LlamaConfig>& registered_llama_configs() {
+  static std::deque<LlamaConfig> configs;
+  return configs;
+}
+std::mutex& registered_llama_configs_mutex() {
+  static std::mutex mutex;
+  return mutex;
+}
+
+}  // namespace
+
 const LlamaConfig* find_llama_config(const std::string& name) {
   for (const auto& config : llama_configs()) {
+    if (config.name == name) return &config;
+  }
+  std::lock_guard<std::mutex> lock(registered_llama_configs_mutex());
+  for (const auto& config : registered_llama_configs()) {
     if (config.name == name) return &config;
   }
   return nullptr;
@@ -499,6 +519,8 @@ void register_llama_model(const LlamaConfig& config) {
   ModelRegistry::instance().add(llama_model_info(config, kConfigFilePosition));
   declare_traits(config);
   registered[config.name] = json;
+  std::lock_guard<std::mutex> configs_lock(registered_llama_configs_mutex());
+  registered_llama_configs().push_back(config);
 }
 
 }  // namespace parbench

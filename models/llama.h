@@ -44,7 +44,7 @@ struct LlamaConfig {
 
 // llama3-1b, llama3-3b, llama3-8b, llama3-70b and tinyllama (for CPU tests).
 const std::vector<LlamaConfig>& llama_configs();
-// The built-in configuration of that name, or null.
+// The configuration of that name, built in or registered from a config file, or null.
 const LlamaConfig* find_llama_config(const std::string& name);
 
 // Why the configuration cannot be built ("" where it can): a size below 1, heads that do not

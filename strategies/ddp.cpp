@@ -12,6 +12,7 @@
 #include "strategies/ddp_options.h"
 #include "strategies/distributed/rank_setup.h"
 #include "strategies/distributed/gradient_buckets.h"
+#include "strategies/distributed/mesh_training.h"
 #include "strategies/distributed/world.h"
 #include "strategies/flat_tensors.h"
 #include "strategies/optimizer.h"
@@ -33,26 +34,40 @@ class DistributedDataParallel final : public Strategy {
     devices_ = devices;
     config_ = config;
     options_ = ddp_options(config);
-    model_ = make_model_on(make_model, devices.front(), config.precision);
+    mesh_ = std::make_unique<MeshTraining>(*world_, config);
+    model_ = mesh_->build_model(make_model, devices.front(), config.precision);
     auto state = model_->module().parameters();
     for (const auto& buffer : model_->module().buffers()) state.push_back(buffer);
-    broadcast_from_rank0(state, *world_->backend());
+    // The replicas are the dp group's: with a tp axis each holds its tp rank's shards.
+    broadcast_from_rank0(state, *mesh_->data_parallel_group());
     optimizer_ = make_optimizer(*model_, config, Optimizer::SgdKernels::kPerParameter);
-    buckets_ = std::make_unique<GradientBuckets>(model_->module().parameters(), world_->backend(), options_.bucket_mib,
-                                                 options_.overlap);
+    buckets_ = std::make_unique<GradientBuckets>(model_->module().parameters(), mesh_->data_parallel_group(),
+                                                 options_.bucket_mib, options_.overlap);
   }
 
   torch::Device input_device() const override { return devices_.front(); }
   torch::Device target_device() const override { return devices_.front(); }
 
   torch::Tensor train_step(const Batch& batch) override {
+    mesh_->start_step();
     buckets_->prepare();
-    auto loss = compute_loss(model_->forward(batch.inputs), batch.targets, config_.loss);
+    auto loss = mesh_->loss(model_->forward(mesh_->replica_inputs(batch.inputs)), batch.targets, config_.loss);
     loss.backward();
     buckets_->finish();
+    mesh_->finish_gradients();  // averaged over dp, then summed over tp: the two commute
     optimizer_->step();
+    mesh_->end_step();
     return loss.detach();
   }
+
+  std::vector<torch::Tensor> parameters_for_check() const override {
+    return mesh_->whole_tensors(Strategy::parameters_for_check());
+  }
+  std::vector<torch::Tensor> gradients_for_check() const override {
+    return mesh_->whole_tensors(Strategy::gradients_for_check());
+  }
+
+  std::map<std::string, double> counters() const override { return mesh_->counters(); }
 
   std::vector<DeviceModelStates> model_states() const override {
     return {{optimizer_->parameters(), optimizer_->state()}};
@@ -66,6 +81,7 @@ class DistributedDataParallel final : public Strategy {
     if (const auto scaling = config_.options.find("scaling"); scaling != config_.options.end()) {
       facts["scaling"] = scaling->second;
     }
+    for (const auto& [key, value] : mesh_->facts()) facts[key] = value;
     return facts;
   }
 
@@ -73,6 +89,7 @@ class DistributedDataParallel final : public Strategy {
   RunConfig config_;
   DdpOptions options_;
   World* world_ = nullptr;
+  std::unique_ptr<MeshTraining> mesh_;
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<GradientBuckets> buckets_;
 };
@@ -109,6 +126,8 @@ StrategyInfo ddp_info() {
       .distributed()
       .graph_capturable()
       .device_role("ranks")
+      .option(mesh_option("ddp"))
+      .option(mesh_sequence_parallel_option("ddp"))
       .option(StrategyOption::number("bucket_mib", "bucket-mib")
                   .help("ddp gradient bucket size in MiB; default 25")
                   .defaults({"25"}))
@@ -119,17 +138,19 @@ StrategyInfo ddp_info() {
       .option(StrategyOption::choice("scaling", "scaling", {"weak", "strong"})
                   .help("ddp: weak (per-rank batch fixed) | strong (global batch fixed); default weak")
                   .defaults({"weak"})
+                  // --mesh has divided the batch among a replica's tp ranks: now among the replicas.
                   .apply([](RunConfig& config, const std::string& value, int ranks) {
-                    if (value == "strong") config.batch_size /= ranks;
+                    if (value == "strong") config.batch_size /= ranks / tensor_parallel_degree(config);
                   }))
       .obstacle([](const CaseConditions& conditions) -> std::optional<CaseObstacle> {
+        if (auto obstacle = mesh_obstacle(conditions)) return obstacle;
         if (conditions.config.options.at("scaling") == "strong" && conditions.named_batch % conditions.devices != 0) {
           return CaseObstacle{"strong scaling needs a batch divisible by " + std::to_string(conditions.devices) +
                               " ranks"};
         }
         return std::nullopt;
       })
-      .predictor(ddp_predictor());
+      .predictor(one_axis_only(ddp_predictor()));
 }
 
 PARBENCH_REGISTER_STRATEGY(ddp_info());

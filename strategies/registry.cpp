@@ -89,9 +89,13 @@ bool StrategyRegistry::add(StrategyInfo info) {
     }
     for (const auto& [other_name, other] : strategies_) {
       for (const auto& taken : other.options()) {
-        if (taken.flag() == option.flag() || taken.field() == option.field()) {
+        // A shared option (--mesh, --sequence-parallel) is the same declaration in each strategy:
+        // same field, flag, kind and choices, so one flag's values mean one thing.
+        const bool shared = taken.flag() == option.flag() && taken.field() == option.field() &&
+                            taken.kind() == option.kind() && taken.choices() == option.choices();
+        if (!shared && (taken.flag() == option.flag() || taken.field() == option.field())) {
           throw std::logic_error("strategy '" + name + "' declares option " + option.field() + " (--" + option.flag() +
-                                 "), which '" + other_name + "' declares already");
+                                 "), which '" + other_name + "' declares otherwise");
         }
       }
     }

@@ -42,6 +42,9 @@ struct RunConfig {
   OptimizerKind optimizer = OptimizerKind::kSgd;
   Checkpointing checkpoint = Checkpointing::kOff;
 
+  // The case's devices: a distributed case's ranks (what its options divide the batch among).
+  int devices = 1;
+
   // Distributed strategies: this rank's process group (strategies/distributed/world.h), given by
   // what runs the rank (parbench's launcher, or torchrun's rank itself); not owned, outlives the
   // strategy. Null elsewhere.
@@ -155,6 +158,9 @@ class StrategyOption {
   // Left out of the case name while the option holds this value, so that names from before the
   // option existed stay as they were (unset: always named).
   StrategyOption& unnamed_value(std::string value) { unnamed_value_ = std::move(value); return *this; }
+  // Left out of the case name where the rule holds for the value (a value that depends on the
+  // case, as --mesh's every rank on dp does).
+  StrategyOption& unnamed_when(std::function<bool(const std::string&)> rule) { unnamed_when_ = std::move(rule); return *this; }
   // Also reported as this counter (a number option's value; unset: not).
   StrategyOption& counter(std::string name) { counter_ = std::move(name); return *this; }
   // Unset: the values as given.
@@ -170,6 +176,10 @@ class StrategyOption {
   int64_t minimum() const { return minimum_; }
   const std::vector<std::string>& defaults() const { return defaults_; }
   const std::string& unnamed_value() const { return unnamed_value_; }
+  // Whether the case name writes this value (unnamed_value and unnamed_when leave it out).
+  bool named(const std::string& value) const {
+    return (unnamed_value_.empty() || value != unnamed_value_) && !(unnamed_when_ && unnamed_when_(value));
+  }
   const std::string& counter() const { return counter_; }
   // The values a case sweeps (values_for's, or `given`).
   std::vector<std::string> values(const std::vector<std::string>& given, bool defaulted, const RunConfig& config) const {
@@ -192,6 +202,7 @@ class StrategyOption {
   int64_t minimum_ = 1;
   std::vector<std::string> defaults_;
   std::string unnamed_value_;
+  std::function<bool(const std::string&)> unnamed_when_;
   std::string counter_;
   ValuesFor values_for_;
   Apply apply_;

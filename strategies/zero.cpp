@@ -26,6 +26,7 @@
 #include "strategies/distributed/rank_setup.h"
 #include "strategies/distributed/rehearsal_backend.h"
 #include "strategies/distributed/flat_shards.h"
+#include "strategies/distributed/mesh_training.h"
 #include "strategies/distributed/world.h"
 #include "strategies/flat_tensors.h"
 #include "strategies/optimizer.h"
@@ -117,15 +118,17 @@ class Zero final : public Strategy {
       backend_ = rehearsal_;
     } else {
       world_ = &rank_world("zero", config, devices);
-      backend_ = world_->backend();
+      mesh_ = std::make_unique<MeshTraining>(*world_, config);
+      // The replica zero shards is the dp group's: with a tp axis, its tp rank's shards.
+      backend_ = mesh_->data_parallel_group();
     }
-    const auto stage = config.options.find("stage");
-    TORCH_CHECK(stage != config.options.end(), "zero needs its stage option (--zero-stages=1,2,3)");
-    stage_ = std::stoi(stage->second);
-    TORCH_CHECK(stage_ >= 1 && stage_ <= 3, "--zero-stages takes 1, 2 or 3, got ", stage->second);
+    TORCH_CHECK(config.options.count("stage") != 0, "zero needs its stage option (--zero-stages=1,2,3)");
+    stage_ = static_cast<int>(option_integer(config, "stage", 1));
+    TORCH_CHECK(stage_ >= 1 && stage_ <= 3, "--zero-stages takes 1, 2 or 3, got ", stage_);
     devices_ = devices;
     config_ = config;
-    model_ = make_model_on(make_model, devices.front(), config.precision);
+    model_ = mesh_ ? mesh_->build_model(make_model, devices.front(), config.precision)
+                   : make_model_on(make_model, devices.front(), config.precision);
     parameters_ = model_->module().parameters();
     auto state = parameters_;
     for (const auto& buffer : model_->module().buffers()) state.push_back(buffer);
@@ -154,17 +157,28 @@ class Zero final : public Strategy {
     // Stages 1 and 2: the shards the last step updated go to every rank now, unit by unit, and
     // each unit's forward waits for its own (at the end of the last step nothing would hide them).
     if (stage_ != 3) start_gathering_updated_parameters();
-    const auto loss = compute_loss(unit_by_unit_forward(batch.inputs), batch.targets, config_.loss);
+    if (mesh_) mesh_->start_step();
+    const auto inputs = mesh_ ? mesh_->replica_inputs(batch.inputs) : batch.inputs;
+    const auto output = unit_by_unit_forward(inputs);
+    const auto loss = mesh_ ? mesh_->loss(output, batch.targets, config_.loss) : compute_loss(output, batch.targets, config_.loss);
     loss.backward();
     finish_gradients();
+    sum_partial_gradients();
     optimizer_->step();
+    if (mesh_) mesh_->end_step();
     return loss.detach();
   }
 
   std::vector<DeviceModelStates> model_states() const override { return {{held_, optimizer_->state()}}; }
 
-  std::vector<torch::Tensor> parameters_for_check() const override { return gathered_for_check(/*gradients=*/false); }
-  std::vector<torch::Tensor> gradients_for_check() const override { return gathered_for_check(/*gradients=*/true); }
+  std::vector<torch::Tensor> parameters_for_check() const override {
+    const auto replica = gathered_for_check(/*gradients=*/false);
+    return mesh_ ? mesh_->whole_tensors(replica) : replica;
+  }
+  std::vector<torch::Tensor> gradients_for_check() const override {
+    const auto replica = gathered_for_check(/*gradients=*/true);
+    return mesh_ ? mesh_->whole_tensors(replica) : replica;
+  }
 
   std::map<std::string, std::string> describe() const override {
     std::map<std::string, std::string> facts = {{"backend", world_ != nullptr ? world_->backend_name() : backend_->getBackendName()},
@@ -173,6 +187,9 @@ class Zero final : public Strategy {
                                                                           : "optimizer state, gradients, parameters"},
                                                 {"zero", stage_ == 3 ? "ZeRO-3 (FSDP)" : "ZeRO-" + std::to_string(stage_)}};
     facts["units"] = std::to_string(groups_.size());
+    if (mesh_) {
+      for (const auto& [key, value] : mesh_->facts()) facts[key] = value;
+    }
     if (stage_ == 3) {
       // Between steps (the label is taken after the timed steps): units whose whole parameters
       // still have memory, read from their storage. 0 unless a release was missed.
@@ -185,6 +202,9 @@ class Zero final : public Strategy {
 
   std::map<std::string, double> counters() const override {
     std::map<std::string, double> values = {{"comm_bytes_per_step", comm_bytes_per_step()}};
+    if (mesh_) {
+      for (const auto& [key, value] : mesh_->counters()) values[key] = value;
+    }
     const auto gathers = gather_clock_.last_step_ms();
     const auto reductions = reduce_clock_.last_step_ms();
     if (gathers && reductions) {
@@ -526,6 +546,35 @@ class Zero final : public Strategy {
 
   // The whole model's parameters, or their averaged gradients, in the model's order, gathered
   // from every rank's shards (a collective every rank calls).
+  // With sequence parallelism on a mesh's tp axis: the gradients of the parameters each tp rank
+  // saw only its slice of the sequence through are partial sums, reduced over dp into this rank's
+  // shard like the others. Their part of the shard is summed over tp here, after the reductions:
+  // the tp ranks of one dp coordinate lay their (equally shaped) shards out alike.
+  void sum_partial_gradients() {
+    if (!mesh_ || mesh_->partial_gradient_parameters().empty()) return;
+    std::set<const c10::TensorImpl*> partial;
+    for (const auto& parameter : mesh_->partial_gradient_parameters()) partial.insert(parameter.unsafeGetTensorImpl());
+    const int rank = backend_->getRank();
+    std::vector<torch::Tensor> slices;
+    for (auto& group : groups_) {
+      const int64_t begin = group.layout.shard_begin(rank), end = begin + group.layout.shard();
+      for (size_t k = 0; k < group.members.size(); ++k) {
+        const auto& parameter = parameters_[group.members[k]];
+        if (partial.count(parameter.unsafeGetTensorImpl()) == 0) continue;
+        const int64_t from = std::max(begin, group.layout.offset(k));
+        const int64_t to = std::min(end, group.layout.offset(k) + parameter.numel());
+        if (from < to) slices.push_back(group.shard_grads.narrow(0, from - begin, to - from));
+      }
+    }
+    torch::NoGradGuard no_grad;
+    for (const auto& indices : indices_by_dtype(slices)) {
+      auto flat = concatenated(slices, indices);
+      mesh_->sum_over_tensor_parallel(flat);
+      const auto parts = split_like(flat, slices, indices);
+      for (size_t k = 0; k < indices.size(); ++k) slices[indices[k]].copy_(parts[k]);
+    }
+  }
+
   std::vector<torch::Tensor> gathered_for_check(bool gradients) const {
     torch::NoGradGuard no_grad;
     std::vector<torch::Tensor> whole(parameters_.size());
@@ -557,6 +606,7 @@ class Zero final : public Strategy {
 
   RunConfig config_;
   World* world_ = nullptr;                          // null when rehearsed
+  std::unique_ptr<MeshTraining> mesh_;              // null when rehearsed
   c10::intrusive_ptr<RehearsalBackend> rehearsal_;  // set when rehearsed
   c10::intrusive_ptr<c10d::Backend> backend_;
   int stage_ = 1;
@@ -650,7 +700,7 @@ std::vector<double> unit_shares(const MemoryProfile& memory, int world) {
 MemoryPrediction zero_memory(const AdviseProfile& profile, const CaseConditions& conditions) {
   const auto& memory = profile.memory;
   const auto& config = conditions.config;
-  const int stage = std::stoi(config.options.at("stage"));
+  const int stage = static_cast<int>(option_integer(config, "stage", 1));
   const int world = conditions.devices;
   const auto groups = zero_units(memory);
   // Its gradients are views of its flat groups, which the step does not set to none; stage 3
@@ -693,7 +743,7 @@ std::string zero_rehearsal_key(const CaseConditions& conditions) {
 StrategyPredictor zero_predictor() {
   auto predictor = rank_predictor(at_bucket_and_batch, [](const AdviseProfile& profile, const CaseConditions& conditions,
                                         const RankProfile& rank) {
-    const int stage = std::stoi(conditions.config.options.at("stage"));
+    const int stage = static_cast<int>(option_integer(conditions.config, "stage", 1));
     // The rank's own work: its step rehearsed alone (its collectives sent nowhere), which steps
     // the optimizer on its shard and does zero's own copies, gradient buffers and waits (not
     // stage 3's per-unit allocations: a rehearsed rank keeps its whole parameters); single's
@@ -763,7 +813,10 @@ StrategyInfo zero_info() {
                         "parameters (ZeRO-3, FSDP); default 1,2,3")
                   .choices({"1", "2", "3"})
                   .defaults({"1", "2", "3"}))
+      .option(mesh_option("zero"))
+      .option(mesh_sequence_parallel_option("zero"))
       .obstacle([](const CaseConditions& conditions) -> std::optional<CaseObstacle> {
+        if (auto obstacle = mesh_obstacle(conditions)) return obstacle;
         if (conditions.config.options.at("stage") == "3") {
           const auto reason = shared_weights_obstacle(
               conditions.config.model, "zero stage 3 gathers and frees each stage's parameters as a unit of its own");
@@ -776,7 +829,7 @@ StrategyInfo zero_info() {
         }
         return std::nullopt;
       })
-      .predictor(zero_predictor());
+      .predictor(one_axis_only(zero_predictor()));
 }
 
 PARBENCH_REGISTER_STRATEGY(zero_info());

@@ -232,7 +232,7 @@ TEST(Clocks, AThrottledFakeGpuFlagsEveryRepetition) {
                                 fake_gpu({{"FAKE_NVML_SM_CLOCK_MHZ", "1980"}, {"FAKE_NVML_CLOCK_EVENT_REASONS", "0x20"}}));
   EXPECT_EQ(run.json.at("context").at("clock_sampling"), "ok");
   EXPECT_EQ(run.json.at("context").at("throttle_threshold"), "0.9");
-  EXPECT_EQ(run.json.at("context").at("parbench_json_schema"), "1.16.0");
+  EXPECT_EQ(run.json.at("context").at("parbench_json_schema"), "1.17.0");
   const auto repetitions = run.repetitions("single");
   ASSERT_EQ(repetitions.size(), 2u);
   for (const auto& entry : repetitions) {

@@ -139,6 +139,26 @@ TEST(Fault, AZeroRankKilledMidCaseFailsTheCaseTheNextRunsAndTheRunExits1) {
   expect_no_process_left();
 }
 
+// On a mesh the failing rank is named with its coordinates, so that a user knows which tp group
+// and which replica lost it.
+TEST(Fault, AMeshRankKilledIsNamedWithItsCoordinates) {
+  TemporaryDirectory dir("parbench-fault-test");
+  const auto out = dir.file("run.json");
+  ParbenchProcess parbench({"--strategies=zero", "--zero-stages=2", "--models=tinygpt", "--batch=2", "--seq=16",
+                            "--mesh=dp2.tp2", "--gpus=4", "--warmup=1", "--repetitions=1", "--iterations=100000",
+                            "--allreduce=off", "--dist-timeout=5", "--benchmark_out=" + out,
+                            "--benchmark_out_format=json"},
+                           test_environment());
+  const auto rank = parbench.wait_for_rank(1, kDeadline);
+  ASSERT_TRUE(rank) << parbench.err();
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  EXPECT_EQ(kill(*rank, SIGKILL), 0);
+  const auto run = parbench.wait(kDeadline);
+  EXPECT_EQ(run.exit_code, 1) << run.err;
+  EXPECT_NE(last_line(run.err).find("rank 1 (dp=0,tp=1) was killed by signal 9"), std::string::npos) << run.err;
+  expect_no_process_left();
+}
+
 TEST(Fault, ARankStoppedFailsTheCaseWithinTheTimeoutAndTheRunExits1) {
   TemporaryDirectory dir("parbench-fault-test");
   const auto out = dir.file("run.json");

@@ -221,7 +221,8 @@ int main(int argc, char** argv) {
       throw UsageError("--devices does not apply under a launcher: each rank uses the GPU of its LOCAL_RANK");
     }
     if (!worker) check_devices(options, visible_gpus);
-    if (!worker && !external && options.gpus > visible_gpus) {
+    // Without GPUs, --gpus=N is N CPU stand-in devices (ranks): a mesh's axes need that many.
+    if (!worker && !external && visible_gpus > 0 && options.gpus > visible_gpus) {
       throw UsageError("--gpus=" + std::to_string(options.gpus) + " asks for more GPUs than the " +
                        std::to_string(visible_gpus) + " visible");
     }
@@ -277,7 +278,14 @@ int main(int argc, char** argv) {
   // Under an external launcher every process is one rank: only the distributed cases run, and
   // the launcher's ranks stand in for the visible GPUs.
   const int case_gpus = external ? external->world_size : visible_gpus;
-  auto cases = build_cases(options, case_gpus);
+  std::vector<CaseSpec> cases;
+  try {
+    cases = build_cases(options, case_gpus);
+  } catch (const std::invalid_argument& error) {  // a strategy option's values (--mesh) that no case can take
+    std::fprintf(stderr, "parbench: %s\n", error.what());
+    record_failure_for_launcher(error.what());
+    return kExitBadInput;
+  }
   if (external) {
     cases.erase(std::remove_if(cases.begin(), cases.end(), [](const CaseSpec& spec) { return !spec.strategy->is_distributed(); }),
                 cases.end());

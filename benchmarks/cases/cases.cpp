@@ -54,6 +54,7 @@ CaseSpec set_up_case(const StrategyInfo& strategy, const std::string& model, int
   fit_config_to_model(spec.config);
   set_cut(spec.config, options.cut);
   spec.gpus = uses_several_devices(strategy) ? devices : 1;
+  spec.config.devices = spec.gpus;
   if (!options.devices.empty()) spec.gpu_ids.assign(options.devices.begin(), options.devices.begin() + spec.gpus);
   // Without GPUs every case runs on CPU devices (docs/JSON.md: devices=cpu).
   if (spec.cuda_graph && visible_gpus == 0) {
@@ -93,7 +94,7 @@ void add_option(CaseSpec& spec, const StrategyOption& option, const std::string&
   option.apply_to(spec.config, value, spec.gpus);
   spec.config.options[option.field()] = value;
   spec.fields.push_back({option.field(), value, option.kind() != StrategyOption::Kind::kChoice,
-                         option.unnamed_value().empty() || value != option.unnamed_value()});
+                         option.named(value)});
 }
 
 // Its global batch, and its name from its fields (graph last).

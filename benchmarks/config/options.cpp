@@ -22,6 +22,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <set>
 #include <sstream>
 
 namespace parbench {
@@ -227,6 +228,10 @@ std::vector<std::pair<std::string, std::string>> preset_flags(const std::string&
 // A strategy option's values as the case name writes them. Throws UsageError.
 std::vector<std::string> strategy_option_values(const StrategyOption& option, const std::string& text) {
   using Kind = StrategyOption::Kind;
+  if (option.kind() == Kind::kChoice && option.choices().empty()) {
+    // Text the option's values_for checks (--mesh's shapes).
+    return parse_list<std::string>(option.flag(), text, [](const std::string& item) { return item; });
+  }
   if (option.kind() == Kind::kChoice) {
     std::vector<std::pair<std::string, std::string>> choices;
     for (const auto& choice : option.choices()) choices.emplace_back(choice, choice);
@@ -318,8 +323,11 @@ std::string first_option_value(const Options& options, const std::string& field)
 // The lines of --help for the strategies' own options, in their listing order.
 std::string strategy_options_help() {
   std::string text;
+  std::set<std::string> listed;  // a shared option once, with its first declaration's help
   for (const auto* strategy : StrategyRegistry::instance().all()) {
-    for (const auto& option : strategy->options()) text += help_lines(option.flag(), option.help());
+    for (const auto& option : strategy->options()) {
+      if (listed.insert(option.flag()).second) text += help_lines(option.flag(), option.help());
+    }
   }
   return text;
 }
@@ -664,8 +672,10 @@ Options parse_options(int argc, char** argv, bool has_gpu, std::vector<char*>* b
       {"fit", [&](auto& f, auto& v) { options.fit_batch = pick(f, v, kFitModes); }},
       {"fit-max-batch", [&](auto& f, auto& v) { options.fit_max_batch = parse_int(f, v, 1); }},
   };
+  std::set<std::string> strategy_flags;  // a shared option's flag, set once for every strategy declaring it
   for (const auto* strategy : StrategyRegistry::instance().all()) {
     for (const auto& option : strategy->options()) {
+      if (!strategy_flags.insert(option.flag()).second) continue;
       const auto added = handlers.emplace(option.flag(), [&options, &option](auto&, auto& v) {
         options.strategy_options[option.field()] = strategy_option_values(option, v);
       });

@@ -30,6 +30,10 @@ RankedRun launch_case(const std::string& binary, const std::vector<std::string>&
   request.timeout = timeout_of(timeout_s);
   request.error_dir = results.path();
   request.environment = environment;
+  const auto fields = nlohmann::json::parse(launched.fields, nullptr, /*allow_exceptions=*/false);
+  if (fields.is_object() && fields.contains("mesh") && fields["mesh"].is_string()) {
+    request.mesh = fields["mesh"].get<std::string>();
+  }
   const auto failure = launch_ranks(request);
   if (!failure.empty()) throw std::runtime_error(failure);
   std::ifstream file(results.path() + "/" + kResultFile);

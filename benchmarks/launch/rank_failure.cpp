@@ -84,7 +84,8 @@ const RankFailure& root_cause(const std::vector<RankFailure>& failures) {
 
 std::string describe_rank_failure(const RankFailure& failure) {
   const bool placed = failure.reason.rfind(kOnGpu, 0) == 0;
-  return "rank " + std::to_string(failure.rank) + (placed || failure.ended_without_reason ? " " : ": ") +
+  const auto place = failure.place.empty() ? std::string() : " (" + failure.place + ")";
+  return "rank " + std::to_string(failure.rank) + place + (placed || failure.ended_without_reason ? " " : ": ") +
          failure.reason;
 }
 

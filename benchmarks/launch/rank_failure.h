@@ -29,6 +29,7 @@ struct RankFailure {
   int rank = 0;
   std::string reason;  // the rank's one line (its error.<rank> file), or how it ended
   bool ended_without_reason = false;  // `reason` is how it ended: "was killed by signal 9 (...)"
+  std::string place;                  // its mesh coordinates ("dp=1,tp=0"), or ""
 };
 
 // Whether a failure is one of its own, not one that follows another rank's: a stall waiting for a

@@ -3,6 +3,7 @@
 #include "benchmarks/launch/rank_failure.h"
 #include "benchmarks/launch/rank_protocol.h"
 #include "benchmarks/launch/temporary_directory.h"
+#include "strategies/distributed/device_mesh.h"
 #include "strategies/distributed/store_sync.h"
 #include "strategies/distributed/world.h"
 
@@ -195,6 +196,17 @@ std::map<int, double> launcher_holding(const LaunchRequest& request) {
   return found == request.environment.end() ? std::map<int, double>{} : launcher_gpu_from_text(found->second);
 }
 
+// The rank's coordinates on the case's mesh ("dp=1,tp=0"), or "" without one.
+std::string place_on_mesh(const LaunchRequest& request, int rank) {
+  if (request.mesh.empty()) return "";
+  try {
+    const auto shape = MeshShape::parse(request.mesh);
+    return shape.product() == request.ranks ? shape.coordinates_text(rank) : "";
+  } catch (const std::invalid_argument&) {
+    return "";
+  }
+}
+
 // After `first` (a rank and its wait status) failed: the ranks' failures in the order seen.
 // Where every failure seen is one that follows another's (a stall, a lost connection:
 // is_root_cause), the others get kCauseGrace to end or write their reasons, so that a rank out of
@@ -206,7 +218,7 @@ std::vector<RankFailure> failures_after(RankProcesses& processes, const LaunchRe
   std::vector<bool> seen(static_cast<size_t>(request.ranks), false);
   const auto add = [&](int rank, std::optional<int> status) {
     if (seen[static_cast<size_t>(rank)]) return;
-    RankFailure failure{rank, read_first_line(error_file(request.error_dir, rank)), false};
+    RankFailure failure{rank, read_first_line(error_file(request.error_dir, rank)), false, place_on_mesh(request, rank)};
     if (failure.reason.empty()) {
       if (!status) return;  // still running, nothing written
       failure.reason = describe_status(*status) + " (" + progress + ")";
@@ -241,7 +253,9 @@ std::string supervise(RankProcesses& processes, c10d::Store& store, const Launch
         processes.kill_all();
         processes.reap_all();
         read_progress(store, progress);
-        return "rank " + std::to_string(rank) + " exited with code 0 before handing in its results (" +
+        const auto place = place_on_mesh(request, rank);
+        return "rank " + std::to_string(rank) + (place.empty() ? "" : " (" + place + ")") +
+               " exited with code 0 before handing in its results (" +
                describe_progress(progress) + ")";
       }
       read_progress(store, progress);

@@ -17,6 +17,7 @@ struct LaunchRequest {
   std::chrono::milliseconds timeout{60000};  // --dist-timeout
   std::string error_dir;                     // a failing rank leaves its one-line reason in <error_dir>/error.<rank>
   std::map<std::string, std::string> environment;  // added to every rank's environment
+  std::string mesh;  // the case's mesh ("dp2.tp2"; "" none): a failing rank is named with its place on it
 };
 
 // Hosts the rendezvous TCPStore on a free port of 127.0.0.1 (host_rendezvous_store: every rank

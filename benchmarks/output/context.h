@@ -10,7 +10,7 @@
 
 namespace parbench {
 
-inline constexpr const char* kJsonSchemaVersion = "1.16.0";
+inline constexpr const char* kJsonSchemaVersion = "1.17.0";
 
 // Key/value pairs describing the build, the devices and the command line.
 std::vector<std::pair<std::string, std::string>> run_context(const Options& options);

@@ -102,6 +102,10 @@ void StoreBackend::run_queue() {
     std::exception_ptr error;
     try {
       next.second();
+    } catch (const std::runtime_error& failure) {
+      // A sub-group's ranks are numbered within it: its note says which ranks of the run they are.
+      error = group_note_.empty() ? std::current_exception()
+                                  : std::make_exception_ptr(std::runtime_error(failure.what() + group_note_));
     } catch (...) {
       error = std::current_exception();
     }

@@ -53,6 +53,9 @@ class StoreBackend final : public c10d::Backend {
 
   // Finishes the queued operations and stops the thread.
   void shutdown() override;
+  // Appended to a failed operation's message: for a sub-group, which of the run's ranks its ranks
+  // are (" in the tp group, whose ranks 0, 1 are the run's ranks 2 (dp=1,tp=0), 3 (dp=1,tp=1)").
+  void set_group_note(std::string note) { group_note_ = std::move(note); }
 
  private:
   class StoreWork;
@@ -77,6 +80,7 @@ class StoreBackend final : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Store> store_;
   std::chrono::milliseconds timeout_;
+  std::string group_note_;
   uint64_t next_sequence_ = 0;  // operations are numbered in call order, the same on every rank
 
   std::mutex mutex_;

@@ -283,24 +283,43 @@ void World::join(const std::string& where) {
     }
   });
 
+  backend_ = make_backend("", rank(), size());
+}
+
+c10::intrusive_ptr<c10d::Backend> World::make_backend(const std::string& prefix, int rank, int size) {
   if (device_.is_cuda()) {
 #ifdef USE_C10D_NCCL
     set_parbench_environment();  // before NCCL reads it; main has done so already
     c10::cuda::set_device(device_.index());
     auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
     nccl_options->timeout = timeout_;
-    backend_ = c10::make_intrusive<c10d::ProcessGroupNCCL>(c10::make_intrusive<c10d::PrefixStore>("nccl", tcp_store_),
-                                                           rank(), size(), nccl_options);
-    // Now, while every rank is known to be here, rather than inside the first collective.
-    backend_->setBoundDeviceId(device_);
-    backend_->eagerConnectSingleDevice(device_);
+    auto backend = c10::make_intrusive<c10d::ProcessGroupNCCL>(
+        c10::make_intrusive<c10d::PrefixStore>(prefix + "nccl", tcp_store_), rank, size, nccl_options);
+    // Now, while every member is known to be here, rather than inside the first collective.
+    backend->setBoundDeviceId(device_);
+    backend->eagerConnectSingleDevice(device_);
+    return backend;
 #else
     throw std::runtime_error("this parbench was built without NCCL, so ddp cannot run on GPUs");
 #endif
-  } else {
-    backend_ = c10::make_intrusive<StoreBackend>(c10::make_intrusive<c10d::PrefixStore>("store_backend", tcp_store_),
-                                                 rank(), size(), timeout_);
   }
+  // A sub-group's operations wait on the store from a thread of their own, beside the world's and
+  // the other groups': each gets a connection of its own, since one connection serves one
+  // blocking wait at a time (two groups sharing one could each wait behind the other's peers).
+  return c10::make_intrusive<StoreBackend>(
+      c10::make_intrusive<c10d::PrefixStore>(prefix + "store_backend", prefix.empty() ? tcp_store_ : tcp_store_->clone()),
+      rank, size, timeout_);
+}
+
+c10::intrusive_ptr<c10d::Backend> World::make_group(const std::string& name, const std::vector<int>& ranks) {
+  const auto mine = std::find(ranks.begin(), ranks.end(), rank());
+  if (mine == ranks.end()) {
+    throw std::invalid_argument("rank " + std::to_string(rank()) + " is not a member of group " + name);
+  }
+  // Numbered in creation order, the same on every rank (each makes the groups of a mesh in
+  // the axes' order), so that a group made again for a later case has keys of its own.
+  const auto prefix = "group" + std::to_string(next_group_++) + "/" + name + "/";
+  return make_backend(prefix, static_cast<int>(mine - ranks.begin()), static_cast<int>(ranks.size()));
 }
 
 World::~World() {
@@ -368,7 +387,7 @@ void World::watch() {
     lock.unlock();
     if (message.empty()) message = describe_stall(where, count, stalled_for);
     // One write: other ranks' watchdogs may be printing to the same stderr at the same moment.
-    const auto line = "parbench: rank " + std::to_string(rank()) + ": " + message + "\n";
+    const auto line = "parbench: " + rank_name(rank()) + ": " + message + "\n";
     [[maybe_unused]] const auto written = write(STDERR_FILENO, line.data(), line.size());
     if (stalled_) stalled_(message);
     std::fflush(nullptr);
@@ -402,7 +421,7 @@ std::string World::describe_stall(const std::string& where, uint64_t count, std:
       const auto space = value.find(' ');
       const uint64_t theirs = std::stoull(value.substr(0, space));
       if (other < kRanksListed) {
-        positions += (other > 0 ? ", rank " : " (rank ") + std::to_string(other) + " at " + value.substr(space + 1);
+        positions += (other > 0 ? ", " : " (") + rank_name(other) + " at " + value.substr(space + 1);
       }
       if (theirs > least) continue;
       if (theirs < least) behind.clear();
@@ -412,7 +431,11 @@ std::string World::describe_stall(const std::string& where, uint64_t count, std:
     message += positions + (size() > kRanksListed ? ", ...)" : ")");
     const auto store_was_slow = slow_store();
     if (!store_was_slow.empty()) return message + store_was_slow;
-    if (least < count) message += "; behind: " + format_ranks(behind);
+    if (least < count) {
+      std::string names;
+      for (int other : behind) names += (names.empty() ? "" : ", ") + rank_name(other);
+      message += "; behind: " + names;
+    }
     return message;
   } catch (const std::exception& error) {
     return message + "; " + store_did_not_answer("read the ranks' progress", first_line(error));
@@ -503,6 +526,17 @@ void World::abort() {
   } catch (const std::exception&) {
     // Already failing: the first failure is the one reported.
   }
+}
+
+void World::set_places(std::function<std::string(int rank)> place) {
+  std::lock_guard<std::mutex> lock(places_mutex_);
+  place_ = std::move(place);
+}
+
+std::string World::rank_name(int rank) {
+  std::lock_guard<std::mutex> lock(places_mutex_);
+  const auto name = "rank " + std::to_string(rank);
+  return place_ ? name + " (" + place_(rank) + ")" : name;
 }
 
 std::string progress_key(int rank) { return "parbench/progress/" + std::to_string(rank); }

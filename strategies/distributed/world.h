@@ -128,6 +128,16 @@ class World {
   // After a failure: abandons the backend's pending work without waiting for the other ranks.
   void abort();
 
+  // A process group of `ranks` (world ranks; this rank among them), of the world's kind (NCCL on
+  // a GPU, StoreBackend otherwise), through the world's rendezvous: every member calls it, with
+  // the same name and ranks, in the same order as its other groups (strategies/distributed/device_mesh.h).
+  c10::intrusive_ptr<c10d::Backend> make_group(const std::string& name, const std::vector<int>& ranks);
+  // Each rank's place on the case's mesh ("dp=1,tp=0"), named beside its number in the messages of
+  // a stall; null: numbers alone. Set while a mesh case runs.
+  void set_places(std::function<std::string(int rank)> place);
+  // "rank 2", or "rank 2 (dp=1,tp=0)" while a mesh's places are set.
+  std::string rank_name(int rank);
+
  private:
   RankInfo info_;
   torch::Device device_;
@@ -136,17 +146,22 @@ class World {
   c10::intrusive_ptr<c10d::Store> store_;      // parbench's keys, under "parbench/"
   c10::intrusive_ptr<c10d::Backend> backend_;
   uint64_t next_sequence_ = 0;  // barriers and gathers are numbered in call order
+  uint64_t next_group_ = 0;     // make_group's groups, numbered in creation order
   bool left_ = false;
   std::vector<std::string> hosts_;
   std::vector<std::string> launches_;
 
   // Waits for every rank to join with the same world size, then creates the backend.
   void join(const std::string& where);
+  // A backend of `size` ranks, this one `rank` among them, its keys under `prefix`.
+  c10::intrusive_ptr<c10d::Backend> make_backend(const std::string& prefix, int rank, int size);
   void watch();
   void stop_watchdog();
   std::string describe_stall(const std::string& where, uint64_t count, std::chrono::milliseconds stalled_for);
 
   std::function<void(const std::string&)> stalled_;
+  std::mutex places_mutex_;
+  std::function<std::string(int)> place_;
   std::mutex progress_mutex_;
   std::condition_variable stop_watching_;
   uint64_t progress_count_ = 0;  // the same sequence on every rank, so counts compare

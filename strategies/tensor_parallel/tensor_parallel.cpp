@@ -1,7 +1,8 @@
-// Tensor parallelism as Megatron-LM does it, for the GPT models: one process per device (a rank),
-// each holding a 1/degree slice of every layer (strategies/tensor_parallel/tensor_parallel_gpt.h:
-// QKV and fc column-parallel, the out projections row-parallel, the embedding and head split by
-// vocabulary, a cross-entropy that never gathers the logits). Every rank runs the whole batch:
+// Tensor parallelism as Megatron-LM does it: one process per device (a rank), each holding a
+// 1/degree slice of every layer, as the model family's plan splits it (strategies/tensor_parallel/
+// tensor_parallel_plan.h; the GPT's and the Llama's live beside their models: column-parallel and
+// row-parallel layers, the embedding and head split by vocabulary, a cross-entropy that never
+// gathers the logits). Every rank runs the whole batch:
 // each draws --batch/degree sequences and the ranks all-gather them, as Megatron's ranks share
 // one data loader's batch, so --batch is the global batch. Each rank builds the whole seeded
 // model on the CPU and keeps its shards, so its initial weights are single's, split.
@@ -19,7 +20,8 @@
 #include "strategies/optimizer.h"
 #include "strategies/prediction.h"
 #include "strategies/strategy.h"
-#include "strategies/tensor_parallel/tensor_parallel_gpt.h"
+#include "strategies/tensor_parallel/tensor_parallel_layers.h"
+#include "strategies/tensor_parallel/tensor_parallel_plan.h"
 #include "strategies/training.h"
 
 #include <ATen/record_function.h>
@@ -72,23 +74,18 @@ class TensorParallel final : public Strategy {
     // the device. Built on the device instead, the whole model would sit there beside the shards
     // during set-up, a peak the case's memory would count (gpt-6.7b: 27 GB on every rank) and
     // that a model larger than one GPU could not reach.
-    auto whole = make_model(torch::kCPU);
-    auto* gpt = dynamic_cast<GPTImpl*>(&whole->module());
-    if (gpt == nullptr) {
-      throw std::invalid_argument("tensor_parallel has a plan for the GPT family only; " + whole->name() +
-                                  " is not one of them");
-    }
     const auto obstacle =
-        tensor_parallel_obstacle(gpt->config(), group_.degree, config.seq_len, sequence_parallel_on(config));
-    TORCH_CHECK(obstacle.empty(), obstacle);
-    auto sharded = std::make_shared<TensorParallelGptImpl>(*gpt, group_, sequence_parallel_on(config));
+        tensor_parallel_obstacle_for(config.model, group_.degree, config.seq_len, sequence_parallel_on(config));
+    if (!obstacle.empty()) throw std::invalid_argument(obstacle);
+    auto whole = make_model(torch::kCPU);
+    auto sharded = find_tensor_parallel_plan(config.model)->shard(*whole, group_, sequence_parallel_on(config));
     whole.reset();
-    sharded->to(devices.front());
+    sharded->module().to(devices.front());
     prepare_model(*sharded, config.precision);
     model_ = sharded;
     model_ptr_ = sharded.get();
-    for (const auto& item : sharded->named_parameters()) kinds_.push_back(shard_kind(item.key()));
-    optimizer_ = std::make_unique<Optimizer>(sharded->parameters(), config.optimizer, config.learning_rate,
+    kinds_ = sharded->shard_kinds();
+    optimizer_ = std::make_unique<Optimizer>(sharded->module().parameters(), config.optimizer, config.learning_rate,
                                              Optimizer::SgdKernels::kPerParameter);
     halves_ = halves_on(config);
 #ifdef PARBENCH_WITH_CUDA
@@ -152,7 +149,7 @@ class TensorParallel final : public Strategy {
   std::map<std::string, std::string> describe() const override {
     return {{"backend", world_ != nullptr ? world_->backend_name() : rehearsal_->getBackendName()},
             {"degree", std::to_string(group_.degree)},
-            {"sp", model_ptr_->sequence_parallel() ? "on" : "off"},
+            {"sp", sequence_parallel_on(config_) ? "on" : "off"},
             {"halves", halves_ ? (second_stream_ ? "on, two CUDA streams" : "on, one stream") : "off"}};
   }
 
@@ -221,7 +218,7 @@ class TensorParallel final : public Strategy {
   TensorParallelGroup group_;
   CollectiveTally tally_, last_step_;
   CollectiveClock clock_;
-  TensorParallelGptImpl* model_ptr_ = nullptr;
+  TensorParallelModel* model_ptr_ = nullptr;
   std::vector<ShardKind> kinds_;                 // per parameter, in the model's order
   std::unique_ptr<Optimizer> optimizer_;
   bool halves_ = false;
@@ -235,21 +232,20 @@ class TensorParallel final : public Strategy {
 // Why a case cannot run, from its model's declaration and shape alone.
 std::optional<CaseObstacle> tensor_parallel_obstacle_in(const CaseConditions& conditions) {
   const auto& config = conditions.config;
-  const auto* gpt = find_gpt_config(config.model);
-  if (gpt == nullptr) {
-    std::string models;
-    for (const auto& known : gpt_configs()) models += (models.empty() ? "" : ", ") + known.name;
-    return CaseObstacle{"tensor_parallel has a plan for the GPT family only (" + models + "); " + config.model +
-                        " is not one of them"};
+  const auto* plan = find_tensor_parallel_plan(config.model);
+  if (plan == nullptr) {
+    return CaseObstacle{"tensor_parallel has a plan for the " + tensor_parallel_families() + " families; " +
+                        config.model + " has none"};
   }
   if (conditions.named_batch % conditions.devices != 0) {
     return CaseObstacle{"tensor_parallel's ranks each draw --batch/" + std::to_string(conditions.devices) +
                         " sequences of the shared batch: the batch " + std::to_string(conditions.named_batch) +
                         " must divide by the degree"};
   }
-  const auto reason = tensor_parallel_obstacle(*gpt, conditions.devices, config.seq_len, sequence_parallel_on(config));
+  const auto reason = plan->obstacle(config.model, conditions.devices, config.seq_len, sequence_parallel_on(config));
   if (!reason.empty()) return CaseObstacle{reason};
   if (halves_on(config)) {
+    if (!plan->halves) return CaseObstacle{"--tp-halves=on: the " + plan->family + " plan has no halves"};
     if (conditions.named_batch % 2 != 0) {
       return CaseObstacle{"--tp-halves=on cuts the batch into two halves: the batch " +
                           std::to_string(conditions.named_batch) + " must be even"};
@@ -282,10 +278,11 @@ std::string rehearsal_key(const CaseConditions& conditions) {
 // message of each layer's collective, as a collective of `kind`.
 CollectiveMessage activation_message(const CaseConditions& conditions, CollectiveKind kind) {
   const auto& config = conditions.config;
-  const auto* gpt = find_gpt_config(config.model);
-  if (gpt == nullptr) throw std::invalid_argument(config.model + " is not a GPT model");
+  const auto* plan = find_tensor_parallel_plan(config.model);
+  if (plan == nullptr) throw std::invalid_argument(config.model + " has no tensor-parallel plan");
   const auto dtype = config.precision == Precision::kBFloat16 ? c10::ScalarType::BFloat16 : c10::ScalarType::Float;
-  return {kind, conditions.named_batch * config.seq_len * gpt->width * static_cast<int64_t>(c10::elementSize(dtype)),
+  return {kind,
+          conditions.named_batch * config.seq_len * plan->width(config.model) * static_cast<int64_t>(c10::elementSize(dtype)),
           dtype};
 }
 
@@ -354,10 +351,12 @@ MemoryPrediction tensor_parallel_memory(const AdviseProfile& profile, const Case
   const auto& memory = profile.memory;
   const auto& config = conditions.config;
   const int degree = conditions.devices;
+  const auto* plan = find_tensor_parallel_plan(config.model);
+  if (plan == nullptr) throw std::invalid_argument(config.model + " has no tensor-parallel plan");
   std::vector<torch::Tensor> held;
   for (size_t i = 0; i < memory.parameters.size(); ++i) {
     const auto& whole = memory.parameters[i];
-    held.push_back(shard_kind(memory.parameter_names[i]) == ShardKind::kReplicated
+    held.push_back(plan->shard_kind(memory.parameter_names[i]) == ShardKind::kReplicated
                        ? whole
                        : torch::empty({whole.numel() / degree}, whole.options()));
   }
@@ -400,7 +399,7 @@ StrategyPredictor tensor_parallel_predictor() {
 StrategyInfo tensor_parallel_info() {
   return StrategyInfo("tensor_parallel")
       .creates<TensorParallel>()
-      .summary("one process per device; every GPT layer split across them (Megatron-style), the batch shared")
+      .summary("one process per device; every layer split across them by the model's plan (Megatron-style), the batch shared")
       .order(6)
       .distributed()
       .opt_in()

@@ -196,7 +196,7 @@ def test_the_compatibility_tables_equal_what_parbench_declares(tmp_path):
                             capture_output=True, text=True, check=False, timeout=300)
     assert result.returncode == 0, result.stderr
     context = json.loads(out.read_text())["context"]
-    assert context["parbench_json_schema"] == "1.16.0"
+    assert context["parbench_json_schema"] == "1.17.0"
     declared = {(fact.name, fact.per): (fact.unit, fact.better) for fact in facts.counter_table(context).facts}
     legacy = {(fact.name, fact.per): (fact.unit, fact.better) for fact in facts.legacy_counter_table().facts}
     # Every counter an old file can hold reads as it did; counters declared since 1.8.0 (--fit's,

@@ -72,7 +72,7 @@ def test_the_ddp_case_ran_on_two_ranks_one_per_node(two_nodes):
 def test_the_json_records_each_ranks_host_node_and_launcher_variables(two_nodes):
     document, _ = two_nodes
     context = document["context"]
-    assert context["parbench_json_schema"] == "1.16.0"
+    assert context["parbench_json_schema"] == "1.17.0"
     hosts = json.loads(context["rank_hosts"])
     assert len(hosts) == 2
     ranks = json.loads(context["rank_launch"])
