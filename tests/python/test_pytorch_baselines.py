@@ -160,6 +160,7 @@ def test_gpu_baselines_run(tmp_path):
     ("single", ["--model", "resnet51"], "--model=resnet51: unknown"),
     ("single", ["--model", "tinygpt", "--seq", "2048"], "longer than tinygpt's context"),
     ("tutorial", ["--model", "gpt2-medium"], "the tutorial trains ResNets only"),
+    ("pipelining", ["--model", "tinyllama"], "pipelining.py cuts the ResNet and GPT models only"),
     ("pipelining", ["--model", "resnet50", "--cut", "stem,layer1|layer2"], None),
 ])
 def test_bad_input_is_refused(module, args, message):
@@ -272,6 +273,57 @@ def test_gpt_matches_parbenchs_parameters():
     non_embedding = layers * (12 * d * d + 13 * d) + 2 * d + vocabulary * d
     total = sum(p.numel() for p in model.parameters())
     assert total == non_embedding + vocabulary * d + config["context"] * d  # untied head
+
+
+def test_llama_matches_parbenchs_parameters_and_flops():
+    # docs/STRATEGIES.md: llama3-8b has 8.03 G parameters; docs/METRICS.md: it trains at 57.9 GFLOP
+    # per token at T = 8192 (6 N' + 12 L H h T, N' = 7.50 G without the token embedding).
+    with torch.device("meta"):
+        model = bm.Llama("llama3-8b")
+    total = sum(p.numel() for p in model.parameters())
+    assert total == pytest.approx(8.03e9, rel=1e-3)
+    embedding = 128256 * 4096
+    n = total - embedding
+    assert n == pytest.approx(7.50e9, rel=1e-3)
+    flops = bc.llama_forward_flops_per_sample("llama3-8b", 8192)
+    assert flops == pytest.approx(8192 * (2 * n + 4 * 32 * 4096 * 8192))
+    assert 3 * flops / 8192 == pytest.approx(57.9e9, rel=1e-3)
+    # llama3-1b ties the head to the embedding: one weight, but the head's product still counts.
+    with torch.device("meta"):
+        tied = bm.Llama("llama3-1b")
+    assert tied.lm_head.weight is tied.model.embed_tokens.weight
+    tied_total = sum(p.numel() for p in tied.parameters())
+    assert bc.llama_forward_flops_per_sample("llama3-1b", 1) == pytest.approx(2 * tied_total + 4 * 16 * 2048)
+
+
+@pytest.mark.parametrize("name", ["tinyllama", "llama3-1b-shape"])
+def test_llama_matches_hugging_faces(name, monkeypatch):
+    """The baseline's Llama against transformers' LlamaForCausalLM with the same weights: grouped-query
+    attention, Llama 3.1's rotary scaling and (llama3-1b's shape, scaled down) a tied head."""
+    transformers = pytest.importorskip("transformers")
+    if name != "tinyllama":  # llama3-1b's kind of head and scaling at tinyllama's size
+        monkeypatch.setitem(bc.LLAMA_CONFIGS, name, {**bc.LLAMA_CONFIGS["tinyllama"], "tied": True,
+                                                     "rope_factor": 32.0, "heads": 4, "kv_heads": 1})
+    c = bc.LLAMA_CONFIGS[name]
+    torch.manual_seed(0)
+    ours = bm.Llama(name).double()
+    config = transformers.LlamaConfig(
+        hidden_size=c["width"], num_hidden_layers=c["layers"], num_attention_heads=c["heads"],
+        num_key_value_heads=c["kv_heads"], intermediate_size=c["ffn"], vocab_size=c["vocabulary"],
+        max_position_embeddings=c["context"], rms_norm_eps=bc.LLAMA_NORM_EPS, rope_theta=bc.LLAMA_ROPE_THETA,
+        tie_word_embeddings=c["tied"], attention_bias=False, mlp_bias=False,
+        rope_scaling={"rope_type": "llama3", "factor": c["rope_factor"], "low_freq_factor": 1.0,
+                      "high_freq_factor": 4.0, "original_max_position_embeddings": c["rope_original_context"]})
+    config._attn_implementation = "eager"
+    theirs = transformers.LlamaForCausalLM(config).double()
+    missing, unexpected = theirs.load_state_dict(ours.state_dict(), strict=False)
+    assert unexpected == [] and missing == []
+    tokens = torch.randint(c["vocabulary"], (2, 300))  # past the original context of 256: every band
+    ours_logits, their_logits = ours(tokens), theirs(input_ids=tokens).logits
+    assert (ours_logits - their_logits).norm() / their_logits.norm() < 1e-6
+    with torch.no_grad():  # not vacuous: rotary positions without the scaling differ far more
+        ours.model.layers[0].self_attn.inv_freq.mul_(c["rope_factor"])
+        assert (ours(tokens) - their_logits).norm() / their_logits.norm() > 1e-4
 
 
 # --- the report ---------------------------------------------------------------------------------
