@@ -275,6 +275,24 @@ def test_run_all_dry_run_lists_every_baseline_and_refuses_an_unknown_set(tmp_pat
     assert bad.returncode == 2 and "unknown set 'bogus'" in bad.stderr
 
 
+@pytest.mark.parametrize("nproc, mesh", [("4", "dp2.tp2"), ("2", "dp1.tp2"), ("3", "dp3")])
+def test_run_all_mesh_set_takes_its_ranks_from_nproc(tmp_path, nproc, mesh):
+    script = BASELINES / "run_all.sh"
+    done = subprocess.run(["bash", str(script), "--dry-run", str(tmp_path), "mesh"], capture_output=True, text=True,
+                          env={**ENV, "NPROC": nproc}, check=False)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert [line.split(":")[0] for line in lines] == ["fsdp_tp_llama", "fsdp_gpt_reshard_on", "fsdp_gpt_reshard_off"]
+    assert all(f"--nproc-per-node={nproc} " in line and "fsdp_tp.py" in line for line in lines)
+    assert "--model llama3-8b --seq 8192 --batch 2 " in lines[0] and f"--mesh {mesh} " in lines[0]
+    for line, reshard in zip(lines[1:], ("on", "off")):
+        assert "--model gpt-2.7b" in line and f"--mesh dp{nproc} --reshard-after-forward {reshard} " in line
+    # Not in the default sets: the 2-D mesh wants 4 GPUs.
+    default = subprocess.run(["bash", str(script), "--dry-run", str(tmp_path)], capture_output=True, text=True,
+                             env=ENV, check=False)
+    assert "fsdp_tp.py" not in default.stdout
+
+
 # --- the shared pieces --------------------------------------------------------------------------
 
 def test_flops_and_datasheet_peaks_are_parbenchs():
