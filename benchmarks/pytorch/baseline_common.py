@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-SCHEMA_VERSION = "1.0.0"  # pytorch_baseline_schema; semver with parbench_json_schema's policy
+SCHEMA_VERSION = "1.1.0"  # pytorch_baseline_schema; semver with parbench_json_schema's policy
 LEARNING_RATE = 1e-3  # parbench's RunConfig::learning_rate
 HERE = Path(__file__).resolve().parent
 
