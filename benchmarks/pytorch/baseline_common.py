@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-SCHEMA_VERSION = "1.0.0"  # pytorch_baseline_schema; semver with parbench_json_schema's policy
+SCHEMA_VERSION = "1.1.0"  # pytorch_baseline_schema; semver with parbench_json_schema's policy
 LEARNING_RATE = 1e-3  # parbench's RunConfig::learning_rate
 HERE = Path(__file__).resolve().parent
 
@@ -69,7 +69,8 @@ def common_parser(description: str, model_default: str = "resnet50") -> argparse
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
                         help="cuda (the measurement) or cpu (tiny shapes, to exercise the code)")
     parser.add_argument("--model", default=model_default, help="resnet50, resnet-tiny (tests), gpt2-small, "
-                        "gpt2-medium, gpt2-large or tinygpt")
+                        "gpt2-medium, gpt2-large, gpt2-xl, gpt-2.7b, gpt-6.7b, tinygpt (tests), llama3-1b, "
+                        "llama3-8b or tinyllama (tests)")
     parser.add_argument("--batch", type=int_list, default=None,
                         help="images (sequences) per step; default 120 (language models 16)")
     parser.add_argument("--image", type=positive_int, default=128, help="image side; default 128")
@@ -86,14 +87,15 @@ def finish_args(args) -> None:
     """Defaults that depend on the model, and checks argparse cannot make alone."""
     language = is_language_model(args.model)
     if args.model not in RESNET_LAYERS and not language:
-        raise UsageError(f"--model={args.model}: unknown (resnet50, resnet-tiny, {', '.join(GPT_CONFIGS)})")
+        raise UsageError(f"--model={args.model}: unknown "
+                         f"(resnet50, resnet-tiny, {', '.join(GPT_CONFIGS)}, {', '.join(LLAMA_CONFIGS)})")
     if args.batch is None:
         args.batch = [16] if language else [120]
     if args.precision is None:
         args.precision = ["bf16"] if language else ["fp32"]
     if args.warmup < 0:
         raise UsageError("--warmup must be 0 or more")
-    if language and args.seq > GPT_CONFIGS[args.model]["context"]:
+    if language and args.seq > language_config(args.model)["context"]:
         raise UsageError(f"--seq={args.seq} is longer than {args.model}'s context")
     if args.device == "cuda" and not torch.cuda.is_available():
         raise UsageError("--device=cuda but no GPU is visible (use --device=cpu for the CPU mode)")
@@ -117,12 +119,40 @@ GPT_CONFIGS = {
     "gpt2-small": dict(layers=12, width=768, heads=12, vocabulary=50304, context=1024),
     "gpt2-medium": dict(layers=24, width=1024, heads=16, vocabulary=50304, context=1024),
     "gpt2-large": dict(layers=36, width=1280, heads=20, vocabulary=50304, context=1024),
+    "gpt2-xl": dict(layers=48, width=1600, heads=25, vocabulary=50304, context=1024),
+    "gpt-2.7b": dict(layers=32, width=2560, heads=32, vocabulary=50304, context=2048),
+    "gpt-6.7b": dict(layers=32, width=4096, heads=32, vocabulary=50304, context=2048),
     "tinygpt": dict(layers=2, width=32, heads=4, vocabulary=96, context=1024),
 }
+# models/llama.cpp's table: width, blocks, heads, kv heads, feed-forward, vocabulary, context,
+# whether the head is the embedding's weight, and Llama 3.1's rotary scaling (factor, original
+# context; low and high frequency factors 1 and 4). Theta 500000, RMSNorm eps 1e-5.
+LLAMA_CONFIGS = {
+    "llama3-1b": dict(width=2048, layers=16, heads=32, kv_heads=8, ffn=8192, vocabulary=128256, context=131072,
+                      tied=True, rope_factor=32.0, rope_original_context=8192),
+    "llama3-3b": dict(width=3072, layers=28, heads=24, kv_heads=8, ffn=8192, vocabulary=128256, context=131072,
+                      tied=True, rope_factor=32.0, rope_original_context=8192),
+    "llama3-8b": dict(width=4096, layers=32, heads=32, kv_heads=8, ffn=14336, vocabulary=128256, context=131072,
+                      tied=False, rope_factor=8.0, rope_original_context=8192),
+    # For CPU tests: 2 query heads per kv head; an original context of 256 puts one rotary
+    # frequency in each of the scaling's three bands.
+    "tinyllama": dict(width=64, layers=2, heads=8, kv_heads=4, ffn=128, vocabulary=128, context=2048,
+                      tied=False, rope_factor=8.0, rope_original_context=256),
+}
+LLAMA_ROPE_THETA = 500000.0
+LLAMA_NORM_EPS = 1e-5
 
 
 def is_language_model(model: str) -> bool:
-    return model in GPT_CONFIGS
+    return model in GPT_CONFIGS or model in LLAMA_CONFIGS
+
+
+def is_llama(model: str) -> bool:
+    return model in LLAMA_CONFIGS
+
+
+def language_config(model: str) -> dict:
+    return LLAMA_CONFIGS[model] if is_llama(model) else GPT_CONFIGS[model]
 
 
 def num_classes(model: str) -> int:
@@ -169,7 +199,7 @@ def make_batch(args, batch: int, precision: str, input_device, target_device):
     """Random data as parbench's make_random_batch: images and one-hot labels (MSE), or tokens and
     the same shifted by one (next-token cross-entropy)."""
     if is_language_model(args.model):
-        tokens = torch.randint(GPT_CONFIGS[args.model]["vocabulary"], (batch, args.seq + 1))
+        tokens = torch.randint(language_config(args.model)["vocabulary"], (batch, args.seq + 1))
         return tokens[:, :-1].contiguous().to(input_device), tokens[:, 1:].contiguous().to(target_device)
     inputs = torch.randn(batch, 3, args.image, args.image)
     classes = torch.randint(num_classes(args.model), (batch,))
@@ -253,7 +283,20 @@ def resnet_forward_flops_per_sample(module_factory, image: int) -> float | None:
     return 2.0 * macs[0]
 
 
+def llama_forward_flops_per_sample(model: str, seq: int) -> float:
+    """T x (2N' + 4 L H h T), N' the blocks' matrices and norms, the final norm and the head (tied or
+    not: its product runs either way), the token embedding left out (models/llama.cpp)."""
+    c = LLAMA_CONFIGS[model]
+    d, layers, head = float(c["width"]), float(c["layers"]), float(c["width"] // c["heads"])
+    q, kv = c["heads"] * head, c["kv_heads"] * head
+    block = d * q + 2 * d * kv + q * d + 3 * d * c["ffn"] + 2 * d
+    n = layers * block + d + c["vocabulary"] * d
+    return seq * (2 * n + 4 * layers * q * seq)
+
+
 def forward_flops_per_sample(args) -> float | None:
+    if is_llama(args.model):
+        return llama_forward_flops_per_sample(args.model, args.seq)
     if is_language_model(args.model):
         return gpt_forward_flops_per_sample(args.model, args.seq)
     from baseline_models import make_resnet

@@ -1,5 +1,6 @@
 """The models parbench trains, in PyTorch: ResNet-50 (torchvision's, which models/resnet.cpp
-copies) and the GPT-2-style model of models/gpt.cpp, each also as parbench's named stages
+copies), the GPT-2-style model of models/gpt.cpp and the Llama-3-style decoder of models/llama.cpp
+(Hugging Face's LlamaForCausalLM's parameter names), the first two also as parbench's named stages
 (stem, layer1.0..layer4.2 (a block each; layerN names layer N's blocks), head; embed,
 h.0..h.<L-1>, head) so that pipelines cut them where parbench does."""
 from __future__ import annotations
@@ -10,7 +11,7 @@ import torch
 from torch import nn
 import torch.nn.functional as F
 
-from baseline_common import GPT_CONFIGS, RESNET_LAYERS, num_classes
+from baseline_common import GPT_CONFIGS, LLAMA_CONFIGS, LLAMA_NORM_EPS, LLAMA_ROPE_THETA, RESNET_LAYERS, num_classes
 
 try:  # the GPU machines have torchvision; the CPU test machine may not
     from torchvision.models.resnet import Bottleneck, ResNet
@@ -180,7 +181,138 @@ class GPT(nn.Module):
         return self.lm_head(self.ln_f(x))
 
 
+class RmsNorm(nn.Module):
+    """Statistics in fp32, the result in the input's dtype times the weight (models/llama.cpp)."""
+
+    def __init__(self, width: int, eps: float = LLAMA_NORM_EPS):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(width))
+
+    def forward(self, x):
+        h = x.float()
+        return self.weight * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype)
+
+
+def llama_inverse_frequencies(model: str) -> torch.Tensor:
+    """Rotary inverse frequencies with Llama 3.1's "llama3" scaling, as Hugging Face computes them:
+    long wavelengths divided by the factor, short ones kept, those between blended."""
+    c = LLAMA_CONFIGS[model]
+    dim = c["width"] // c["heads"]
+    inverse = 1.0 / (LLAMA_ROPE_THETA ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))  # fp32, as HF
+    factor, original, low, high = c["rope_factor"], float(c["rope_original_context"]), 1.0, 4.0
+    wavelength = 2 * math.pi / inverse
+    smooth = (original / wavelength - low) / (high - low)
+    blended = (1 - smooth) * inverse / factor + smooth * inverse
+    scaled = torch.where(wavelength > original / low, inverse / factor,
+                         torch.where(wavelength < original / high, inverse, blended))
+    return scaled
+
+
+def rotate_half(x):
+    half = x.size(-1) // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def rotary(x, inv_freq):
+    """Each feature pair (i, i + h/2) of x (batch, heads, tokens, h) rotated by position x inv_freq[i],
+    angles in fp32, applied in x's dtype (Hugging Face's rotation of halves)."""
+    positions = torch.arange(x.size(-2), device=x.device, dtype=inv_freq.dtype)
+    angles = torch.outer(positions, inv_freq)
+    both = torch.cat((angles, angles), dim=-1)
+    return x * both.cos().to(x.dtype) + rotate_half(x) * both.sin().to(x.dtype)
+
+
+class LlamaAttention(nn.Module):
+    """Grouped-query causal self-attention with rotary positions. The heads a rank holds follow from
+    its projections' width, so tensor parallelism's column shards (by heads) run unchanged."""
+
+    def __init__(self, model: str):
+        super().__init__()
+        c = LLAMA_CONFIGS[model]
+        self.head_dim = c["width"] // c["heads"]
+        self.q_proj = nn.Linear(c["width"], c["heads"] * self.head_dim, bias=False)
+        self.k_proj = nn.Linear(c["width"], c["kv_heads"] * self.head_dim, bias=False)
+        self.v_proj = nn.Linear(c["width"], c["kv_heads"] * self.head_dim, bias=False)
+        self.o_proj = nn.Linear(c["heads"] * self.head_dim, c["width"], bias=False)
+        self.register_buffer("inv_freq", llama_inverse_frequencies(model), persistent=False)
+
+    def forward(self, x):
+        batch, tokens, _ = x.shape
+        q, k, v = (proj(x).view(batch, tokens, -1, self.head_dim).transpose(1, 2)
+                   for proj in (self.q_proj, self.k_proj, self.v_proj))
+        q, k = rotary(q, self.inv_freq), rotary(k, self.inv_freq)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=k.size(1) != q.size(1))
+        return self.o_proj(y.transpose(1, 2).reshape(batch, tokens, -1))
+
+
+class LlamaMlp(nn.Module):
+    def __init__(self, width: int, ffn: int):
+        super().__init__()
+        self.gate_proj = nn.Linear(width, ffn, bias=False)  # w1
+        self.up_proj = nn.Linear(width, ffn, bias=False)  # w3
+        self.down_proj = nn.Linear(ffn, width, bias=False)  # w2
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class LlamaBlock(nn.Module):
+    def __init__(self, model: str):
+        super().__init__()
+        c = LLAMA_CONFIGS[model]
+        self.input_layernorm = RmsNorm(c["width"])
+        self.self_attn = LlamaAttention(model)
+        self.post_attention_layernorm = RmsNorm(c["width"])
+        self.mlp = LlamaMlp(c["width"], c["ffn"])
+
+    def forward(self, x):
+        x = x + self.self_attn(self.input_layernorm(x))
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class LlamaBody(nn.Module):
+    """Hugging Face's LlamaModel: the embedding, the blocks and the final norm."""
+
+    def __init__(self, model: str):
+        super().__init__()
+        c = LLAMA_CONFIGS[model]
+        self.embed_tokens = nn.Embedding(c["vocabulary"], c["width"])
+        self.layers = nn.ModuleList(LlamaBlock(model) for _ in range(c["layers"]))
+        self.norm = RmsNorm(c["width"])
+
+
+class Llama(nn.Module):
+    """models/llama.cpp: no biases, no dropout; the head untied (llama3-8b) or the embedding's weight
+    (llama3-1b, llama3-3b). Weights N(0, 0.02), o_proj and down_proj 0.02 / sqrt(2 L), norms 1, drawn
+    from torch's generator (parbench draws the same distribution from its own)."""
+
+    def __init__(self, model: str):
+        super().__init__()
+        c = LLAMA_CONFIGS[model]
+        self.tied = c["tied"]
+        self.model = LlamaBody(model)
+        self.lm_head = nn.Linear(c["width"], c["vocabulary"], bias=False)
+        if self.tied:
+            self.lm_head.weight = self.model.embed_tokens.weight
+        residual_std = 0.02 / math.sqrt(2.0 * c["layers"])
+        with torch.no_grad():
+            for name, parameter in self.named_parameters():  # a tied weight once
+                if name.endswith("norm.weight"):
+                    continue
+                into_residual = name.endswith(("o_proj.weight", "down_proj.weight"))
+                parameter.normal_(0.0, residual_std if into_residual else 0.02)
+
+    def forward(self, tokens):
+        x = self.model.embed_tokens(tokens)
+        for block in self.model.layers:
+            x = block(x)
+        return self.lm_head(self.model.norm(x))
+
+
 def make_model(model: str) -> nn.Module:
+    if model in LLAMA_CONFIGS:
+        return Llama(model)
     return GPT(model) if model in GPT_CONFIGS else make_resnet(model)
 
 

@@ -50,6 +50,8 @@ def parse(argv):
                         help="seconds a rank waits in a collective before failing; default 120")
     args = parser.parse_args(argv)
     bc.finish_args(args)
+    if bc.is_llama(args.model):  # the stages below are the ResNet's and the GPT's
+        raise bc.UsageError(f"--model={args.model}: pipelining.py cuts the ResNet and GPT models only")
     if args.split_sizes is None:
         args.split_sizes = [4] if bc.is_language_model(args.model) else [20]
     return args

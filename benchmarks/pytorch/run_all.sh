@@ -15,6 +15,11 @@
 #                    three schedules at GPT_SPLITS
 #   gpt-compile      gpt2-medium single under torch.compile (compiling takes a minute or more: not
 #                    in the default sets, and capped by COMPILE_TIMEOUT)
+#   mesh             fsdp_tp.py on NPROC ranks: llama3-8b seq 8192 batch 2 per replica, bf16, AdamW,
+#                    checkpointed blocks, on MESH (default dp<NPROC/2>.tp2, dp<NPROC> for an odd NPROC;
+#                    4 GPUs for the 2-D mesh), sequence parallelism MESH_SP (default on); gpt-2.7b seq 2048 batch MESH_GPT_BATCH, bf16, AdamW,
+#                    FSDP2 alone (dp<NPROC>), resharding after forward on and off. Not in the default
+#                    sets; capped by MESH_TIMEOUT
 # --cpu: tiny shapes on the CPU (gloo), to exercise the scripts; --dry-run: print the commands only.
 #
 # Environment (all optional): PYTHON (default python3), NPROC (ranks; default 2), TIMEOUT (seconds
@@ -24,7 +29,8 @@
 # label `cut` of the matching cases), PARBENCH_JSON (parbench's JSON of the same call: pipelining
 # then takes each cut from its matching case's label where GPT_CUT and GPT_INTERLEAVED_CUT are not
 # given; default: the blocks in equal parts), PARBENCH_GIT_SHA, ONLY (comma-separated baseline names,
-# e.g. ONLY=single_resnet_graph,data_parallel: only those of the sets run).
+# e.g. ONLY=single_resnet_graph,data_parallel: only those of the sets run), MESH, MESH_GPT_BATCH
+# (default 4), MESH_SP (default on), MESH_TIMEOUT (default 600).
 # Exit status: 0 all ran, 1 some failed (listed on stderr and in OUT_DIR/status.tsv), 2 bad input.
 set -uo pipefail
 
@@ -40,7 +46,7 @@ while [[ $# -gt 0 && $1 == --* ]]; do
   shift
 done
 if [[ $# -lt 1 ]]; then
-  echo "usage: run_all.sh [--cpu] [--dry-run] OUT_DIR [resnet|tutorial-method|gpt|gpt-compile ...]" >&2
+  echo "usage: run_all.sh [--cpu] [--dry-run] OUT_DIR [resnet|tutorial-method|gpt|gpt-compile|mesh ...]" >&2
   exit 2
 fi
 out_dir=$1
@@ -49,8 +55,8 @@ sets=("$@")
 [[ ${#sets[@]} -eq 0 ]] && sets=(resnet gpt)
 for set in "${sets[@]}"; do
   case $set in
-    resnet|tutorial-method|gpt|gpt-compile) ;;
-    *) echo "run_all.sh: error: unknown set '$set' (resnet, tutorial-method, gpt, gpt-compile)" >&2; exit 2 ;;
+    resnet|tutorial-method|gpt|gpt-compile|mesh) ;;
+    *) echo "run_all.sh: error: unknown set '$set' (resnet, tutorial-method, gpt, gpt-compile, mesh)" >&2; exit 2 ;;
   esac
 done
 
@@ -67,6 +73,14 @@ resnet_image=${RESNET_IMAGE:-128}
 resnet_batch=${RESNET_BATCH:-120}
 gpt_splits=${GPT_SPLITS:-4}
 resnet_splits=${RESNET_SPLITS:-20}
+mesh_timeout_s=${MESH_TIMEOUT:-600}
+if [[ -n ${MESH:-} ]]; then
+  mesh=$MESH
+elif ((nproc % 2 == 0)); then
+  mesh=dp$((nproc / 2)).tp2
+else
+  mesh=dp$nproc
+fi
 if [[ -z ${PARBENCH_GIT_SHA:-} ]]; then
   PARBENCH_GIT_SHA=$(git -C "$here" rev-parse HEAD 2>/dev/null || echo unknown)
   export PARBENCH_GIT_SHA
@@ -81,11 +95,20 @@ if [[ $cpu == 1 ]]; then
   resnet_splits=2
   gpt_splits=2
   dp_batches=4,8
+  mesh_llama=(--device cpu --model tinyllama --seq 16 --batch 2 --precision bf16 --optimizer adamw --checkpoint blocks
+              --warmup 1 --steps 2 --repetitions 2)
+  mesh_gpt=(--device cpu --model tinygpt --seq 16 --batch 2 --precision bf16 --optimizer adamw
+            --warmup 1 --steps 2 --repetitions 2)
 else
   resnet=(--model resnet50 --image "$resnet_image" --batch "$resnet_batch" --precision "$resnet_precisions")
   # gpt2-medium steps take ~0.1 s: fewer of them.
   gpt=(--model gpt2-medium --seq 1024 --batch 16 --precision bf16 --warmup 3 --steps 5 --repetitions 3)
   dp_batches=$resnet_batch,$((resnet_batch * 2))
+  # A llama3-8b step at 8192 tokens takes seconds: few of them.
+  mesh_llama=(--model llama3-8b --seq 8192 --batch 2 --precision bf16 --optimizer adamw --checkpoint blocks
+              --warmup 2 --steps 3 --repetitions 3)
+  mesh_gpt=(--model gpt-2.7b --seq 2048 --batch "${MESH_GPT_BATCH:-4}" --precision bf16 --optimizer adamw
+            --warmup 3 --steps 5 --repetitions 3)
 fi
 gpt_cuts=()
 [[ -n ${GPT_CUT:-} ]] && gpt_cuts+=(--cut "$GPT_CUT")
@@ -158,6 +181,14 @@ for set in "${sets[@]}"; do
       ;;
     gpt-compile)
       run single_gpt_compile "$compile_timeout_s" "$python" "$here/single.py" "${gpt[@]}" --variants compile
+      ;;
+    mesh)
+      run fsdp_tp_llama "$mesh_timeout_s" "${torchrun[@]}" "$here/fsdp_tp.py" "${mesh_llama[@]}" --mesh "$mesh" \
+        --sequence-parallel "${MESH_SP:-on}"
+      for reshard in on off; do
+        run "fsdp_gpt_reshard_$reshard" "$mesh_timeout_s" "${torchrun[@]}" "$here/fsdp_tp.py" "${mesh_gpt[@]}" \
+          --mesh "dp$nproc" --reshard-after-forward "$reshard"
+      done
       ;;
   esac
 done

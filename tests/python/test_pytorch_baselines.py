@@ -3,6 +3,7 @@
 fixture fixtures/pytorch_baselines.json beside parbench's fixtures. What needs GPUs
 (nn.DataParallel, CUDA graphs) is tested as far as the CPU goes: the arguments, the skip it
 records and the JSON it writes."""
+import argparse
 import json
 import os
 import re
@@ -23,6 +24,7 @@ sys.path.insert(0, str(BASELINES))
 import baseline_common as bc  # noqa: E402
 import baseline_models as bm  # noqa: E402
 import ddp  # noqa: E402
+import fsdp_tp  # noqa: E402
 import pipelining  # noqa: E402
 import single  # noqa: E402,F401
 import tutorial  # noqa: E402,F401
@@ -40,9 +42,11 @@ TINY_GPT = ["--device", "cpu", "--model", "tinygpt", "--seq", "8", "--batch", "4
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
 
 
-def run_script(script, *args, torchrun=False):
-    command = [*(TORCHRUN if torchrun else [sys.executable]), str(BASELINES / script), *map(str, args)]
-    return subprocess.run(command, capture_output=True, text=True, env=ENV, timeout=240, check=False)
+def run_script(script, *args, torchrun=False, ranks=2, env=None):
+    launcher = [*TORCHRUN[:-1], f"--nproc-per-node={ranks}"] if torchrun else [sys.executable]
+    command = [*launcher, str(BASELINES / script), *map(str, args)]
+    return subprocess.run(command, capture_output=True, text=True, env={**ENV, **(env or {})}, timeout=240,
+                          check=False)
 
 
 def read(path):
@@ -61,6 +65,8 @@ def ran(result):
     assert result["step_ms_spread"]["min"] <= result["step_ms_median"] <= result["step_ms_spread"]["max"]
     global_batch = result["details"].get("per_rank_batch", result["fields"]["batch"]) * \
         (result["fields"]["gpus"] if result["strategy"] == "ddp" else 1)
+    if result["strategy"] == "fsdp2_tp":  # --batch is one replica's; the tp ranks of a replica share it
+        global_batch = result["fields"]["batch"] * fsdp_tp.parse_mesh(result["fields"]["mesh"])[0]
     assert result["items_per_second"] == pytest.approx(global_batch * 1e3 / result["step_ms_median"])
 
 
@@ -146,6 +152,77 @@ def test_pipelining_every_schedule_under_torchrun_with_gloo(tmp_path):
         assert result["error"].startswith("skipped: split 3 does not divide batch 4")
 
 
+def one_process_losses(model, seq, global_batch, optimizer, steps):
+    """Plain PyTorch in one process: the model and the global batch as fsdp_tp.py draws them (seeds
+    0 and 1000), the mean loss of each of `steps` steps (fp32)."""
+    torch.manual_seed(0)
+    reference = bm.make_model(model)
+    torch.manual_seed(1000)
+    inputs, targets = bc.make_batch(argparse.Namespace(model=model, seq=seq), global_batch, "fp32", "cpu", "cpu")
+    update = torch.optim.AdamW(reference.parameters(), lr=1e-3, weight_decay=0.01) if optimizer == "adamw" \
+        else torch.optim.SGD(reference.parameters(), lr=1e-3)
+    losses = []
+    for _ in range(steps):
+        update.zero_grad()
+        loss = bc.compute_loss(reference(inputs), targets)
+        loss.backward()
+        update.step()
+        losses.append(loss.item())
+    return losses
+
+
+# 4 ranks as dp2.tp2: FSDP2 over 2 replicas of 2 tensor-parallel ranks each. The Llama with sequence
+# parallelism, vocabulary-parallel loss and checkpointed blocks under AdamW; the GPT without sequence
+# parallelism, with the whole logits' loss and no resharding, under SGD.
+@pytest.mark.parametrize("model, options, optimizer", [
+    ("tinyllama", ["--sequence-parallel=on", "--checkpoint=blocks"], "adamw"),
+    ("tinygpt", ["--loss-parallel=off", "--reshard-after-forward=off"], "sgd"),
+])
+def test_fsdp_tp_on_a_2d_mesh_trains_as_one_process_does(tmp_path, model, options, optimizer):
+    out = tmp_path / "mesh.json"
+    done = run_script("fsdp_tp.py", "--device", "cpu", "--model", model, "--seq", "8", "--batch", "2",
+                      "--precision", "fp32", "--optimizer", optimizer, "--mesh", "dp2.tp2", *options,
+                      "--warmup", "2", "--steps", "1", "--repetitions", "2", "--check-loss", "--out", out,
+                      torchrun=True, ranks=4)
+    assert done.returncode == 0, done.stderr
+    [result] = read(out)
+    ran(result)
+    details, fields = result["details"], result["fields"]
+    assert (details["dp"], details["tp"], details["global_batch"]) == (2, 2, 4)
+    assert details["backend"] == "gloo" and len(details["rank_median_step_ms"]) == 4
+    assert details["loss_parallel"] == ("off" if "--loss-parallel=off" in options else "on")
+    assert {k: fields[k] for k in ("strategy", "gpus", "mesh", "optimizer", "seq")} == {
+        "strategy": "fsdp2_tp", "gpus": 4, "mesh": "dp2.tp2", "optimizer": optimizer, "seq": 8}
+    assert result["tokens_per_second"] == pytest.approx(result["items_per_second"] * 8)
+    flops = (bc.llama_forward_flops_per_sample if model == "tinyllama" else bc.gpt_forward_flops_per_sample)(model, 8)
+    assert result["tflops"] == pytest.approx(3 * flops * result["items_per_second"] / 1e12)
+    # The first loss checks the forward, the second the gradients and the update: both the one
+    # process's on the global batch of 4 sequences, within fp32 rounding; the step's change of the
+    # loss (SGD at lr 1e-3 moves it by 0.1%) within 0.1% of its own size, so that a gradient 1% off fails.
+    expected = one_process_losses(model, 8, 4, optimizer, 2)
+    losses = details["warmup_losses"]
+    assert losses == pytest.approx(expected, rel=1e-6)
+    assert losses[1] - losses[0] == pytest.approx(expected[1] - expected[0], rel=1e-3)
+
+
+@pytest.mark.parametrize("args, world, message", [
+    (["--mesh=dp2.tp2"], 2, "--mesh=dp2.tp2 has 4 ranks, torchrun started 2"),
+    (["--mesh=dp2.pp2"], 4, "--mesh=dp2.pp2: unknown axis 'pp' (dp, tp)"),
+    (["--mesh=tp3"], 3, "--mesh=tp3: tp 3 does not divide tinyllama's heads (8)"),
+    (["--mesh=tp2", "--sequence-parallel", "--seq=9"], 2, "tp 2 does not divide --seq=9"),
+    (["--mesh=dp2.dp2"], 4, "axis 'dp' given twice"),
+    (["--mesh=dp2", "--model=resnet-tiny"], 2, "fsdp_tp.py trains the GPT and Llama models only"),
+])
+def test_fsdp_tp_refuses_a_bad_mesh_in_one_line(tmp_path, args, world, message):
+    # torchrun's variables without torchrun: the refusal comes before any rank waits for another.
+    env = {"RANK": "0", "WORLD_SIZE": str(world), "LOCAL_RANK": "0"}
+    done = run_script("fsdp_tp.py", "--device", "cpu", "--model", "tinyllama", *args, "--out", tmp_path / "x.json",
+                      env=env)
+    assert done.returncode == 2
+    assert len(done.stderr.strip().splitlines()) == 1 and message in done.stderr
+    assert not (tmp_path / "x.json").exists()
+
+
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="nn.DataParallel and CUDA graphs need 2 GPUs")
 def test_gpu_baselines_run(tmp_path):
     done = run_script("data_parallel.py", "--model", "resnet-tiny", "--image", "32", "--batch", "8",
@@ -160,6 +237,7 @@ def test_gpu_baselines_run(tmp_path):
     ("single", ["--model", "resnet51"], "--model=resnet51: unknown"),
     ("single", ["--model", "tinygpt", "--seq", "2048"], "longer than tinygpt's context"),
     ("tutorial", ["--model", "gpt2-medium"], "the tutorial trains ResNets only"),
+    ("pipelining", ["--model", "tinyllama"], "pipelining.py cuts the ResNet and GPT models only"),
     ("pipelining", ["--model", "resnet50", "--cut", "stem,layer1|layer2"], None),
 ])
 def test_bad_input_is_refused(module, args, message):
@@ -195,6 +273,24 @@ def test_run_all_dry_run_lists_every_baseline_and_refuses_an_unknown_set(tmp_pat
     assert all(f"--out {tmp_path}/{name}.json" in line for name, line in zip(names, done.stdout.splitlines()))
     bad = subprocess.run(["bash", str(script), str(tmp_path), "bogus"], capture_output=True, text=True, check=False)
     assert bad.returncode == 2 and "unknown set 'bogus'" in bad.stderr
+
+
+@pytest.mark.parametrize("nproc, mesh", [("4", "dp2.tp2"), ("2", "dp1.tp2"), ("3", "dp3")])
+def test_run_all_mesh_set_takes_its_ranks_from_nproc(tmp_path, nproc, mesh):
+    script = BASELINES / "run_all.sh"
+    done = subprocess.run(["bash", str(script), "--dry-run", str(tmp_path), "mesh"], capture_output=True, text=True,
+                          env={**ENV, "NPROC": nproc}, check=False)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert [line.split(":")[0] for line in lines] == ["fsdp_tp_llama", "fsdp_gpt_reshard_on", "fsdp_gpt_reshard_off"]
+    assert all(f"--nproc-per-node={nproc} " in line and "fsdp_tp.py" in line for line in lines)
+    assert "--model llama3-8b --seq 8192 --batch 2 " in lines[0] and f"--mesh {mesh} " in lines[0]
+    for line, reshard in zip(lines[1:], ("on", "off")):
+        assert "--model gpt-2.7b" in line and f"--mesh dp{nproc} --reshard-after-forward {reshard} " in line
+    # Not in the default sets: the 2-D mesh wants 4 GPUs.
+    default = subprocess.run(["bash", str(script), "--dry-run", str(tmp_path)], capture_output=True, text=True,
+                             env=ENV, check=False)
+    assert "fsdp_tp.py" not in default.stdout
 
 
 # --- the shared pieces --------------------------------------------------------------------------
@@ -272,6 +368,57 @@ def test_gpt_matches_parbenchs_parameters():
     non_embedding = layers * (12 * d * d + 13 * d) + 2 * d + vocabulary * d
     total = sum(p.numel() for p in model.parameters())
     assert total == non_embedding + vocabulary * d + config["context"] * d  # untied head
+
+
+def test_llama_matches_parbenchs_parameters_and_flops():
+    # docs/STRATEGIES.md: llama3-8b has 8.03 G parameters; docs/METRICS.md: it trains at 57.9 GFLOP
+    # per token at T = 8192 (6 N' + 12 L H h T, N' = 7.50 G without the token embedding).
+    with torch.device("meta"):
+        model = bm.Llama("llama3-8b")
+    total = sum(p.numel() for p in model.parameters())
+    assert total == pytest.approx(8.03e9, rel=1e-3)
+    embedding = 128256 * 4096
+    n = total - embedding
+    assert n == pytest.approx(7.50e9, rel=1e-3)
+    flops = bc.llama_forward_flops_per_sample("llama3-8b", 8192)
+    assert flops == pytest.approx(8192 * (2 * n + 4 * 32 * 4096 * 8192))
+    assert 3 * flops / 8192 == pytest.approx(57.9e9, rel=1e-3)
+    # llama3-1b ties the head to the embedding: one weight, but the head's product still counts.
+    with torch.device("meta"):
+        tied = bm.Llama("llama3-1b")
+    assert tied.lm_head.weight is tied.model.embed_tokens.weight
+    tied_total = sum(p.numel() for p in tied.parameters())
+    assert bc.llama_forward_flops_per_sample("llama3-1b", 1) == pytest.approx(2 * tied_total + 4 * 16 * 2048)
+
+
+@pytest.mark.parametrize("name", ["tinyllama", "llama3-1b-shape"])
+def test_llama_matches_hugging_faces(name, monkeypatch):
+    """The baseline's Llama against transformers' LlamaForCausalLM with the same weights: grouped-query
+    attention, Llama 3.1's rotary scaling and (llama3-1b's shape, scaled down) a tied head."""
+    transformers = pytest.importorskip("transformers")
+    if name != "tinyllama":  # llama3-1b's kind of head and scaling at tinyllama's size
+        monkeypatch.setitem(bc.LLAMA_CONFIGS, name, {**bc.LLAMA_CONFIGS["tinyllama"], "tied": True,
+                                                     "rope_factor": 32.0, "heads": 4, "kv_heads": 1})
+    c = bc.LLAMA_CONFIGS[name]
+    torch.manual_seed(0)
+    ours = bm.Llama(name).double()
+    config = transformers.LlamaConfig(
+        hidden_size=c["width"], num_hidden_layers=c["layers"], num_attention_heads=c["heads"],
+        num_key_value_heads=c["kv_heads"], intermediate_size=c["ffn"], vocab_size=c["vocabulary"],
+        max_position_embeddings=c["context"], rms_norm_eps=bc.LLAMA_NORM_EPS, rope_theta=bc.LLAMA_ROPE_THETA,
+        tie_word_embeddings=c["tied"], attention_bias=False, mlp_bias=False,
+        rope_scaling={"rope_type": "llama3", "factor": c["rope_factor"], "low_freq_factor": 1.0,
+                      "high_freq_factor": 4.0, "original_max_position_embeddings": c["rope_original_context"]})
+    config._attn_implementation = "eager"
+    theirs = transformers.LlamaForCausalLM(config).double()
+    missing, unexpected = theirs.load_state_dict(ours.state_dict(), strict=False)
+    assert unexpected == [] and missing == []
+    tokens = torch.randint(c["vocabulary"], (2, 300))  # past the original context of 256: every band
+    ours_logits, their_logits = ours(tokens), theirs(input_ids=tokens).logits
+    assert (ours_logits - their_logits).norm() / their_logits.norm() < 1e-6
+    with torch.no_grad():  # not vacuous: rotary positions without the scaling differ far more
+        ours.model.layers[0].self_attn.inv_freq.mul_(c["rope_factor"])
+        assert (ours(tokens) - their_logits).norm() / their_logits.norm() > 1e-4
 
 
 # --- the report ---------------------------------------------------------------------------------
