@@ -2,6 +2,7 @@
 as docs/JSON.md defines it; fixtures/README.md says where each comes from) and the committed GPU
 runs under reports/. Expected numbers are computed here from the files' per-repetition entries,
 independently of plots/parbench_results/."""
+import gzip
 import json
 import re
 import statistics
@@ -333,6 +334,30 @@ def test_repetitions_of_one_case_in_two_files_are_pooled(tmp_path):
     report = (out_dir / "REPORT.md").read_text(encoding="utf-8")
     cells = row(tables(report, "Summary")["tinycnn, batch 32, image 64\u00d764, fp32, data on host"], "single")
     assert number(cells["reps"]) == 6
+
+
+def test_a_gzip_run_gives_the_report_of_its_json(tmp_path):
+    # The same runs kept as FILE.json.gz, beside a PyTorch baseline file kept so too.
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    plain, packed = [], []
+    for path in GPU_RUN + [FIXTURES / "pytorch_baselines.json"]:
+        plain.append(inputs / path.name)
+        plain[-1].write_bytes(path.read_bytes())
+        packed.append(inputs / f"{path.name}.gz")
+        packed[-1].write_bytes(gzip.compress(path.read_bytes()))
+    from_plain = run(MAKE_REPORT, tmp_path / "plain", plain)
+    from_packed = run(MAKE_REPORT, tmp_path / "packed", packed)
+    assert from_plain.returncode == 0, from_plain.stderr
+    assert from_packed.returncode == 0, from_packed.stderr
+
+    def report(folder):
+        # The files' names and the time it was made aside, the two reports are one.
+        text = (tmp_path / folder / "REPORT.md").read_text(encoding="utf-8")
+        return [line.replace(".json.gz", ".json") for line in text.splitlines() if not line.startswith("Generated ")]
+    assert report("packed") == report("plain")
+    assert "## PyTorch" in "\n".join(report("packed"))
+    assert sorted(p.name for p in (tmp_path / "packed").iterdir()) == sorted(p.name for p in (tmp_path / "plain").iterdir())
 
 
 @pytest.mark.parametrize("script", [PLOT, MAKE_REPORT], ids=["plot", "make_report"])
