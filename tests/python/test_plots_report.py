@@ -1,6 +1,6 @@
 """Tests plots/plot.py and reports/make_report.py against the fixtures in fixtures/ (parbench JSON
-as docs/JSON.md defines it; fixtures/README.md says where each comes from) and the committed GPU
-runs under reports/. Expected numbers are computed here from the files' per-repetition entries,
+as docs/JSON.md defines it; fixtures/README.md says where each comes from), among them real GPU
+runs (fixtures/gpu_runs/) and the committed runs under reports/. Expected numbers are computed here from the files' per-repetition entries,
 independently of plots/parbench_results/."""
 import gzip
 import json
@@ -25,11 +25,11 @@ CPU_RUN = [FIXTURES / "cpu_run.json"]
 CPU_STRATEGIES = [FIXTURES / "cpu_run_strategies.json"]
 CPU_ADVISE = [FIXTURES / "cpu_run_advise.json"]
 REPORTS = REPO / "reports"
-# Committed GPU runs whose figures were hard to read: ten ddp bars in one CUDA-graph panel, and a
-# split sweep whose step times span 1 to 2,500 ms.
-GRAPH_RUN = [REPORTS / "2xh200-2026-11-22-fill-stream" / "graph.json",
-             REPORTS / "2xh200-2026-11-22-fill-stream" / "graph_buckets.json"]
-SWEEP_RUN = [REPORTS / "2xh200-2026-11-22" / "model_parallel.json"]
+GPU_RUNS = FIXTURES / "gpu_runs"
+# Real GPU runs whose figures were hard to read: ten ddp bars in one CUDA-graph panel, and a
+# split sweep whose step times span 1 to 2,500 ms. Kept compressed, as the readers take them.
+GRAPH_RUN = [GPU_RUNS / "2xh200_graph_ddp.json.gz", GPU_RUNS / "2xh200_graph_ddp_buckets.json.gz"]
+SWEEP_RUN = [GPU_RUNS / "2xh200_split_sweep.json.gz"]
 BAD_FILES = ["malformed.json", "empty.json", "schema_v2.json", "not_parbench.json"]
 FIGURES = ["step_time", "split_size", "throughput", "memory", "time_memory"]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -47,11 +47,17 @@ def run(script, out_dir, files):
                           capture_output=True, text=True, check=False)
 
 
+def read_json(path):
+    """A JSON file, or a gzip-compressed one (FILE.json.gz), read here without parbench_results."""
+    data = Path(path).read_bytes()
+    return json.loads(gzip.decompress(data) if str(path).endswith(".gz") else data)
+
+
 def repetitions(files):
     """run_name -> the per-repetition entries that ran, straight from the JSON."""
     found = {}
     for path in files:
-        for entry in json.loads(Path(path).read_text())["benchmarks"]:
+        for entry in read_json(path)["benchmarks"]:
             if entry["run_type"] == "iteration" and not entry.get("error_occurred"):
                 found.setdefault(entry["run_name"], []).append(entry)
     return found
@@ -239,7 +245,7 @@ def test_weak_scaling_ddp_compares_with_single_at_the_per_rank_batch(gpu_report)
 
 def test_strong_scaling_ddp_compares_with_single_at_the_global_batch(tmp_path):
     # A 2-GPU run: --batch=120 --scaling=strong, each rank's batch 60; its name says batch:120.
-    files = [REPORTS / "2xh200-2026-11-24-advise" / "x2-run2" / "advise_128.json"]
+    files = [GPU_RUNS / "2xh200_advise_strong.json.gz"]
     result = run(MAKE_REPORT, tmp_path / "out", files)
     assert result.returncode == 0, result.stderr
     graphed = tables((tmp_path / "out" / "REPORT.md").read_text(encoding="utf-8"), "Summary")[FP32 + ", CUDA graph"]
@@ -583,7 +589,7 @@ def assert_readable(figures):
 
 
 def context_of(path):
-    return json.loads(Path(path).read_text())["context"]
+    return read_json(path)["context"]
 
 
 @pytest.mark.parametrize("files", [GPU_RUN, CPU_RUN, SWEEP_RUN], ids=["gpu_fixture", "cpu_fixture", "sweep_report"])
