@@ -2,6 +2,9 @@
 
   python3 reports/make_report.py OUT_DIR RUN1.json [RUN2.json ...] [BASELINE.json ...]
 
+Any of the files may be gzip-compressed, named FILE.json.gz (a raw run kept small): it is
+read decompressed.
+
 Per set-up (model, batch, image, precision, data mode) it computes, over each case's
 per-repetition entries:
   step time     median of step_ms; spread = sample standard deviation, and min and max

@@ -43,7 +43,7 @@ void release_cached_memory();
 // handle and stream, about 32 MiB each on Hopper, and every graphed case's warm-up takes new ones
 // on a fresh pool stream; --advise's graphed profile, many), and the cache emptied. Without it
 // a case's peak counted what the cases before it left: up to 2.5 GiB on a pipeline's second GPU
-// in one process (ResNet-50 on 2 H200s, reports/2026-11-27-session12/RUN.md). A live graph's
+// in one process (ResNet-50 on 2 H200s, reports/2026-11-27-2xh200-tp-halves/RUN.md). A live graph's
 // kernels use its workspaces, so never while one is.
 void release_leftover_memory(const std::vector<torch::Device>& devices);
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from .schema import ResultsError
+from .schema import ResultsError, read_text
 
 KNOWN_SCHEMA_MAJOR = 1
 SCHEMA_KEY = "pytorch_baseline_schema"
@@ -60,9 +60,8 @@ def is_baseline_document(path: str) -> bool:
     """Whether the file is a JSON object with a pytorch_baseline_schema key (parbench's files have
     none); False for anything unreadable, which parbench's reader then reports."""
     try:
-        with open(path, encoding="utf-8") as file:
-            document = json.load(file)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        document = json.loads(read_text(path))
+    except (ResultsError, ValueError, RecursionError):
         return False
     return isinstance(document, dict) and SCHEMA_KEY in document
 
@@ -70,9 +69,8 @@ def is_baseline_document(path: str) -> bool:
 def read_baselines(path: str) -> list[Baseline]:
     """The file's results; ResultsError (naming the file) for one this reader cannot use."""
     try:
-        with open(path, encoding="utf-8") as file:
-            document = json.load(file)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        document = json.loads(read_text(path))  # FILE.json or FILE.json.gz
+    except (ValueError, RecursionError) as error:
         raise ResultsError(f"{path}: cannot read as JSON: {error}") from None
     version = document.get(SCHEMA_KEY) if isinstance(document, dict) else None
     if not isinstance(version, str) or not version.split(".")[0].isdigit():

@@ -41,8 +41,11 @@ CPU_THREAD_KEYS = ("threads_per_device", "intra_op_threads", "omp_num_threads", 
 # With 4 repetitions a side the exact two-sided p-value cannot go below 2/70 = 0.029, with 3 not
 # below 0.1: fewer than 5 leaves the U test next to no power at alpha = 0.05.
 MIN_REPETITIONS_FOR_U_TEST = 5
-# The most bytes a run's file may hold: parbench's largest runs write a few MiB.
+# The most bytes a run's file may hold: parbench's largest runs write a few MiB. A FILE.json.gz is
+# read decompressed, and the cap holds for its decompressed content (parbench_results.schema).
 MAX_INPUT_BYTES = 64 * 1024 * 1024
+# The files of a --window folder that are runs.
+RUN_FILE_SUFFIXES = (".json", ".json.gz")
 
 # Verdicts of one benchmark.
 PASS = "pass"
@@ -559,7 +562,7 @@ def load_history(directory: str, candidate: Run, settings: argparse.Namespace) -
     those whose CONTEXT_KEYS_THAT_MUST_MATCH equal the candidate's, other than the candidate's
     own commit, ordered by their newest run's date."""
     try:
-        names = sorted(name for name in os.listdir(directory) if name.endswith(".json"))
+        names = sorted(name for name in os.listdir(directory) if name.endswith(RUN_FILE_SUFFIXES))
     except OSError as error:
         raise UnusableInput(f"--window {directory}: cannot list: {error}") from None
     candidate_path = os.path.realpath(candidate.path)

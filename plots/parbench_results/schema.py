@@ -1,14 +1,17 @@
-"""What docs/JSON.md defines, for every reader of parbench's JSON: a file read and its schema
-version checked, Google Benchmark's time units, case names without the suffixes Google Benchmark
-appends, a training case's fields and the context's order of strategies and schedules.
+"""What docs/JSON.md defines, for every reader of parbench's JSON: a file read (FILE.json, or
+FILE.json.gz read as it is) and its schema version checked, Google Benchmark's time units, case
+names without the suffixes Google Benchmark appends, a training case's fields and the context's
+order of strategies and schedules.
 
 Standard library only, and Python 3.7 syntax: the regression gate imports it (docs/PERF_GATE.md).
 """
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import stat
+import zlib
 
 KNOWN_SCHEMA_MAJOR = 1
 SECONDS_PER_UNIT = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}  # Google Benchmark's time_unit
@@ -16,6 +19,10 @@ SECONDS_PER_UNIT = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}  # Google Benc
 # Path elements Google Benchmark appends to a registered name: flags, and key:value settings.
 _GBENCH_FLAGS = {"manual_time", "real_time", "process_time"}
 _GBENCH_KEYS = {"iterations", "repeats", "min_time", "min_warmup_time", "threads"}
+
+# A file whose name ends so is gzip-compressed and read decompressed (a raw run kept small).
+GZIP_SUFFIX = ".gz"
+_GZIP_CHUNK = 1 << 20  # decompressed bytes taken at a time: memory stays near max_bytes whatever the file
 
 
 class ResultsError(Exception):
@@ -25,7 +32,8 @@ class ResultsError(Exception):
 def read_text(path: str, max_bytes: int | None = None) -> str:
     """A regular file's text, UTF-8. Anything else (a FIFO, which would wait for a writer; a
     device such as /dev/zero, which never ends; a folder) is refused without reading it, and so
-    is a file of more than max_bytes."""
+    is a file of more than max_bytes. A name ending in .gz is decompressed as it is read, and
+    max_bytes holds for the decompressed text too: reading stops once it is passed."""
     try:
         # Opening a FIFO without O_NONBLOCK waits for a writer: open it non-blocking, then refuse it.
         descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
@@ -37,16 +45,40 @@ def read_text(path: str, max_bytes: int | None = None) -> str:
             raise ResultsError(f"{path}: not a regular file (a FIFO, device or folder): only files are read")
         if max_bytes is not None and status.st_size > max_bytes:
             raise ResultsError(f"{path}: {status.st_size} bytes, more than the {max_bytes} this reader takes")
-        try:
-            data = file.read() if max_bytes is None else file.read(max_bytes + 1)
-        except OSError as error:
-            raise ResultsError(f"{path}: cannot read: {error}") from None
+        if str(path).endswith(GZIP_SUFFIX):
+            data = _decompressed(file, path, max_bytes)
+        else:
+            try:
+                data = file.read() if max_bytes is None else file.read(max_bytes + 1)
+            except OSError as error:
+                raise ResultsError(f"{path}: cannot read: {error}") from None
     if max_bytes is not None and len(data) > max_bytes:  # it grew while being read
         raise ResultsError(f"{path}: more than the {max_bytes} bytes this reader takes")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as error:
         raise ResultsError(f"{path}: cannot read: {error}") from None
+
+
+def _decompressed(file, path: str, max_bytes: int | None) -> bytes:
+    """A gzip file's content, taken a chunk at a time so that a file which decompresses to far
+    more than max_bytes (a gzip bomb) is refused having held little more than max_bytes."""
+    parts, total = [], 0
+    try:
+        with gzip.GzipFile(fileobj=file, mode="rb") as archive:
+            while True:
+                wanted = _GZIP_CHUNK if max_bytes is None else min(_GZIP_CHUNK, max_bytes + 1 - total)
+                chunk = archive.read(wanted)
+                if not chunk:
+                    break
+                parts.append(chunk)
+                total += len(chunk)
+                if max_bytes is not None and total > max_bytes:
+                    raise ResultsError(f"{path}: more than the {max_bytes} bytes this reader takes, decompressed")
+    except (OSError, EOFError, zlib.error) as error:  # not gzip, truncated, a bad checksum or stream
+        message = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise ResultsError(f"{path}: cannot decompress: {message}") from None
+    return b"".join(parts)
 
 
 def read_document(path: str, max_bytes: int | None = None) -> dict:

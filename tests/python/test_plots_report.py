@@ -1,7 +1,8 @@
 """Tests plots/plot.py and reports/make_report.py against the fixtures in fixtures/ (parbench JSON
-as docs/JSON.md defines it; fixtures/README.md says where each comes from) and the committed GPU
-runs under reports/. Expected numbers are computed here from the files' per-repetition entries,
+as docs/JSON.md defines it; fixtures/README.md says where each comes from), among them real GPU
+runs (fixtures/gpu_runs/) and the committed runs under reports/. Expected numbers are computed here from the files' per-repetition entries,
 independently of plots/parbench_results/."""
+import gzip
 import json
 import re
 import statistics
@@ -24,11 +25,11 @@ CPU_RUN = [FIXTURES / "cpu_run.json"]
 CPU_STRATEGIES = [FIXTURES / "cpu_run_strategies.json"]
 CPU_ADVISE = [FIXTURES / "cpu_run_advise.json"]
 REPORTS = REPO / "reports"
-# Committed GPU runs whose figures were hard to read: ten ddp bars in one CUDA-graph panel, and a
-# split sweep whose step times span 1 to 2,500 ms.
-GRAPH_RUN = [REPORTS / "2xh200-2026-11-22-fill-stream" / "graph.json",
-             REPORTS / "2xh200-2026-11-22-fill-stream" / "graph_buckets.json"]
-SWEEP_RUN = [REPORTS / "2xh200-2026-11-22" / "model_parallel.json"]
+GPU_RUNS = FIXTURES / "gpu_runs"
+# Real GPU runs whose figures were hard to read: ten ddp bars in one CUDA-graph panel, and a
+# split sweep whose step times span 1 to 2,500 ms. Kept compressed, as the readers take them.
+GRAPH_RUN = [GPU_RUNS / "2xh200_graph_ddp.json.gz", GPU_RUNS / "2xh200_graph_ddp_buckets.json.gz"]
+SWEEP_RUN = [GPU_RUNS / "2xh200_split_sweep.json.gz"]
 BAD_FILES = ["malformed.json", "empty.json", "schema_v2.json", "not_parbench.json"]
 FIGURES = ["step_time", "split_size", "throughput", "memory", "time_memory"]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -46,11 +47,17 @@ def run(script, out_dir, files):
                           capture_output=True, text=True, check=False)
 
 
+def read_json(path):
+    """A JSON file, or a gzip-compressed one (FILE.json.gz), read here without parbench_results."""
+    data = Path(path).read_bytes()
+    return json.loads(gzip.decompress(data) if str(path).endswith(".gz") else data)
+
+
 def repetitions(files):
     """run_name -> the per-repetition entries that ran, straight from the JSON."""
     found = {}
     for path in files:
-        for entry in json.loads(Path(path).read_text())["benchmarks"]:
+        for entry in read_json(path)["benchmarks"]:
             if entry["run_type"] == "iteration" and not entry.get("error_occurred"):
                 found.setdefault(entry["run_name"], []).append(entry)
     return found
@@ -238,7 +245,7 @@ def test_weak_scaling_ddp_compares_with_single_at_the_per_rank_batch(gpu_report)
 
 def test_strong_scaling_ddp_compares_with_single_at_the_global_batch(tmp_path):
     # A 2-GPU run: --batch=120 --scaling=strong, each rank's batch 60; its name says batch:120.
-    files = [REPORTS / "2xh200-2026-11-24-advise" / "x2-run2" / "advise_128.json"]
+    files = [GPU_RUNS / "2xh200_advise_strong.json.gz"]
     result = run(MAKE_REPORT, tmp_path / "out", files)
     assert result.returncode == 0, result.stderr
     graphed = tables((tmp_path / "out" / "REPORT.md").read_text(encoding="utf-8"), "Summary")[FP32 + ", CUDA graph"]
@@ -333,6 +340,30 @@ def test_repetitions_of_one_case_in_two_files_are_pooled(tmp_path):
     report = (out_dir / "REPORT.md").read_text(encoding="utf-8")
     cells = row(tables(report, "Summary")["tinycnn, batch 32, image 64\u00d764, fp32, data on host"], "single")
     assert number(cells["reps"]) == 6
+
+
+def test_a_gzip_run_gives_the_report_of_its_json(tmp_path):
+    # The same runs kept as FILE.json.gz, beside a PyTorch baseline file kept so too.
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    plain, packed = [], []
+    for path in GPU_RUN + [FIXTURES / "pytorch_baselines.json"]:
+        plain.append(inputs / path.name)
+        plain[-1].write_bytes(path.read_bytes())
+        packed.append(inputs / f"{path.name}.gz")
+        packed[-1].write_bytes(gzip.compress(path.read_bytes()))
+    from_plain = run(MAKE_REPORT, tmp_path / "plain", plain)
+    from_packed = run(MAKE_REPORT, tmp_path / "packed", packed)
+    assert from_plain.returncode == 0, from_plain.stderr
+    assert from_packed.returncode == 0, from_packed.stderr
+
+    def report(folder):
+        # The files' names and the time it was made aside, the two reports are one.
+        text = (tmp_path / folder / "REPORT.md").read_text(encoding="utf-8")
+        return [line.replace(".json.gz", ".json") for line in text.splitlines() if not line.startswith("Generated ")]
+    assert report("packed") == report("plain")
+    assert "## PyTorch" in "\n".join(report("packed"))
+    assert sorted(p.name for p in (tmp_path / "packed").iterdir()) == sorted(p.name for p in (tmp_path / "plain").iterdir())
 
 
 @pytest.mark.parametrize("script", [PLOT, MAKE_REPORT], ids=["plot", "make_report"])
@@ -558,7 +589,7 @@ def assert_readable(figures):
 
 
 def context_of(path):
-    return json.loads(Path(path).read_text())["context"]
+    return read_json(path)["context"]
 
 
 @pytest.mark.parametrize("files", [GPU_RUN, CPU_RUN, SWEEP_RUN], ids=["gpu_fixture", "cpu_fixture", "sweep_report"])

@@ -341,7 +341,7 @@ def test_pipelining_takes_parbenchs_cut_from_its_json():
     # A file with fields (schema 1.4.0), and one whose names alone say the case.
     cut = pipelining.parbench_cut(FIXTURES / "schema_1_4_plugin.json", "tinycnn", "fp32", 2, False, 2)
     assert cut == "stem,layer1|layer2,head"
-    run = REPO / "reports" / "h100-2026-11-25-gpt" / "gpt_schedules.json"
+    run = FIXTURES / "gpu_runs" / "h100_gpt_schedules.json"
     assert pipelining.parbench_cut(run, "gpt2-small", "bf16", 2, True, 2) == \
         "embed,h.0,h.1,h.2|h.3,h.4,h.5|h.6,h.7,h.8|h.9,h.10,h.11,head"
     assert pipelining.parbench_cut(run, "gpt2-medium", "bf16", 2, False, 2) is None
