@@ -18,7 +18,7 @@
 // the model for every replica every step, and whose replicas' batch-norm statistics are dropped.
 #include "core/counter_table.h"
 #include "core/device_timer.h"
-#include "strategies/flat_tensors.h"
+#include "core/flat_tensors.h"
 #include "strategies/optimizer.h"
 #include "strategies/prediction.h"
 #include "strategies/strategy.h"

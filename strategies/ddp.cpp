@@ -14,7 +14,7 @@
 #include "strategies/distributed/gradient_buckets.h"
 #include "strategies/distributed/mesh_training.h"
 #include "strategies/distributed/world.h"
-#include "strategies/flat_tensors.h"
+#include "core/flat_tensors.h"
 #include "strategies/optimizer.h"
 #include "strategies/prediction.h"
 #include "strategies/strategy.h"

@@ -23,7 +23,7 @@ enum class Precision { kFloat32, kBFloat16 };  // bf16: autocast to bf16, channe
 std::string to_string(Precision precision);    // fp32 | bf16, as --precision spells it
 // MSE on one-hot labels is the tutorial's. kTokenCrossEntropyChunked: a language model's
 // cross-entropy under --checkpoint=blocks, which keeps only the logits and recomputes its softmax
-// chunk by chunk in the backward (strategies/token_cross_entropy.h).
+// chunk by chunk in the backward (models/token_cross_entropy.h).
 enum class LossKind { kMse, kCrossEntropy, kTokenCrossEntropyChunked };
 enum class OptimizerKind { kSgd, kAdamW };      // plain SGD is the tutorial's (strategies/optimizer.h)
 // Activations kept for the backward, or each block's recomputed there (models/activation_checkpoint.h).

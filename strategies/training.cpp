@@ -1,6 +1,6 @@
 #include "strategies/training.h"
 
-#include "strategies/token_cross_entropy.h"
+#include "models/token_cross_entropy.h"
 
 #include "models/model_zoo.h"
 

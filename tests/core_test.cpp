@@ -1,7 +1,7 @@
 // The helpers below strategies/: text joining and per-dtype flattening; temporary directories.
 #include "benchmarks/launch/temporary_directory.h"
 #include "core/text.h"
-#include "strategies/flat_tensors.h"
+#include "core/flat_tensors.h"
 #include "tests/parbench_process.h"
 
 #include <gtest/gtest.h>

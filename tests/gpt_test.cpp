@@ -2,7 +2,7 @@
 // shapes, stages that compose to the whole forward, and the FLOP count of docs/METRICS.md.
 #include "models/gpt.h"
 #include "models/model_zoo.h"
-#include "strategies/token_cross_entropy.h"
+#include "models/token_cross_entropy.h"
 #include "strategies/training.h"
 #include "tests/tensor_compare.h"
 

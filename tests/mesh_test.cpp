@@ -294,7 +294,7 @@ TEST(MeshRanks, AdamwOnShardedReplicasMatchesSingleDevice) {
                                    kFlavours);
 }
 
-// The Llama's plan (models/llama_tensor_parallel.h) on the mesh: grouped-query attention (8 heads,
+// The Llama's plan (models/tensor_parallel/llama.h) on the mesh: grouped-query attention (8 heads,
 // 4 kv heads) split by heads, rotary positions on the gathered sequence, sequence parallel on.
 TEST(MeshRanks, LlamaOnDataTimesTensorParallelTrainsAsSingleDevice) {
   expect_every_case_matches_single(rank_arguments("dp2.tp2", "on", "sgd"), "tinyllama", OptimizerKind::kSgd,

@@ -18,7 +18,7 @@
 #include "strategies/distributed/store_backend.h"
 #include "strategies/prediction.h"
 #include "strategies/strategy.h"
-#include "models/gpt_tensor_parallel.h"
+#include "models/tensor_parallel/gpt.h"
 #include "strategies/training.h"
 #include "tests/launched_case.h"
 #include "tests/option_parsing.h"
@@ -473,7 +473,7 @@ TEST(TensorParallel, RefusesDegreesThatDoNotDivideTheShapes) {
   EXPECT_NE(image_model.find("tensor_parallel has a plan for the GPT, Llama families; tinycnn has none"),
             std::string::npos)
       << image_model;
-  // The Llama family has a plan of its own (models/llama_tensor_parallel.h).
+  // The Llama family has a plan of its own (models/tensor_parallel/llama.h).
   EXPECT_EQ(skip_reason({"--strategies=tensor_parallel", "--models=tinyllama", "--batch=6", "--seq=8"}, 2), "");
 }
 

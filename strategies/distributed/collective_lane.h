@@ -2,7 +2,7 @@
 // issued from a side stream of the rank's device, between two CUDA events there.
 #pragma once
 
-#include "strategies/distributed/collective_clock.h"
+#include "core/collective_clock.h"
 
 #include <torch/csrc/distributed/c10d/Work.hpp>
 #include <torch/torch.h>

@@ -12,8 +12,8 @@
 
 #include "strategies/distributed/device_mesh.h"
 #include "strategies/strategy.h"
-#include "strategies/tensor_parallel/tensor_parallel_layers.h"
-#include "strategies/tensor_parallel/tensor_parallel_plan.h"
+#include "models/tensor_parallel/layers.h"
+#include "models/tensor_parallel/plan.h"
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/torch.h>

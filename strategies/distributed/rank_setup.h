@@ -3,7 +3,7 @@
 #pragma once
 
 #include "strategies/distributed/world.h"
-#include "strategies/flat_tensors.h"
+#include "core/flat_tensors.h"
 #include "strategies/strategy.h"
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>

@@ -1,6 +1,6 @@
 // Tensor parallelism as Megatron-LM does it: one process per device (a rank), each holding a
-// 1/degree slice of every layer, as the model family's plan splits it (strategies/tensor_parallel/
-// tensor_parallel_plan.h; the GPT's and the Llama's live beside their models: column-parallel and
+// 1/degree slice of every layer, as the model family's plan splits it (models/tensor_parallel/:
+// plan.h, the GPT's and the Llama's plans beside the models: column-parallel and
 // row-parallel layers, the embedding and head split by vocabulary, a cross-entropy that never
 // gathers the logits). Every rank runs the whole batch:
 // each draws --batch/degree sequences and the ranks all-gather them, as Megatron's ranks share
@@ -20,8 +20,8 @@
 #include "strategies/optimizer.h"
 #include "strategies/prediction.h"
 #include "strategies/strategy.h"
-#include "strategies/tensor_parallel/tensor_parallel_layers.h"
-#include "strategies/tensor_parallel/tensor_parallel_plan.h"
+#include "models/tensor_parallel/layers.h"
+#include "models/tensor_parallel/plan.h"
 #include "strategies/training.h"
 
 #include <ATen/record_function.h>

@@ -1,11 +1,11 @@
 // A model family's tensor-parallel plan: how one rank's shards of a whole model are built and
-// trained. Each plan lives beside its model (models/*_tensor_parallel.cpp, as torchtitan keeps a
+// trained. Each plan lives with the models (models/tensor_parallel/gpt.cpp, llama.cpp, as torchtitan keeps a
 // model's parallelize function beside it) and registers itself; tensor_parallel and a mesh's tp
 // axis find it by the model's name, so neither names a model.
 #pragma once
 
 #include "models/staged_model.h"
-#include "strategies/tensor_parallel/tensor_parallel_layers.h"
+#include "models/tensor_parallel/layers.h"
 
 #include <functional>
 #include <memory>

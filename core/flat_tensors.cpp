@@ -1,4 +1,4 @@
-#include "strategies/flat_tensors.h"
+#include "core/flat_tensors.h"
 
 #include <map>
 

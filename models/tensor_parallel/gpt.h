@@ -1,14 +1,14 @@
-// The GPT family's tensor-parallel plan (Megatron-style, strategies/tensor_parallel/tensor_parallel_layers.h):
+// The GPT family's tensor-parallel plan (Megatron-style, models/tensor_parallel/layers.h):
 // its linear layers hold this rank's shards, QKV and the MLP's fc column-parallel (the
 // attention's heads split across ranks), both out projections row-parallel, the token embedding
 // and the LM head split by vocabulary, LayerNorms and the position embedding whole. Registered as
-// the GPT family's plan (strategies/tensor_parallel/tensor_parallel_plan.h).
+// the GPT family's plan (models/tensor_parallel/plan.h).
 #pragma once
 
 #include "models/gpt.h"
 #include "models/staged_model.h"
-#include "strategies/tensor_parallel/tensor_parallel_layers.h"
-#include "strategies/tensor_parallel/tensor_parallel_plan.h"
+#include "models/tensor_parallel/layers.h"
+#include "models/tensor_parallel/plan.h"
 
 #include <torch/torch.h>
 

@@ -1,4 +1,4 @@
-#include "strategies/tensor_parallel/tensor_parallel_plan.h"
+#include "models/tensor_parallel/plan.h"
 
 #include <algorithm>
 #include <stdexcept>

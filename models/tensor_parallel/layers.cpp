@@ -1,8 +1,8 @@
-#include "strategies/tensor_parallel/tensor_parallel_layers.h"
+#include "models/tensor_parallel/layers.h"
 
 #include "models/autocast_cache.h"
-#include "strategies/flat_tensors.h"
-#include "strategies/token_cross_entropy.h"
+#include "core/flat_tensors.h"
+#include "models/token_cross_entropy.h"
 
 #ifdef PARBENCH_WITH_CUDA
 #include <ATen/cuda/CUDAEvent.h>
@@ -112,7 +112,7 @@ struct ReduceScatterToSequenceParallelRegion : torch::autograd::Function<ReduceS
 };
 
 // Megatron's vocab_parallel_cross_entropy, as one autograd function: forward reduces across
-// ranks, backward is local. As token_cross_entropy (strategies/token_cross_entropy.h), the fp32
+// ranks, backward is local. As token_cross_entropy (models/token_cross_entropy.h), the fp32
 // work goes chunk by chunk and only the logits (in their own dtype) and one fp32 value per token
 // are kept: each rank's log-sum-exp over its columns, all-gathered and combined into the whole
 // vocabulary's (a log-sum-exp of the ranks' own, so no maxima need to travel first).

@@ -1,7 +1,7 @@
-#include "models/llama_tensor_parallel.h"
+#include "models/tensor_parallel/llama.h"
 
 #include "models/attention_backend.h"
-#include "strategies/flat_tensors.h"
+#include "core/flat_tensors.h"
 
 #include <ATen/ops/_fused_sdp_choice.h>
 #include <ATen/ops/scaled_dot_product_attention.h>

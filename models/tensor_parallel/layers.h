@@ -9,10 +9,10 @@
 // - a cross-entropy over vocabulary-split logits that never gathers them.
 // Activations run sequence-first, (T, N, d), as Megatron's do: sequence shards are then
 // contiguous slices of the first dimension, which c10d's all-gather and reduce-scatter
-// concatenate along. Each model's plan (models/*_tensor_parallel.h) assembles its layers from these.
+// concatenate along. Each model's plan (models/tensor_parallel/gpt.h, llama.h) assembles its layers from these.
 #pragma once
 
-#include "strategies/distributed/collective_clock.h"
+#include "core/collective_clock.h"
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/torch.h>

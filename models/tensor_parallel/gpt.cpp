@@ -1,7 +1,7 @@
-#include "models/gpt_tensor_parallel.h"
+#include "models/tensor_parallel/gpt.h"
 
 #include "models/autocast_cache.h"
-#include "strategies/flat_tensors.h"
+#include "core/flat_tensors.h"
 
 #ifdef PARBENCH_WITH_CUDA
 #include <ATen/cuda/CUDAEvent.h>

@@ -1,4 +1,4 @@
-#include "strategies/token_cross_entropy.h"
+#include "models/token_cross_entropy.h"
 
 #include <algorithm>
 

@@ -10,8 +10,8 @@
 
 #include "models/llama.h"
 #include "models/staged_model.h"
-#include "strategies/tensor_parallel/tensor_parallel_layers.h"
-#include "strategies/tensor_parallel/tensor_parallel_plan.h"
+#include "models/tensor_parallel/layers.h"
+#include "models/tensor_parallel/plan.h"
 
 #include <torch/torch.h>
 

@@ -1,4 +1,4 @@
-#include "strategies/distributed/collective_clock.h"
+#include "core/collective_clock.h"
 
 #ifdef PARBENCH_WITH_CUDA
 #include <ATen/cuda/CUDAEvent.h>
