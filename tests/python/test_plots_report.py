@@ -30,7 +30,7 @@ GRAPH_RUN = [REPORTS / "2xh200-2026-11-22-fill-stream" / "graph.json",
              REPORTS / "2xh200-2026-11-22-fill-stream" / "graph_buckets.json"]
 SWEEP_RUN = [REPORTS / "2xh200-2026-11-22" / "model_parallel.json"]
 BAD_FILES = ["malformed.json", "empty.json", "schema_v2.json", "not_parbench.json"]
-FIGURES = ["step_time", "split_size", "throughput", "memory", "time_memory"]
+FIGURES = ["step_time", "split_size", "split_tradeoff", "throughput", "memory", "time_memory", "allreduce"]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 FP32 = "resnet50, batch 120, image 128\u00d7128, fp32, data on device"
