@@ -1,4 +1,4 @@
-"""Writes OUT_DIR/REPORT.md and the figures of plots/plot.py for one parbench run.
+"""Writes OUT_DIR/REPORT.md and the figures of parbench_results.plot for one parbench run.
 
   python3 reports/make_report.py OUT_DIR RUN1.json [RUN2.json ...] [BASELINE.json ...]
 
@@ -29,7 +29,7 @@ per-repetition entries:
                 --advise's predictions compared per count, as it ranks them
   all-reduce    comm/allreduce: median time, algbw and busbw per size and rank count
   timelines     pipeline cases run with --trace: the measured timeline of the traced step beside
-                the schedule simulator's (plots/pipeline_timeline.py), drawn for each schedule's
+                the schedule simulator's (parbench_results.pipeline_timeline), drawn for each schedule's
                 best split, and every case's measured bubble per device in the split sweep and
                 in OUT_DIR/timelines.json (docs/JSON.md, "timelines.json")
   PyTorch       PyTorch baselines (benchmarks/pytorch/, docs/JSON.md "PyTorch baselines") given
@@ -57,11 +57,10 @@ from pathlib import Path
 from matplotlib import rc_context
 
 # The reader and the figures: this checkout's Python package (pyproject.toml), which ci/setup.sh installs.
-import pipeline_timeline as pt
-import plot
-import timeline_plot
 from parbench_results import baselines as pb
 from parbench_results import cases as pr
+from parbench_results import pipeline_timeline as pt
+from parbench_results import plot, timeline_plot
 
 FIGURE_CAPTIONS = {
     "step_time": "Step time per strategy (median over repetitions, whiskers min\u2013max)",

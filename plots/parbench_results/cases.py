@@ -1,4 +1,4 @@
-"""The cases of parbench's JSON output (docs/JSON.md) for plots/plot.py and reports/make_report.py.
+"""The cases of parbench's JSON output (docs/JSON.md) for the figures (parbench_results.plot) and reports/make_report.py.
 
 What it computes:
 - per case (one benchmark run name; repetitions of the same name in several files are pooled):

@@ -14,9 +14,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import to_hex
 from matplotlib.transforms import Bbox
 
-import plot
 from parbench_results import cases as pr
-from parbench_results import styles
+from parbench_results import plot, styles
 from scripts import REPO
 
 REPORTS = REPO / "reports"

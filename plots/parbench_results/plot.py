@@ -1,6 +1,6 @@
 """Draws parbench results (docs/JSON.md) as figures, each as PNG and SVG.
 
-  python3 plots/plot.py OUT_DIR RUN1.json [RUN2.json ...]
+  parbench-plot OUT_DIR RUN1.json [RUN2.json ...]     (or python -m parbench_results.plot ...)
 
 step_time   step time per strategy: median of the step_ms counter over repetitions, whiskers from
             its min to its max (the report's tables give the same numbers); one panel per set-up
@@ -9,9 +9,8 @@ split_size  pipeline speedup over single (throughput / single's throughput, medi
             against split_size on a log axis, one curve per schedule, each schedule's ideal
             S x (1 - its ideal bubble) (S*M/(M+S-1) for tutorial, gpipe and 1f1b; bubbles of
             (S-1)/(vM+S-1) and (S-1)/(3M+S-1) for interleaved-1f1b and zb-h1) and single's 1.0 as
-            references, the best
-            split (lowest median step time) marked. Cases with a CUDA graph are drawn against
-            single with one, dashed, in the same panel.
+            references, the best split (lowest median step time) marked. Cases with a CUDA graph
+            are drawn against single with one, dashed, in the same panel.
 split_tradeoff  per set-up with a split sweep: median step time (whiskers min-max) and the
             fullest device's peak allocated GiB against split_size, one line per schedule,
             single's as dashed references: the trade-off a split makes.
@@ -62,6 +61,7 @@ from matplotlib.transforms import offset_copy
 from parbench_results import cases as pr
 from parbench_results.styles import DEVICE_COLORS, schedule_color, strategy_styles
 
+PROG = "parbench-plot"
 FORMATS = ("png", "svg")
 # 8.6 in at 100 dpi is about 870 px, a README column: the PNG shows at 100 %, fonts at their size.
 FIGURE_WIDTH_IN = 8.6
@@ -1009,25 +1009,26 @@ def _footer(figure, caption, notes, titles):
     figure.text(0.0, 0.0, "\n".join(wrapped), ha="left", va="top", fontsize=9)
 
 
-def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def main(argv: list[str] | None = None) -> int:
+    """The parbench-plot command (pyproject.toml); argv defaults to the command line's."""
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0])
     parser.add_argument("out_dir", type=Path, help="folder for the figures (created if missing)")
     parser.add_argument("results", nargs="+", help="parbench JSON files (--benchmark_out)")
     args = parser.parse_args(argv)
     try:
         results = pr.load(args.results)
     except pr.ResultsError as error:
-        print(f"plot.py: error: {error}", file=sys.stderr)
+        print(f"{PROG}: error: {error}", file=sys.stderr)
         return 2
     with pr.staged_output(args.out_dir) as staging:
         rendered = render_figures(results, staging)
     notes = results.notes + rendered.note_lines() + remove_stale_figures(args.out_dir, rendered.written)
     for note in notes:
-        print(f"plot.py: note: {note}", file=sys.stderr)
+        print(f"{PROG}: note: {note}", file=sys.stderr)
     for name in rendered.written:
         print(f"wrote {args.out_dir / name}.{{{','.join(FORMATS)}}}")
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+if __name__ == "__main__":  # python -m parbench_results.plot
+    sys.exit(main())
