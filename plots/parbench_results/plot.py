@@ -70,6 +70,7 @@ SPLIT_PANEL_HEIGHT_IN = 3.6
 BAR_PANEL_HEIGHT_IN = 0.9  # a bar panel's title, legend and axis, before its rows
 BAR_ROW_IN = 0.45  # one case's row: room for its two-line label
 BAR_HEIGHT = 0.62  # of a row
+MEMORY_SLOT_IN = 0.2  # a device's bar and its 8-point text in the memory figure's rows
 DPI = 100
 STYLE = {
     "font.size": 10,
@@ -461,8 +462,11 @@ def _draw_memory(results, groups, notes):
         for case in pr.headline_cases(cases):
             if not case.peak_memory_gib():
                 notes.append((setup, f"{case.title()} has no memory counters"))
-    figure, axes, titles = _figure(results, "Peak allocated memory per device", panels, _bar_heights(panels))
     every_device = sorted({device for shown in panels.values() for case in shown for device in case.peak_memory_gib()})
+    # A row holds a bar per device, each with its text: rows grow with the devices so texts keep apart.
+    row_in = max(BAR_ROW_IN, MEMORY_SLOT_IN * len(every_device))
+    figure, axes, titles = _figure(results, "Peak allocated memory per device", panels,
+                                   [BAR_PANEL_HEIGHT_IN + row_in * len(shown) for shown in panels.values()])
     colors = {device: DEVICE_COLORS[device % len(DEVICE_COLORS)] for device in every_device}
     for ax, shown in zip(axes, panels.values()):
         devices = sorted({device for case in shown for device in case.peak_memory_gib()})
@@ -735,7 +739,7 @@ def _draw_split_tradeoff(results, groups, notes):
             ax.set_xscale("log", base=2)
             ax.set_xticks(every_split, [str(split) for split in every_split])
             ax.xaxis.set_minor_locator(NullLocator())
-            ax.set_xlabel(f"split_size ({setup.samples} per micro-batch, log scale)")
+            ax.set_xlabel(f"split_size\n({setup.samples} per micro-batch, log scale)")
         # From zero, so that heights read as ratios; room above the highest point and single's line.
         left.set_ylim(0, max([p.max_ms for line in series.values() for p in line]
                              + ([single.stats("step_ms").median] if single else [])) * 1.1)

@@ -17,17 +17,17 @@ from matplotlib.transforms import Bbox
 from parbench_results import cases as pr
 from parbench_results import plot, styles
 from scripts import REPO
+from test_plots_report import assert_readable  # every text apart, bar texts inside their panel
 
-REPORTS = REPO / "reports"
 FIXTURES = Path(__file__).resolve().with_name("fixtures")
 # A 2-GPU run with every schedule (interleaved-1f1b at 2 chunks) swept over four splits, under
 # --advise with its peak memory predicted; and a 4-GPU run of the same sweep.
-ADVISE_RUN = [REPORTS / "2026-11-26-advise-final" / "call1" / "again2_resnet_128_fp32.json"]
-FOUR_GPU_RUN = [REPORTS / "2026-11-26-4xh200" / "callA" / "ref4_resnet_128_fp32.json"]
-ALLREDUCE_RUN = [REPORTS / "2026-11-26-4xh200" / "callA" / "ref4_allreduce_2.json",
-                 REPORTS / "2026-11-26-4xh200" / "callA" / "ref4_allreduce_4.json"]
+ADVISE_RUN = [REPO / "reports/2026-11-26-advise-final/call1/again2_resnet_128_fp32.json"]
+FOUR_GPU_RUN = [REPO / "reports/2026-11-26-4xh200/callA/ref4_resnet_128_fp32.json"]
+ALLREDUCE_RUN = [REPO / "reports/2026-11-26-4xh200/callA/ref4_allreduce_2.json",
+                 REPO / "reports/2026-11-26-4xh200/callA/ref4_allreduce_4.json"]
 # zero and tensor_parallel beside the other strategies, under --advise.
-MIXED_RUN = [REPORTS / "2026-11-26-2xh200-memory" / "call1" / "mem2_gpt.json"]
+MIXED_RUN = [REPO / "reports/2026-11-26-2xh200-memory/call1/mem2_gpt.json"]
 GPU_RUN = [FIXTURES / "gpu_run.json", FIXTURES / "gpu_run_ddp.json"]
 
 # Work units per micro-batch in each schedule's ideal bubble (S-1)/(wM+S-1): docs/METRICS.md,
@@ -307,6 +307,12 @@ def test_legends_sit_outside_every_panel_and_its_title_row(files):
             for ax in figure.axes:
                 if ax.get_visible():
                     assert not overlaps(box, panel_and_title_row(ax, renderer)), (name, ax.get_title(loc="left"))
+
+
+@pytest.mark.parametrize("files", [ADVISE_RUN, MIXED_RUN, FOUR_GPU_RUN, ALLREDUCE_RUN],
+                         ids=["advise", "mixed", "4_gpus", "allreduce"])
+def test_no_text_overlaps_another_in_the_committed_runs_figures(files):
+    assert_readable(drawn(files))
 
 
 @pytest.mark.parametrize("files", [ADVISE_RUN, MIXED_RUN], ids=["advise", "mixed"])

@@ -83,7 +83,7 @@ def test_the_fixtures_that_are_not_parbench_output_are_refused(validator, name, 
 
 def a_recent_run() -> dict:
     """The newest committed run of the fixtures' kind: a GPU run of schema 1.10.0 or later."""
-    return load(REPO / "reports" / "2026-11-26-advise-final" / "call1" / "again2_resnet_128_fp32.json")
+    return load(REPO / "reports/2026-11-26-advise-final/call1/again2_resnet_128_fp32.json")
 
 
 def first_train_repetition(document) -> dict:
