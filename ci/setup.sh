@@ -87,11 +87,11 @@ if [[ $(cat "$benchmark_stamp" 2>/dev/null) != "$BENCHMARK_DEBIAN_VERSION Releas
   build_benchmark_release
 fi
 
-# The Python package of this checkout (pyproject.toml: plots/parbench_results and the figure
-# modules), editable, so scripts and tests import the checkout's code. Offline (the GPU machines)
-# pip builds it only where setuptools is already there; where pip cannot (no pip, no setuptools,
-# a system python that refuses pip), a .pth file in site-packages puts plots/ on the path, which
-# is what the editable install amounts to.
+# The Python package of this checkout (pyproject.toml: plots/parbench_results, the figures and
+# the gate among its modules), editable, so scripts and tests import the checkout's code.
+# Offline (the GPU machines) pip builds it only where setuptools is already there; where pip
+# cannot (no pip, no setuptools, a system python that refuses pip), a .pth file in site-packages
+# puts plots/ on the path, which is what the editable install amounts to.
 install_python_package() {
   local python=$1 site
   if [[ $("$python" -c "import parbench_results, os; print(os.path.dirname(os.path.dirname(parbench_results.__file__)))" \

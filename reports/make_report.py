@@ -1,4 +1,4 @@
-"""Writes OUT_DIR/REPORT.md and the figures of plots/plot.py for one parbench run.
+"""Writes OUT_DIR/REPORT.md and the figures of parbench_results.plot for one parbench run.
 
   python3 reports/make_report.py OUT_DIR RUN1.json [RUN2.json ...] [BASELINE.json ...]
 
@@ -32,7 +32,7 @@ per-repetition entries:
                 --advise's predictions compared per count, as it ranks them
   all-reduce    comm/allreduce: median time, algbw and busbw per size and rank count
   timelines     pipeline cases run with --trace: the measured timeline of the traced step beside
-                the schedule simulator's (plots/pipeline_timeline.py), drawn for each schedule's
+                the schedule simulator's (parbench_results.pipeline_timeline), drawn for each schedule's
                 best split, and every case's measured bubble per device in the split sweep and
                 in OUT_DIR/timelines.json (docs/JSON.md, "timelines.json")
   PyTorch       PyTorch baselines (benchmarks/pytorch/, docs/JSON.md "PyTorch baselines") given
@@ -60,20 +60,22 @@ from pathlib import Path
 from matplotlib import rc_context
 
 # The reader and the figures: this checkout's Python package (pyproject.toml), which ci/setup.sh installs.
-import pipeline_timeline as pt
-import plot
-import timeline_plot
 from parbench_results import baselines as pb
 from parbench_results import cases as pr
+from parbench_results import pipeline_timeline as pt
+from parbench_results import plot, timeline_plot
 
 FIGURE_CAPTIONS = {
     "step_time": "Step time per strategy (median over repetitions, whiskers min\u2013max)",
-    "split_size": "Pipeline speedup over single against split_size, with the ideal S\u00b7M/(M+S\u22121)",
+    "split_size": "Pipeline speedup over single against split_size, with each schedule's ideal",
+    "split_tradeoff": "Step time and peak memory against split_size per schedule: the pipeline's trade-off",
     "throughput": "Throughput ({unit}) per strategy against ideal scaling, with scaling efficiency",
     "memory": "Peak allocated memory per device",
     "time_memory": "Throughput ({unit}) against peak memory per case, with the frontier of the time-memory choice",
     "prediction": "Predicted against measured step time (parbench --advise)",
+    "memory_prediction": "Predicted against measured peak memory of the fullest device (parbench --advise)",
     "scaling": "Throughput ({unit}) and scaling efficiency against the GPU count, with the ideal",
+    "allreduce": "All-reduce bus bandwidth (busbw) against message size, per rank count",
 }
 TIMELINES_FILE = "timelines.json"
 TIMELINES_SCHEMA = "1.0.0"  # semver, as parbench_json_schema (docs/JSON.md, "timelines.json")
@@ -617,19 +619,8 @@ def _prediction_error(case: pr.Case) -> float:
     return (case.stats("predicted_step_ms").median - measured) / measured
 
 
-def _fullest_peaks(case: pr.Case) -> tuple[float, float] | None:
-    """The fullest device's predicted peak (median over repetitions of predicted_peak_gib_dev<i>)
-    and measured peak (the highest peak_mem_gib_dev<i>), in GiB; None where either is missing
-    (memory not predicted, or a CPU run, which measures no peak)."""
-    predicted = case.per_device("predicted_peak_gib")
-    measured = case.peak_memory_gib()
-    if not predicted or not measured:
-        return None
-    return max(pr.Stats.of(values).median for values in predicted.values()), max(measured.values())
-
-
 def _memory_error(case: pr.Case) -> float | None:
-    peaks = _fullest_peaks(case)
+    peaks = case.fullest_peaks()
     if peaks is None or peaks[1] <= 0:
         return None
     return (peaks[0] - peaks[1]) / peaks[1]
@@ -660,7 +651,7 @@ def prediction_groups(groups: dict[pr.Setup, list[pr.Case]]) -> dict[tuple, list
 def prediction_table(cases: list[pr.Case]) -> list[str]:
     """One row per case; where any case has its peak memory predicted and measured (GPU runs),
     the fullest device's predicted and measured peak and their error too ("-" where a case lacks them)."""
-    memory = any(_fullest_peaks(case) for case in cases)
+    memory = any(case.fullest_peaks() for case in cases)
     rows = []
     for case in sorted(cases, key=lambda c: c.stats("predicted_rank").median):
         # A case with its memory predicted alone (checkpointed) has no predicted time.
@@ -669,7 +660,7 @@ def prediction_table(cases: list[pr.Case]) -> list[str]:
                f"{case.stats('predicted_step_ms').median:.2f}" if timed else "-", f"{case.stats('step_ms').median:.2f}",
                f"{_prediction_error(case):+.1%}" if timed else "-"]
         if memory:
-            peaks = _fullest_peaks(case)
+            peaks = case.fullest_peaks()
             error = _memory_error(case)
             row += ([f"{peaks[0]:.2f}", f"{peaks[1]:.2f}"] if peaks else ["-", "-"])
             row.append(f"{error:+.1%}" if error is not None else "-")
@@ -710,7 +701,7 @@ def allreduce_table(cases: list[pr.Case]) -> list[str]:
         seconds = pr.Stats.of([entry["real_time"] * pr.SECONDS_PER_UNIT[entry["time_unit"]]
                                for entry in case.repetitions])
         rows.append(((int(ranks), size), [
-            ranks, case.label.get("backend", ""), f"{size:,.0f} ({_binary_size(size)})", str(len(case.repetitions)),
+            ranks, case.label.get("backend", ""), f"{size:,.0f} ({plot.binary_size(size)})", str(len(case.repetitions)),
             f"{seconds.median * 1e6:,.1f}", _bandwidth(case.stats("algbw_gbps").median),
             _bandwidth(case.stats("busbw_gbps").median)]))
     return _table(["ranks", "backend", "bytes", "reps", "time median (µs)", "algbw (GB/s)", "busbw (GB/s)"],
@@ -719,13 +710,6 @@ def allreduce_table(cases: list[pr.Case]) -> list[str]:
 
 def _bandwidth(gbps: float) -> str:
     return f"{gbps:,.1f}" if gbps >= 1 else f"{gbps:.3f}"
-
-
-def _binary_size(size: float) -> str:
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if size >= scale:
-            return f"{size / scale:.4g} {unit}"
-    return f"{size:.0f} B"
 
 
 def not_run_table(results: pr.Results) -> list[str]:

@@ -1,4 +1,4 @@
-"""The cases of parbench's JSON output (docs/JSON.md) for plots/plot.py and reports/make_report.py.
+"""The cases of parbench's JSON output (docs/JSON.md) for the figures (parbench_results.plot) and reports/make_report.py.
 
 What it computes:
 - per case (one benchmark run name; repetitions of the same name in several files are pooled):
@@ -289,6 +289,16 @@ class Case:
     def peak_memory_gib(self) -> dict[int, float]:
         """Device index -> highest peak_mem_gib_dev<i> over the repetitions (CUDA runs only)."""
         return {device: max(values) for device, values in self.per_device("peak_mem_gib").items()}
+
+    def fullest_peaks(self) -> tuple[float, float] | None:
+        """(predicted, measured) peak of the fullest device in GiB: the highest over devices of
+        the median predicted_peak_gib_dev<i> (--advise) and of peak_memory_gib(); None where
+        either is missing (memory not predicted, or a CPU run, which measures no peak)."""
+        predicted = self.per_device("predicted_peak_gib")
+        measured = self.peak_memory_gib()
+        if not predicted or not measured:
+            return None
+        return max(Stats.of(values).median for values in predicted.values()), max(measured.values())
 
     def memory_breakdown(self) -> dict[int, dict[str, float]]:
         """Device index -> memory counter (the table's per-device counters in MEMORY_UNITS:

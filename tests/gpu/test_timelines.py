@@ -1,9 +1,9 @@
 """Traced pipelines (docs/METRICS.md, "Pipeline timelines"): every schedule, both stages on GPU
 0, timed without and with --trace; each traced case leaves a trace and the simulator's predicted
-timeline beside it, which plots/pipeline_timeline.py reads with the measured one."""
+timeline beside it, which parbench_results.pipeline_timeline reads with the measured one."""
 from pathlib import Path
 
-import pipeline_timeline
+from parbench_results import pipeline_timeline
 
 from conftest import needs_gpus
 

@@ -1,4 +1,4 @@
-"""Tests plots/plot.py and reports/make_report.py against the fixtures in fixtures/ (parbench JSON
+"""Tests parbench_results.plot (parbench-plot) and reports/make_report.py against the fixtures in fixtures/ (parbench JSON
 as docs/JSON.md defines it; fixtures/README.md says where each comes from), among them real GPU
 runs (fixtures/gpu_runs/) and the committed runs under reports/. Expected numbers are computed here from the files' per-repetition entries,
 independently of plots/parbench_results/."""
@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-import plot
 from parbench_results import cases as pr
+from parbench_results import plot
 from parbench_results.facts import legacy_counter_table
 from scripts import REPO, import_script
 
 FIXTURES = Path(__file__).resolve().with_name("fixtures")
-PLOT = REPO / "plots" / "plot.py"
+PLOT = ("-m", "parbench_results.plot")  # the parbench-plot command, as the package runs it
 MAKE_REPORT = REPO / "reports" / "make_report.py"
 GPU_RUN = [FIXTURES / "gpu_run.json", FIXTURES / "gpu_run_ddp.json"]
 CPU_RUN = [FIXTURES / "cpu_run.json"]
@@ -31,7 +31,7 @@ GPU_RUNS = FIXTURES / "gpu_runs"
 GRAPH_RUN = [GPU_RUNS / "2xh200_graph_ddp.json.gz", GPU_RUNS / "2xh200_graph_ddp_buckets.json.gz"]
 SWEEP_RUN = [GPU_RUNS / "2xh200_split_sweep.json.gz"]
 BAD_FILES = ["malformed.json", "empty.json", "schema_v2.json", "not_parbench.json"]
-FIGURES = ["step_time", "split_size", "throughput", "memory", "time_memory"]
+FIGURES = ["step_time", "split_size", "split_tradeoff", "throughput", "memory", "time_memory", "allreduce"]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 FP32 = "resnet50, batch 120, image 128\u00d7128, fp32, data on device"
@@ -43,7 +43,9 @@ DDP = ("train/ddp/resnet50/batch:120/image:128/precision:fp32/data:device/gpus:2
 
 
 def run(script, out_dir, files):
-    return subprocess.run([sys.executable, str(script), str(out_dir), *map(str, files)],
+    """A script by path, or a module's command line (a tuple: "-m", module)."""
+    program = list(script) if isinstance(script, tuple) else [str(script)]
+    return subprocess.run([sys.executable, *program, str(out_dir), *map(str, files)],
                           capture_output=True, text=True, check=False)
 
 
@@ -459,7 +461,7 @@ def test_cuda_graph_cases_compare_with_single_under_a_graph(tmp_path):
 # --- figures: readable, and drawn from the right numbers ---
 
 def drawn_figures(files):
-    """Figure name -> the laid-out matplotlib figure, as plot.py draws it from `files`."""
+    """Figure name -> the laid-out matplotlib figure, as parbench_results.plot draws it from `files`."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     figures, _ = plot.draw_figures(pr.load([str(path) for path in files]))
     for figure in figures.values():

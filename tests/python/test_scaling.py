@@ -8,8 +8,8 @@ import subprocess
 
 import pytest
 
-import plot
 from parbench_results import cases as pr
+from parbench_results import plot
 from test_plots_report import MAKE_REPORT, PLOT, assert_figure, number, run, section, tables
 
 SETUP = "resnet50, batch 120, image 128\u00d7128, fp32, data on device"

@@ -1,4 +1,4 @@
-"""Tests plots/pipeline_timeline.py, plots/timeline_plot.py and the report's pipeline timelines:
+"""Tests parbench_results.pipeline_timeline (parbench-timeline), parbench_results.timeline_plot and the report's pipeline timelines:
 on real CPU traces that parbench wrote (fixtures/traces/, fixtures/README.md), on a GPU trace
 built here in the shape of Kineto's output with hand-worked bubbles, and on traces a fresh
 `parbench --trace` run writes for every schedule."""
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-import pipeline_timeline as pt
-import timeline_plot
+from parbench_results import pipeline_timeline as pt
+from parbench_results import timeline_plot
 from parbench_results.facts import legacy_schedule_facts
 
 SCHEDULE_FACTS = legacy_schedule_facts()  # the fixtures' files predate schema 1.8.0's schedule_facts
@@ -220,13 +220,13 @@ def test_a_trace_without_labelled_actions_is_refused(tmp_path):
 
 def test_cli_prints_spans_and_exits_2_on_bad_input(tmp_path):
     trace, _, _ = fixture("1f1b")
-    script = REPO / "plots" / "pipeline_timeline.py"
-    good = subprocess.run([sys.executable, str(script), str(trace)], capture_output=True, text=True)
+    command = [sys.executable, "-m", "parbench_results.pipeline_timeline"]  # parbench-timeline
+    good = subprocess.run([*command, str(trace)], capture_output=True, text=True)
     assert good.returncode == 0, good.stderr
     assert "F0 stage0" in good.stdout and "bubble dev0" in good.stdout
     bad = tmp_path / "bad.trace.json"
     bad.write_text("[]")
-    result = subprocess.run([sys.executable, str(script), str(bad)], capture_output=True, text=True)
+    result = subprocess.run([*command, str(bad)], capture_output=True, text=True)
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1 and "bad.trace.json" in result.stderr
 

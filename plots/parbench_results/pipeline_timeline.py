@@ -1,6 +1,7 @@
 """A pipeline case's measured timeline, from its `--trace` file, beside the schedule simulator's.
 
-  python3 plots/pipeline_timeline.py TRACE.json [--devices=N]   # prints the spans and bubble
+  parbench-timeline TRACE.json [--devices=N]   # prints the spans and bubble
+  (or python -m parbench_results.pipeline_timeline ...)
 
 parbench's traces (docs/JSON.md, "Traces") label each schedule action on the host thread that
 issues it: "F3 stage0" (micro-batch 3's forward on stage 0), "B3 stage1" (its backward: the
@@ -31,6 +32,7 @@ from pathlib import Path
 
 from parbench_results.facts import ScheduleFacts
 
+PROG = "parbench-timeline"
 ACTION = re.compile(r"^(?P<op>[FBW])(?P<micro_batch>\d+|\*) stage(?P<stage>\d+)$")
 UPDATE = re.compile(r"^optimizer stage(?P<stage>\d+)$")
 DEVICE_CATEGORIES = {"kernel", "gpu_memcpy", "gpu_memset"}
@@ -270,18 +272,19 @@ def predicted_path(trace_path) -> Path:
     return trace_path.with_name(trace_path.name.removesuffix(".trace.json") + ".predicted.json")
 
 
-def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def main(argv: list[str] | None = None) -> int:
+    """The parbench-timeline command (pyproject.toml); argv defaults to the command line's."""
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0])
     parser.add_argument("trace", help="a pipeline case's <case>.trace.json (parbench --trace)")
     parser.add_argument("--devices", type=int, default=2, help="devices the case ran on (default 2)")
     args = parser.parse_args(argv)
     if args.devices < 1:
-        print(f"pipeline_timeline.py: error: --devices={args.devices}: needs 1 or more", file=sys.stderr)
+        print(f"{PROG}: error: --devices={args.devices}: needs 1 or more", file=sys.stderr)
         return 2
     try:
         timeline = measured_timeline(read_trace(args.trace), args.devices, args.trace)
     except TimelineError as error:
-        print(f"pipeline_timeline.py: error: {error}", file=sys.stderr)
+        print(f"{PROG}: error: {error}", file=sys.stderr)
         return 2
     for span in timeline.spans:
         label = "*" if span.micro_batch is None else span.micro_batch
@@ -292,5 +295,5 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+if __name__ == "__main__":  # python -m parbench_results.pipeline_timeline
+    sys.exit(main())

@@ -17,10 +17,10 @@ import textwrap
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-import pipeline_timeline as pt
+from parbench_results import pipeline_timeline as pt
 from parbench_results.facts import ScheduleFacts
 
-FIGURE_WIDTH_IN = 8.6  # plot.py's width: a README column at 100 dpi
+FIGURE_WIDTH_IN = 8.6  # parbench_results.plot's width: a README column at 100 dpi
 TITLE_HEIGHT_IN = 1.1
 PANEL_HEIGHT_IN = 0.75  # a panel's title and axis, before its rows
 ROW_IN = 0.5
