@@ -197,6 +197,16 @@ def test_run_all_dry_run_lists_every_baseline_and_refuses_an_unknown_set(tmp_pat
     assert bad.returncode == 2 and "unknown set 'bogus'" in bad.stderr
 
 
+def test_run_all_without_a_gpu_says_to_pass_cpu_before_running_anything(tmp_path):
+    out = tmp_path / "out"
+    done = subprocess.run(["bash", str(BASELINES / "run_all.sh"), str(out), "resnet"], capture_output=True, text=True,
+                          env={**ENV, "CUDA_VISIBLE_DEVICES": "", "PYTHON": sys.executable}, check=False)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == ("run_all.sh: error: no GPU visible: the baselines' shapes are sized for GPUs "
+                           "(--cpu runs tiny shapes on the CPU)\n")
+    assert not out.exists()
+
+
 # --- the shared pieces --------------------------------------------------------------------------
 
 def test_flops_and_datasheet_peaks_are_parbenchs():
