@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <torch/version.h>
 
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -20,6 +21,7 @@
 #include <regex>
 #include <sched.h>
 #include <set>
+#include <sstream>
 
 namespace {
 
@@ -856,6 +858,25 @@ TEST(Cli, ARepeatedDistributedOptionValueRunsOnce) {
   }
   EXPECT_EQ(cases.size(), 2u) << result.run.output;  // one ddp case, one zero case
   EXPECT_NE(result.run.error.find("parbench: 2 ran, 0 skipped, 0 failed"), std::string::npos) << result.run.error;
+}
+
+// --version: the build's facts, one a line, and nothing run, whatever else the command line says.
+TEST(Cli, VersionPrintsTheBuildsFactsOneALine) {
+  for (const std::string arguments : {"--version", "--batch=8 --version --no-such-flag"}) {
+    const auto run = run_parbench(arguments);
+    EXPECT_EQ(run.exit_code, 0) << arguments << ": " << run.output;
+    EXPECT_EQ(run.error, "") << arguments;
+    std::vector<std::string> lines;
+    std::istringstream text(run.output);
+    for (std::string line; std::getline(text, line);) lines.push_back(line);
+    ASSERT_EQ(lines.size(), 6u) << run.output;
+    EXPECT_EQ(lines[0], std::string("parbench ") + PARBENCH_VERSION);
+    EXPECT_TRUE(std::regex_match(lines[1], std::regex("git_sha: ([0-9a-f]{40}|unknown|\\S+)"))) << lines[1];
+    EXPECT_TRUE(std::regex_match(lines[2], std::regex("git_dirty: (true|false|unknown)"))) << lines[2];
+    EXPECT_EQ(lines[3], std::string("libtorch_version: ") + TORCH_VERSION);
+    EXPECT_TRUE(std::regex_match(lines[4], std::regex("cuda_version: (none|[0-9]+\\.[0-9]+)"))) << lines[4];
+    EXPECT_TRUE(std::regex_match(lines[5], std::regex("nccl_version: (none|[0-9]+\\.[0-9]+\\.[0-9]+.*)"))) << lines[5];
+  }
 }
 
 }  // namespace

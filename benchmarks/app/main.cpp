@@ -190,6 +190,10 @@ int main(int argc, char** argv) {
       std::fputs(usage().c_str(), stdout);
       return kExitAllRan;
     }
+    if (std::strcmp(argv[i], "--version") == 0) {
+      std::fputs(version_text().c_str(), stdout);
+      return kExitAllRan;
+    }
   }
 
   // Ranks started by parbench's own launcher carry hidden flags (benchmarks/run/rank_worker.h).

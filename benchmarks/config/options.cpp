@@ -484,6 +484,8 @@ given twice (as written, or as read: 8 and 08, 25 and 25.0) runs once, at its fi
                          per pipeline schedule) to FILE as Markdown
   --verbose              print Google Benchmark's rows (every repetition, then mean, median, stddev
                          and cv) instead of one line per case
+  --version              print the version, the commit built from and whether it had changes, and
+                         the LibTorch, CUDA and NCCL versions built with ("none" without CUDA)
   --help                 this text
 
 Exit status:
