@@ -1,4 +1,5 @@
 // The parbench binary end to end: a short CPU run's JSON, and bad input.
+#include "benchmarks/config/options.h"
 #include "benchmarks/launch/temporary_directory.h"
 #include "models/model_zoo.h"
 
@@ -617,6 +618,13 @@ INSTANTIATE_TEST_SUITE_P(
                       BadInput{"--busy-profile=maybe", "on, off"},
                       BadInput{"--trace=", "needs a directory"},
                       BadInput{"--colour=blue", "unknown option --colour"},
+                      // An unknown flag is named, with the nearest known flag of parbench's or
+                      // Google Benchmark's, before a value is looked for.
+                      BadInput{"--batchsize=8", "parbench: unknown option --batchsize; did you mean --batch?"},
+                      BadInput{"--batchsize 8", "parbench: unknown option --batchsize; did you mean --batch?"},
+                      BadInput{"--benchmark_fliter=single", "unknown option --benchmark_fliter; did you mean --benchmark_filter?"},
+                      BadInput{"--strategy=single", "unknown option --strategy; did you mean --strategies?"},
+                      BadInput{"--version=1", "--version takes no value"},
                       BadInput{"--strategies=single --benchmark_filter=no-such-case", "selects no case of the 1 this run has"},
                       BadInput{"'--benchmark_filter=single(' --strategies=single", "not a valid extended regular expression"},
                       // Numbers that would abort, overflow or run nothing.
@@ -877,6 +885,28 @@ TEST(Cli, VersionPrintsTheBuildsFactsOneALine) {
     EXPECT_TRUE(std::regex_match(lines[4], std::regex("cuda_version: (none|[0-9]+\\.[0-9]+)"))) << lines[4];
     EXPECT_TRUE(std::regex_match(lines[5], std::regex("nccl_version: (none|[0-9]+\\.[0-9]+\\.[0-9]+.*)"))) << lines[5];
   }
+}
+
+TEST(Cli, AnUnknownOptionAtTheEndIsNamedNotAskedForAValue) {
+  const auto run = run_parbench("--preset=cpu --colour");
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_EQ(run.output, "parbench: unknown option --colour (see --help)\n");
+  const auto misspelt = run_parbench("--verison");
+  EXPECT_EQ(misspelt.exit_code, 2);
+  EXPECT_EQ(misspelt.output, "parbench: unknown option --verison; did you mean --version?\n");
+}
+
+TEST(CliOptions, TheNearestFlagIsSuggestedOnlyWhereOneIsNear) {
+  const std::vector<std::string> known = {"batch", "image", "seq", "strategies", "models", "cut", "benchmark_filter",
+                                          "benchmark_format", "version"};
+  EXPECT_EQ(parbench::nearest_flag("batchsize", known), "batch");
+  EXPECT_EQ(parbench::nearest_flag("bacth", known), "batch");  // two letters swapped: one edit
+  EXPECT_EQ(parbench::nearest_flag("strategy", known), "strategies");
+  EXPECT_EQ(parbench::nearest_flag("model", known), "models");
+  EXPECT_EQ(parbench::nearest_flag("benchmark_fliter", known), "benchmark_filter");
+  EXPECT_EQ(parbench::nearest_flag("benchmark_formt", known), "benchmark_format");
+  EXPECT_EQ(parbench::nearest_flag("colour", known), "");
+  EXPECT_EQ(parbench::nearest_flag("zzz", known), "");
 }
 
 }  // namespace

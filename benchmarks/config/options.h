@@ -116,4 +116,9 @@ Options parse_options(int argc, char** argv, bool has_gpu, std::vector<char*>* b
 // The --help text.
 std::string usage();
 
+// Of `known` flags (names without the dashes), the one nearest `name` by edits (the first of
+// equals), or "" where none is near enough to be the one meant: at most half the name's length
+// in edits (at least 2), or one a prefix of the other.
+std::string nearest_flag(const std::string& name, const std::vector<std::string>& known);
+
 }  // namespace parbench
