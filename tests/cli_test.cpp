@@ -909,4 +909,21 @@ TEST(CliOptions, TheNearestFlagIsSuggestedOnlyWhereOneIsNear) {
   EXPECT_EQ(parbench::nearest_flag("zzz", known), "");
 }
 
+// Google Benchmark's context (the host, the caches, and every key of the JSON context) goes to
+// stderr with --verbose alone; the JSON has it either way.
+TEST(Cli, GoogleBenchmarksContextIsOnStderrOnlyWithVerbose) {
+  parbench::TemporaryDirectory dir("parbench-cli-test");
+  for (const bool verbose : {false, true}) {
+    const auto [run, json] =
+        run_small_to_json(dir, std::string("--strategies=single --repetitions=1") + (verbose ? " --verbose" : ""));
+    ASSERT_EQ(run.exit_code, 0) << run.output;
+    for (const char* context_line : {"\nRun on (", "\nparbench_json_schema: ", "\ngit_sha: "}) {
+      EXPECT_EQ(("\n" + run.error).find(context_line) != std::string::npos, verbose)
+          << "verbose " << verbose << ", " << context_line << " in:\n" << run.error;
+    }
+    EXPECT_EQ(json["context"]["parbench_json_schema"], "1.16.0") << "verbose " << verbose;
+    EXPECT_TRUE(json["context"].contains("git_sha"));
+  }
+}
+
 }  // namespace

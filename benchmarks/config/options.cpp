@@ -527,7 +527,8 @@ given twice (as written, or as read: 8 and 08, 25 and 25.0) runs once, at its fi
                          case, the winner and whether its lead is within the noise, the best split
                          per pipeline schedule) to FILE as Markdown
   --verbose              print Google Benchmark's rows (every repetition, then mean, median, stddev
-                         and cv) instead of one line per case
+                         and cv) instead of one line per case, and its context (the host, and every
+                         key of the JSON context) on stderr first; the JSON has the context always
   --version              print the version, the commit built from and whether it had changes, and
                          the LibTorch, CUDA and NCCL versions built with ("none" without CUDA)
   --help                 this text
