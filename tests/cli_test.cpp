@@ -1,7 +1,9 @@
 // The parbench binary end to end: a short CPU run's JSON, and bad input.
 #include "benchmarks/config/options.h"
 #include "benchmarks/launch/temporary_directory.h"
+#include "core/device_timer.h"
 #include "models/model_zoo.h"
+#include "tests/option_parsing.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -924,6 +926,43 @@ TEST(Cli, GoogleBenchmarksContextIsOnStderrOnlyWithVerbose) {
     EXPECT_EQ(json["context"]["parbench_json_schema"], "1.16.0") << "verbose " << verbose;
     EXPECT_TRUE(json["context"].contains("git_sha"));
   }
+}
+
+// On a machine without a GPU, a run sized for GPUs says so before it starts, naming its heaviest
+// training step and how to get a CPU-sized run; the cpu preset's own run says nothing.
+TEST(CliOptions, RunsSizedForGpusAreNamedSo) {
+  using parbench::gpu_sized_note;
+  using parbench::parsed_options;
+  EXPECT_EQ(gpu_sized_note(parsed_options({}, /*has_gpu=*/false)), "");
+  EXPECT_EQ(gpu_sized_note(parsed_options({"--models=tinycnn,tinygpt,gpt2-small"}, false)), "");
+  EXPECT_EQ(gpu_sized_note(parsed_options({"--preset=tutorial"}, false)),
+            "--preset=tutorial is sized for GPUs: its heaviest training step (resnet50 at batch 120 of 128x128 images) "
+            "is 0.96 TFLOP, which on this CPU may take very long; for a CPU-sized run use --preset=cpu");
+  EXPECT_NE(gpu_sized_note(parsed_options({"--preset=default"}, false)).find("--preset=default is sized for GPUs"),
+            std::string::npos);
+  const auto language = gpu_sized_note(parsed_options({"--models=gpt2-medium"}, false));
+  EXPECT_EQ(language.rfind("this run is sized for GPUs: its heaviest training step (gpt2-medium at batch 8 of 64-token "
+                           "sequences) is ",
+                           0),
+            0u)
+      << language;
+  EXPECT_NE(language.find("for a CPU-sized run use --preset=cpu with a smaller model, --batch, --image or --seq"),
+            std::string::npos)
+      << language;
+  EXPECT_NE(gpu_sized_note(parsed_options({"--batch=256", "--image=128"}, false)).find("resnet50 at batch 256 of 128x128"),
+            std::string::npos);
+}
+
+TEST(Cli, ARunSizedForGpusSaysSoOnTheCpuBeforeItStarts) {
+  if (parbench::visible_gpu_count() > 0) GTEST_SKIP() << "the CPU's note: GPUs are visible";
+  // A listing starts nothing, and says so as a run would.
+  const auto tutorial = run_parbench("--preset=tutorial --benchmark_list_tests=true");
+  EXPECT_EQ(tutorial.exit_code, 0) << tutorial.output;
+  EXPECT_EQ(tutorial.error.rfind("parbench: --preset=tutorial is sized for GPUs: ", 0), 0u) << tutorial.error;
+  EXPECT_NE(tutorial.error.find("for a CPU-sized run use --preset=cpu\n"), std::string::npos) << tutorial.error;
+  const auto cpu = run_parbench("--preset=cpu --benchmark_list_tests=true");
+  EXPECT_EQ(cpu.exit_code, 0) << cpu.output;
+  EXPECT_EQ(cpu.error.find("sized for GPUs"), std::string::npos) << cpu.error;
 }
 
 }  // namespace

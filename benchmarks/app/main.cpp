@@ -306,6 +306,11 @@ int main(int argc, char** argv) {
     return kExitBadInput;
   }
 
+  // A run sized for GPUs says so before it starts on CPU devices, and how to get a CPU-sized one.
+  if (visible_gpus == 0 && writes_output) {
+    if (const auto note = gpu_sized_note(options); !note.empty()) std::fprintf(stderr, "parbench: %s\n", note.c_str());
+  }
+
   // The cases --advise and --fit=batch leave out are reported as skipped, with why.
   const auto leave_out_allreduce = [&allreduce_cases](const std::string& why) {
     for (auto& allreduce : allreduce_cases) {

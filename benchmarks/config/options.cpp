@@ -328,6 +328,34 @@ std::string nearest_flag(const std::string& name, const std::vector<std::string>
   return nearest;
 }
 
+std::string gpu_sized_note(const Options& options) {
+  double heaviest = 0;
+  std::string step;
+  for (const auto& model : options.models) {
+    const auto* info = ModelRegistry::instance().find(model);
+    if (info == nullptr) continue;
+    const bool tokens = info->language_model();
+    for (const auto sample : tokens ? options.seq_lens : options.image_sizes) {
+      for (const auto batch : options.batch_sizes) {
+        // A training step: the forward, and a backward of about twice its work.
+        const double flops = 3 * info->forward_flops_per_sample(sample, RunConfig().num_classes) * static_cast<double>(batch);
+        if (flops <= heaviest) continue;
+        heaviest = flops;
+        const auto side = std::to_string(sample);
+        step = model + " at batch " + std::to_string(batch) + " of " +
+               (tokens ? side + "-token sequences" : side + "x" + side + " images");
+      }
+    }
+  }
+  if (heaviest <= kGpuSizedStepFlops) return "";
+  char tflop[32];
+  std::snprintf(tflop, sizeof tflop, "%.2g", heaviest / 1e12);
+  const auto what = options.preset != "cpu" ? "--preset=" + options.preset : std::string("this run");
+  return what + " is sized for GPUs: its heaviest training step (" + step + ") is " + tflop +
+         " TFLOP, which on this CPU may take very long; for a CPU-sized run use --preset=cpu" +
+         (options.preset != "cpu" ? "" : " with a smaller model, --batch, --image or --seq");
+}
+
 std::string to_string(DataMode mode) {
   switch (mode) {
     case DataMode::kPinned: return "pinned";
