@@ -1,9 +1,13 @@
 // The parbench binary end to end: a short CPU run's JSON, and bad input.
+#include "benchmarks/config/options.h"
 #include "benchmarks/launch/temporary_directory.h"
+#include "core/device_timer.h"
 #include "models/model_zoo.h"
+#include "tests/option_parsing.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <torch/version.h>
 
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -20,6 +24,7 @@
 #include <regex>
 #include <sched.h>
 #include <set>
+#include <sstream>
 
 namespace {
 
@@ -615,6 +620,13 @@ INSTANTIATE_TEST_SUITE_P(
                       BadInput{"--busy-profile=maybe", "on, off"},
                       BadInput{"--trace=", "needs a directory"},
                       BadInput{"--colour=blue", "unknown option --colour"},
+                      // An unknown flag is named, with the nearest known flag of parbench's or
+                      // Google Benchmark's, before a value is looked for.
+                      BadInput{"--batchsize=8", "parbench: unknown option --batchsize; did you mean --batch?"},
+                      BadInput{"--batchsize 8", "parbench: unknown option --batchsize; did you mean --batch?"},
+                      BadInput{"--benchmark_fliter=single", "unknown option --benchmark_fliter; did you mean --benchmark_filter?"},
+                      BadInput{"--strategy=single", "unknown option --strategy; did you mean --strategies?"},
+                      BadInput{"--version=1", "--version takes no value"},
                       BadInput{"--strategies=single --benchmark_filter=no-such-case", "selects no case of the 1 this run has"},
                       BadInput{"'--benchmark_filter=single(' --strategies=single", "not a valid extended regular expression"},
                       // Numbers that would abort, overflow or run nothing.
@@ -856,6 +868,101 @@ TEST(Cli, ARepeatedDistributedOptionValueRunsOnce) {
   }
   EXPECT_EQ(cases.size(), 2u) << result.run.output;  // one ddp case, one zero case
   EXPECT_NE(result.run.error.find("parbench: 2 ran, 0 skipped, 0 failed"), std::string::npos) << result.run.error;
+}
+
+// --version: the build's facts, one a line, and nothing run, whatever else the command line says.
+TEST(Cli, VersionPrintsTheBuildsFactsOneALine) {
+  for (const std::string arguments : {"--version", "--batch=8 --version --no-such-flag"}) {
+    const auto run = run_parbench(arguments);
+    EXPECT_EQ(run.exit_code, 0) << arguments << ": " << run.output;
+    EXPECT_EQ(run.error, "") << arguments;
+    std::vector<std::string> lines;
+    std::istringstream text(run.output);
+    for (std::string line; std::getline(text, line);) lines.push_back(line);
+    ASSERT_EQ(lines.size(), 6u) << run.output;
+    EXPECT_EQ(lines[0], std::string("parbench ") + PARBENCH_VERSION);
+    EXPECT_TRUE(std::regex_match(lines[1], std::regex("git_sha: ([0-9a-f]{40}|unknown|\\S+)"))) << lines[1];
+    EXPECT_TRUE(std::regex_match(lines[2], std::regex("git_dirty: (true|false|unknown)"))) << lines[2];
+    EXPECT_EQ(lines[3], std::string("libtorch_version: ") + TORCH_VERSION);
+    EXPECT_TRUE(std::regex_match(lines[4], std::regex("cuda_version: (none|[0-9]+\\.[0-9]+)"))) << lines[4];
+    EXPECT_TRUE(std::regex_match(lines[5], std::regex("nccl_version: (none|[0-9]+\\.[0-9]+\\.[0-9]+.*)"))) << lines[5];
+  }
+}
+
+TEST(Cli, AnUnknownOptionAtTheEndIsNamedNotAskedForAValue) {
+  const auto run = run_parbench("--preset=cpu --colour");
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_EQ(run.output, "parbench: unknown option --colour (see --help)\n");
+  const auto misspelt = run_parbench("--verison");
+  EXPECT_EQ(misspelt.exit_code, 2);
+  EXPECT_EQ(misspelt.output, "parbench: unknown option --verison; did you mean --version?\n");
+}
+
+TEST(CliOptions, TheNearestFlagIsSuggestedOnlyWhereOneIsNear) {
+  const std::vector<std::string> known = {"batch", "image", "seq", "strategies", "models", "cut", "benchmark_filter",
+                                          "benchmark_format", "version"};
+  EXPECT_EQ(parbench::nearest_flag("batchsize", known), "batch");
+  EXPECT_EQ(parbench::nearest_flag("bacth", known), "batch");  // two letters swapped: one edit
+  EXPECT_EQ(parbench::nearest_flag("strategy", known), "strategies");
+  EXPECT_EQ(parbench::nearest_flag("model", known), "models");
+  EXPECT_EQ(parbench::nearest_flag("benchmark_fliter", known), "benchmark_filter");
+  EXPECT_EQ(parbench::nearest_flag("benchmark_formt", known), "benchmark_format");
+  EXPECT_EQ(parbench::nearest_flag("colour", known), "");
+  EXPECT_EQ(parbench::nearest_flag("zzz", known), "");
+}
+
+// Google Benchmark's context (the host, the caches, and every key of the JSON context) goes to
+// stderr with --verbose alone; the JSON has it either way.
+TEST(Cli, GoogleBenchmarksContextIsOnStderrOnlyWithVerbose) {
+  parbench::TemporaryDirectory dir("parbench-cli-test");
+  for (const bool verbose : {false, true}) {
+    const auto [run, json] =
+        run_small_to_json(dir, std::string("--strategies=single --repetitions=1") + (verbose ? " --verbose" : ""));
+    ASSERT_EQ(run.exit_code, 0) << run.output;
+    for (const char* context_line : {"\nRun on (", "\nparbench_json_schema: ", "\ngit_sha: "}) {
+      EXPECT_EQ(("\n" + run.error).find(context_line) != std::string::npos, verbose)
+          << "verbose " << verbose << ", " << context_line << " in:\n" << run.error;
+    }
+    EXPECT_EQ(json["context"]["parbench_json_schema"], "1.16.0") << "verbose " << verbose;
+    EXPECT_TRUE(json["context"].contains("git_sha"));
+  }
+}
+
+// On a machine without a GPU, a run sized for GPUs says so before it starts, naming its heaviest
+// training step and how to get a CPU-sized run; the cpu preset's own run says nothing.
+TEST(CliOptions, RunsSizedForGpusAreNamedSo) {
+  using parbench::gpu_sized_note;
+  using parbench::parsed_options;
+  EXPECT_EQ(gpu_sized_note(parsed_options({}, /*has_gpu=*/false)), "");
+  EXPECT_EQ(gpu_sized_note(parsed_options({"--models=tinycnn,tinygpt,gpt2-small"}, false)), "");
+  EXPECT_EQ(gpu_sized_note(parsed_options({"--preset=tutorial"}, false)),
+            "--preset=tutorial is sized for GPUs: its heaviest training step (resnet50 at batch 120 of 128x128 images) "
+            "is 0.96 TFLOP, which on this CPU may take very long; for a CPU-sized run use --preset=cpu");
+  EXPECT_NE(gpu_sized_note(parsed_options({"--preset=default"}, false)).find("--preset=default is sized for GPUs"),
+            std::string::npos);
+  const auto language = gpu_sized_note(parsed_options({"--models=gpt2-medium"}, false));
+  EXPECT_EQ(language.rfind("this run is sized for GPUs: its heaviest training step (gpt2-medium at batch 8 of 64-token "
+                           "sequences) is ",
+                           0),
+            0u)
+      << language;
+  EXPECT_NE(language.find("for a CPU-sized run use --preset=cpu with a smaller model, --batch, --image or --seq"),
+            std::string::npos)
+      << language;
+  EXPECT_NE(gpu_sized_note(parsed_options({"--batch=256", "--image=128"}, false)).find("resnet50 at batch 256 of 128x128"),
+            std::string::npos);
+}
+
+TEST(Cli, ARunSizedForGpusSaysSoOnTheCpuBeforeItStarts) {
+  if (parbench::visible_gpu_count() > 0) GTEST_SKIP() << "the CPU's note: GPUs are visible";
+  // A listing starts nothing, and says so as a run would.
+  const auto tutorial = run_parbench("--preset=tutorial --benchmark_list_tests=true");
+  EXPECT_EQ(tutorial.exit_code, 0) << tutorial.output;
+  EXPECT_EQ(tutorial.error.rfind("parbench: --preset=tutorial is sized for GPUs: ", 0), 0u) << tutorial.error;
+  EXPECT_NE(tutorial.error.find("for a CPU-sized run use --preset=cpu\n"), std::string::npos) << tutorial.error;
+  const auto cpu = run_parbench("--preset=cpu --benchmark_list_tests=true");
+  EXPECT_EQ(cpu.exit_code, 0) << cpu.output;
+  EXPECT_EQ(cpu.error.find("sized for GPUs"), std::string::npos) << cpu.error;
 }
 
 }  // namespace

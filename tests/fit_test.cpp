@@ -7,7 +7,10 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
+
 #include <algorithm>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <set>
@@ -195,6 +198,75 @@ TEST(FitProbe, AProbeKilledByASignalIsNamedSo) {
   EXPECT_EQ(describe_end(terminated), "was killed by signal 15 (SIGTERM)");
   const auto exited = run_child("/bin/sh", {"-c", "exit 137"}, dir.file("exited.log"));
   EXPECT_EQ(describe_end(exited), "exited with code 137");
+}
+
+// On CPU devices the probes take host memory: each is bounded by half of MemAvailable.
+TEST(FitHostBound, IsHalfOfMemAvailable) {
+  const auto bound = host_memory_bound("MemTotal:       24000000 kB\nMemFree:         1000000 kB\n"
+                                       "MemAvailable:   20971520 kB\nBuffers:          100000 kB\n");
+  EXPECT_EQ(bound.bytes, uint64_t{20971520} * 1024 / 2);
+  EXPECT_EQ(bound.text, "10.0 GiB (half of MemAvailable, 20.0 GiB)");
+  for (const std::string without : {"MemTotal:       24000000 kB\n", "MemAvailable: lots\n", ""}) {
+    const auto none = host_memory_bound(without);
+    EXPECT_EQ(none.bytes, 0u) << without;
+    EXPECT_EQ(none.text, "none (no MemAvailable in /proc/meminfo)") << without;
+  }
+}
+
+TEST(FitHostBound, AFailedHostAllocationIsRecognised) {
+  EXPECT_TRUE(is_host_allocation_failure("[enforce fail at alloc_cpu.cpp:121] data. DefaultCPUAllocator: not enough "
+                                         "memory: you tried to allocate 4294967296 bytes."));
+  EXPECT_TRUE(is_host_allocation_failure("std::bad_alloc"));
+  EXPECT_TRUE(is_host_allocation_failure("mmap: Cannot allocate memory"));
+  EXPECT_FALSE(is_host_allocation_failure("Expected all tensors to be on the same device"));
+}
+
+// The bound reaches the probe as its RLIMIT_DATA; without one the probe's is as this process's.
+TEST(FitProbe, AProbeIsGivenItsDataLimit) {
+  TemporaryDirectory dir("parbench-fit-test");
+  const auto limited = dir.file("limited.log");
+  ASSERT_TRUE(run_child("/bin/sh", {"-c", "ulimit -d"}, limited, uint64_t{512} << 20).finished);
+  std::ifstream limited_log(limited);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(limited_log), {}), "524288\n");  // KiB
+  rlimit own{};
+  ASSERT_EQ(getrlimit(RLIMIT_DATA, &own), 0);
+  const auto unlimited = dir.file("unlimited.log");
+  ASSERT_TRUE(run_child("/bin/sh", {"-c", "ulimit -d"}, unlimited).finished);
+  std::ifstream unlimited_log(unlimited);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(unlimited_log), {}),
+            own.rlim_cur == RLIM_INFINITY ? "unlimited\n" : std::to_string(own.rlim_cur / 1024) + "\n");
+}
+
+// A whole run on CPU devices, its MemAvailable read from a file (PARBENCH_TEST_MEMINFO): each
+// probe may take 2 GiB, half of it. tinycnn at 2048x2048 takes some 180 MB a sample, so a batch of
+// about 8 fails to allocate: that is out of memory, and the search ends there instead of at
+// --fit-max-batch=16, which the host's own memory would let it reach.
+TEST(Fit, OnCpuDevicesTheSearchStopsAtTheHostMemoryBound) {
+  TemporaryDirectory dir("parbench-fit-test");
+  const auto meminfo = dir.file("meminfo");
+  std::ofstream(meminfo) << "MemTotal:       16777216 kB\nMemAvailable:    4194304 kB\n";
+  ParbenchProcess parbench({"--preset=cpu", "--models=tinycnn", "--image=2048", "--batch=4", "--warmup=1",
+                            "--repetitions=1", "--iterations=1", "--strategies=single", "--fit=batch",
+                            "--fit-max-batch=16", "--benchmark_out=" + dir.file("run.json"), "--benchmark_out_format=json"},
+                           {{"CUDA_VISIBLE_DEVICES", ""}, {"PARBENCH_TEST_MEMINFO", meminfo}});
+  const auto run = parbench.wait(600);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const std::string bound = "2.0 GiB (half of MemAvailable, 4.0 GiB)";
+  EXPECT_NE(run.err.find("parbench: fit on CPU devices: host-memory bound " + bound +
+                         ": a batch that needs more counts as out of memory\n"),
+            std::string::npos)
+      << run.err;
+  EXPECT_NE(run.err.find(": out of memory (over the host-memory bound of " + bound + ")\n"), std::string::npos) << run.err;
+  size_t repetitions = 0;
+  const auto json = read_json(dir.file("run.json"));
+  for (const auto& entry : json.at("benchmarks")) {
+    if (entry.at("run_type") != "iteration") continue;
+    ++repetitions;
+    EXPECT_FALSE(entry.value("error_occurred", false)) << entry.dump();
+    EXPECT_LT(entry.at("fit_batch").get<int>(), 16) << entry.dump();
+    EXPECT_EQ(entry.at("fit_oom_batch").get<int>(), entry.at("fit_batch").get<int>() + 1) << entry.dump();
+  }
+  EXPECT_EQ(repetitions, 1u);
 }
 
 TEST(Fit, RefusesAdviseBesideIt) {

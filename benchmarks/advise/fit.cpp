@@ -1,5 +1,6 @@
 #include "benchmarks/advise/fit.h"
 
+#include "benchmarks/config/test_hooks.h"
 #include "benchmarks/launch/self_exec.h"
 #include "benchmarks/launch/temporary_directory.h"
 #include "core/counter_table.h"
@@ -14,10 +15,12 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 #include <fcntl.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -38,6 +41,13 @@ constexpr std::chrono::minutes kProbeTimeout{10};
 
 int64_t round_down(int64_t value, int64_t step) { return value / step * step; }
 int64_t round_up(int64_t value, int64_t step) { return (value + step - 1) / step * step; }
+
+// "10.2 GiB"
+std::string gib_text(uint64_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f GiB", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
+  return text;
+}
 
 // `text` as an extended regular expression that matches it literally.
 std::string escaped(const std::string& text) {
@@ -73,7 +83,8 @@ std::vector<std::string> probe_arguments(const std::string& name, int64_t batch,
 
 }  // namespace
 
-ChildEnd run_child(const std::string& binary, const std::vector<std::string>& arguments, const std::string& log) {
+ChildEnd run_child(const std::string& binary, const std::vector<std::string>& arguments, const std::string& log,
+                   uint64_t data_bytes) {
   std::vector<std::string> all{binary};
   all.insert(all.end(), arguments.begin(), arguments.end());
   std::vector<char*> argv;
@@ -85,6 +96,10 @@ ChildEnd run_child(const std::string& binary, const std::vector<std::string>& ar
   if (pid == 0) {
     // Async-signal-safe calls only. The probe dies with this process (an interrupt, a kill).
     prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (data_bytes > 0) {
+      const rlimit limit{static_cast<rlim_t>(data_bytes), static_cast<rlim_t>(data_bytes)};
+      setrlimit(RLIMIT_DATA, &limit);
+    }
     dup2(log_fd, STDOUT_FILENO);
     dup2(log_fd, STDERR_FILENO);
     execv(argv[0], argv.data());
@@ -184,18 +199,49 @@ FitSearch search_largest_batch(int64_t start, int64_t step, int64_t cap, const s
   return search;
 }
 
+HostMemoryBound host_memory_bound(const std::string& meminfo) {
+  std::istringstream lines(meminfo);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (!starts_with(line, "MemAvailable:")) continue;
+    std::istringstream fields(line.substr(std::strlen("MemAvailable:")));
+    uint64_t kib = 0;
+    std::string unit;
+    if (!(fields >> kib >> unit) || unit != "kB" || kib == 0) break;
+    // Half: the other half stays for the rest of the host (this run, the page cache, other work).
+    const uint64_t bytes = kib * 1024 / 2;
+    return {bytes, gib_text(bytes) + " (half of MemAvailable, " + gib_text(kib * 1024) + ")"};
+  }
+  return {0, "none (no MemAvailable in /proc/meminfo)"};
+}
+
+bool is_host_allocation_failure(const std::string& message) {
+  auto text = message;
+  std::transform(text.begin(), text.end(), text.begin(), [](unsigned char c) { return std::tolower(c); });
+  for (const char* said : {"not enough memory", "can't allocate memory", "cannot allocate memory", "bad_alloc"}) {
+    if (text.find(said) != std::string::npos) return true;
+  }
+  return false;
+}
+
 CaseSpec case_at_batch(const CaseSpec& spec, int64_t batch, const Options& options, int visible_gpus) {
   auto fields = nlohmann::json::parse(fields_json(spec.fields).dump());
   fields["batch"] = batch;
   return case_from_fields(fields, options, visible_gpus);
 }
 
-Probe probe_case(const CaseSpec& spec, int64_t batch, const Options& options, int visible_gpus) {
+Probe probe_case(const CaseSpec& spec, int64_t batch, const Options& options, int visible_gpus, uint64_t host_bytes) {
   const auto probed = case_at_batch(spec, batch, options, visible_gpus);
   if (!probed.skip_reason.empty()) return {ProbeResult::kFailed, "skipped at that batch: " + probed.skip_reason};
   TemporaryDirectory dir(kFitDirectoryPrefix);
   const auto out_file = dir.file("probe.json");
-  const auto end = run_child(self_binary(), probe_arguments(probed.name, batch, out_file), dir.file("probe.log"));
+  // A case's rank processes share the bound: each may take its part.
+  const uint64_t per_process = host_bytes / static_cast<uint64_t>(probed.strategy->is_distributed() ? probed.gpus : 1);
+  const auto end =
+      run_child(self_binary(), probe_arguments(probed.name, batch, out_file), dir.file("probe.log"), per_process);
+  const auto out_of_memory = [&](const std::string& message) {
+    return is_out_of_memory(message) || (host_bytes > 0 && is_host_allocation_failure(message));
+  };
   const bool exited_0 = end.finished && WIFEXITED(end.status) && WEXITSTATUS(end.status) == 0;
   nlohmann::json document;
   try {
@@ -215,12 +261,10 @@ Probe probe_case(const CaseSpec& spec, int64_t batch, const Options& options, in
       }
     }
   }
-  if (!error.empty()) {
-    return {is_out_of_memory(error) ? ProbeResult::kOutOfMemory : ProbeResult::kFailed, error};
-  }
+  if (!error.empty()) return {out_of_memory(error) ? ProbeResult::kOutOfMemory : ProbeResult::kFailed, error};
   if (ran && exited_0) return {ProbeResult::kFits, ""};
   const auto said = last_parbench_line(dir.file("probe.log"));
-  if (is_out_of_memory(said)) return {ProbeResult::kOutOfMemory, said};
+  if (out_of_memory(said)) return {ProbeResult::kOutOfMemory, said};
   return {ProbeResult::kFailed, "the probe " + describe_end(end) + (!end.finished ? std::string()
                                                                     : said.empty() ? " without output"
                                                                                    : ": " + said)};
@@ -228,6 +272,14 @@ Probe probe_case(const CaseSpec& spec, int64_t batch, const Options& options, in
 
 std::vector<CaseSpec> fit_batches(const std::vector<CaseSpec>& cases, const Options& options, int visible_gpus) {
   std::vector<CaseSpec> fitted;
+  // CPU devices' memory is the host's: the probes are bounded, a batch over the bound is out of memory.
+  HostMemoryBound bound;
+  if (visible_gpus == 0) {
+    std::ifstream meminfo(test_hooks::meminfo_file().value_or("/proc/meminfo"));
+    bound = host_memory_bound(std::string(std::istreambuf_iterator<char>(meminfo), {}));
+    std::fprintf(stderr, "parbench: fit on CPU devices: host-memory bound %s%s\n", bound.text.c_str(),
+                 bound.bytes > 0 ? ": a batch that needs more counts as out of memory" : ": the probes are not bounded");
+  }
   for (size_t index = 0; index < cases.size(); ++index) {
     const auto& spec = cases[index];
     if (!spec.skip_reason.empty()) {
@@ -239,10 +291,12 @@ std::vector<CaseSpec> fit_batches(const std::vector<CaseSpec>& cases, const Opti
                                      })->text);
     std::fprintf(stderr, "parbench: fit %zu/%zu: %s\n", index + 1, cases.size(), spec.name.c_str());
     const auto search = search_largest_batch(start, spec.gpus, options.fit_max_batch, [&](int64_t batch) {
-      const auto probe = probe_case(spec, batch, options, visible_gpus);
+      const auto probe = probe_case(spec, batch, options, visible_gpus, bound.bytes);
+      const auto oom = bound.bytes > 0 ? "out of memory (over the host-memory bound of " + bound.text + ")"
+                                       : std::string("out of memory");
       std::fprintf(stderr, "parbench:   batch %lld: %s\n", static_cast<long long>(batch),
                    probe.result == ProbeResult::kFits          ? "fits"
-                   : probe.result == ProbeResult::kOutOfMemory ? "out of memory"
+                   : probe.result == ProbeResult::kOutOfMemory ? oom.c_str()
                                                                : ("failed: " + probe.message).c_str());
       return probe;
     });

@@ -40,10 +40,26 @@ FitSearch search_largest_batch(int64_t start, int64_t step, int64_t cap,
 // scaling), as build_cases would build it.
 CaseSpec case_at_batch(const CaseSpec& spec, int64_t batch, const Options& options, int visible_gpus);
 
+// --fit=batch on CPU devices: the host memory a probe may take, so that the search stops there
+// instead of doubling the batch into the host's RAM, where the kernel's OOM killer (of the probe,
+// or of another process) would end it instead of an allocation error.
+struct HostMemoryBound {
+  uint64_t bytes = 0;  // 0: MemAvailable unknown, no bound
+  std::string text;    // "10.2 GiB (half of MemAvailable, 20.4 GiB)", or why there is none
+};
+
+// Half of MemAvailable, from the text of /proc/meminfo.
+HostMemoryBound host_memory_bound(const std::string& meminfo);
+
+// An allocation of host memory that failed: LibTorch's CPU allocator's error, or std::bad_alloc's.
+bool is_host_allocation_failure(const std::string& message);
+
 // A probe of `spec` at `batch`: this binary, with this run's arguments but one repetition of
 // one iteration of one step after one warm-up step, filtered to that case, in a child process
-// whose JSON output is read. Out-of-memory: an error message that says "out of memory".
-Probe probe_case(const CaseSpec& spec, int64_t batch, const Options& options, int visible_gpus);
+// whose JSON output is read. Out-of-memory: an error message that says "out of memory", or,
+// under a host-memory bound (`host_bytes`, shared by a case's rank processes), a failed host
+// allocation.
+Probe probe_case(const CaseSpec& spec, int64_t batch, const Options& options, int visible_gpus, uint64_t host_bytes = 0);
 
 // --fit=batch: each case that is not skipped, searched (step: its device count, so the batch
 // splits evenly) and replaced by the case at its largest batch, named with `/fit:batch`,
@@ -58,7 +74,10 @@ struct ChildEnd {
 
 // Runs `binary` with `arguments`, its output (stdout and stderr) to `log`, in a child process
 // that dies with this one; killed where it has not finished within the probe's time limit.
-ChildEnd run_child(const std::string& binary, const std::vector<std::string>& arguments, const std::string& log);
+// `data_bytes`: where not 0, the child's RLIMIT_DATA (its heap and private mappings, which hold
+// LibTorch's CPU tensors), inherited by the processes it starts.
+ChildEnd run_child(const std::string& binary, const std::vector<std::string>& arguments, const std::string& log,
+                   uint64_t data_bytes = 0);
 
 // "exited with code 3", "was killed by signal 9 (SIGKILL)": a signal is named as one, never as
 // the shell's 128 + N, which an exit code can equal.

@@ -190,6 +190,10 @@ int main(int argc, char** argv) {
       std::fputs(usage().c_str(), stdout);
       return kExitAllRan;
     }
+    if (std::strcmp(argv[i], "--version") == 0) {
+      std::fputs(version_text().c_str(), stdout);
+      return kExitAllRan;
+    }
   }
 
   // Ranks started by parbench's own launcher carry hidden flags (benchmarks/run/rank_worker.h).
@@ -308,6 +312,11 @@ int main(int argc, char** argv) {
   } catch (const UsageError& error) {
     std::fprintf(stderr, "parbench: %s\n", error.what());
     return kExitBadInput;
+  }
+
+  // A run sized for GPUs says so before it starts on CPU devices, and how to get a CPU-sized one.
+  if (visible_gpus == 0 && writes_output) {
+    if (const auto note = gpu_sized_note(options); !note.empty()) std::fprintf(stderr, "parbench: %s\n", note.c_str());
   }
 
   // The cases --advise and --fit=batch leave out are reported as skipped, with why.

@@ -156,6 +156,35 @@ void check_benchmark_environment() {
   }
 }
 
+// Google Benchmark's own flags (those of the 1.7 line parbench builds with), for telling a
+// misspelt --benchmark_* flag up front and for suggesting the nearest known one.
+constexpr const char* kBenchmarkFlags[] = {
+    "benchmark_list_tests", "benchmark_filter", "benchmark_min_time", "benchmark_min_warmup_time",
+    "benchmark_repetitions", "benchmark_enable_random_interleaving", "benchmark_report_aggregates_only",
+    "benchmark_display_aggregates_only", "benchmark_format", "benchmark_out", "benchmark_out_format",
+    "benchmark_color", "benchmark_counters_tabular", "benchmark_perf_counters", "benchmark_context",
+    "benchmark_time_unit"};
+
+// Edits (insertions, deletions, substitutions and swaps of neighbours) that turn `a` into `b`.
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    for (size_t j = 1; j <= b.size(); ++j) {
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+    }
+  }
+  return d[a.size()][b.size()];
+}
+
+// "unknown option --NAME; did you mean --KNOWN?", or "(see --help)" where no flag is near.
+UsageError unknown_option(const std::string& name, const std::vector<std::string>& known) {
+  const auto nearest = nearest_flag(name, known);
+  return UsageError("unknown option --" + name + (nearest.empty() ? " (see --help)" : "; did you mean --" + nearest + "?"));
+}
+
 // --max-noise=0.5% (or 0.5): a percentage, finite and above 0, as a fraction.
 double parse_percentage(const std::string& flag, const std::string& text) {
   std::string number = text;
@@ -288,6 +317,49 @@ std::string writability_problem(const std::string& path) {
 }
 
 }  // namespace
+
+std::string nearest_flag(const std::string& name, const std::vector<std::string>& known) {
+  std::string nearest;
+  size_t best = std::numeric_limits<size_t>::max();
+  for (const auto& flag : known) {
+    const size_t distance = edit_distance(name, flag);
+    // Near: edits of at most half its length, or one a prefix of the other (--batchsize, --batch).
+    const bool prefix = std::min(name.size(), flag.size()) >= 3 && (starts_with(name, flag) || starts_with(flag, name));
+    if ((distance <= std::max<size_t>(2, name.size() / 2) || prefix) && distance < best) {
+      best = distance;
+      nearest = flag;
+    }
+  }
+  return nearest;
+}
+
+std::string gpu_sized_note(const Options& options) {
+  double heaviest = 0;
+  std::string step;
+  for (const auto& model : options.models) {
+    const auto* info = ModelRegistry::instance().find(model);
+    if (info == nullptr) continue;
+    const bool tokens = info->language_model();
+    for (const auto sample : tokens ? options.seq_lens : options.image_sizes) {
+      for (const auto batch : options.batch_sizes) {
+        // A training step: the forward, and a backward of about twice its work.
+        const double flops = 3 * info->forward_flops_per_sample(sample, RunConfig().num_classes) * static_cast<double>(batch);
+        if (flops <= heaviest) continue;
+        heaviest = flops;
+        const auto side = std::to_string(sample);
+        step = model + " at batch " + std::to_string(batch) + " of " +
+               (tokens ? side + "-token sequences" : side + "x" + side + " images");
+      }
+    }
+  }
+  if (heaviest <= kGpuSizedStepFlops) return "";
+  char tflop[32];
+  std::snprintf(tflop, sizeof tflop, "%.2g", heaviest / 1e12);
+  const auto what = options.preset != "cpu" ? "--preset=" + options.preset : std::string("this run");
+  return what + " is sized for GPUs: its heaviest training step (" + step + ") is " + tflop +
+         " TFLOP, which on this CPU may take very long; for a CPU-sized run use --preset=cpu" +
+         (options.preset != "cpu" ? "" : " with a smaller model, --batch, --image or --seq");
+}
 
 std::string to_string(DataMode mode) {
   switch (mode) {
@@ -491,7 +563,10 @@ given twice (as written, or as read: 8 and 08, 25 and 25.0) runs once, at its fi
                          case, the winner and whether its lead is within the noise, the best split
                          per pipeline schedule) to FILE as Markdown
   --verbose              print Google Benchmark's rows (every repetition, then mean, median, stddev
-                         and cv) instead of one line per case
+                         and cv) instead of one line per case, and its context (the host, and every
+                         key of the JSON context) on stderr first; the JSON has the context always
+  --version              print the version, the commit built from and whether it had changes, and
+                         the LibTorch, CUDA and NCCL versions built with ("none" without CUDA)
   --help                 this text
 
 Exit status:
@@ -534,42 +609,6 @@ the run missed what was asked, by "parbench: incomplete: WHY" (with a failure to
 
 Options parse_options(int argc, char** argv, bool has_gpu, std::vector<char*>* benchmark_args) {
   Options options;
-  std::vector<std::pair<std::string, std::string>> flags;
-  benchmark_args->push_back(argv[0]);
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    options.argv += (i > 1 ? " " : "") + arg;
-    if (arg.rfind("--benchmark_", 0) == 0) {
-      benchmark_args->push_back(argv[i]);
-      if (arg.rfind("--benchmark_out=", 0) == 0) options.benchmark_out = arg.substr(std::strlen("--benchmark_out="));
-      check_benchmark_number(arg);
-      continue;
-    }
-    if (arg.rfind("--", 0) != 0) throw UsageError("unexpected argument '" + arg + "' (see --help)");
-    if (arg == "--verbose") {  // a switch: it takes no value
-      flags.emplace_back("verbose", "on");
-      continue;
-    }
-    const auto equals = arg.find('=');
-    if (equals != std::string::npos) {
-      flags.emplace_back(arg.substr(2, equals - 2), arg.substr(equals + 1));
-    } else if (i + 1 < argc) {
-      flags.emplace_back(arg.substr(2), argv[++i]);
-      options.argv += std::string(" ") + argv[i];
-    } else {
-      throw UsageError(arg + " needs a value (see --help)");
-    }
-  }
-
-  check_benchmark_environment();
-
-  std::string preset = has_gpu ? "default" : "cpu";
-  for (const auto& [name, value] : flags) {
-    if (name == "preset") preset = value;
-  }
-  auto preset_then_given = preset_flags(preset);
-  preset_then_given.insert(preset_then_given.end(), flags.begin(), flags.end());
-  options.preset = preset;
   bool noise_bounds_given = false;
   std::string config_model;  // --model-config's model, registered as the flag is read
 
@@ -684,10 +723,57 @@ Options parse_options(int argc, char** argv, bool has_gpu, std::vector<char*>* b
       }
     }
   }
+  // Every flag a command line may hold: an unknown one is refused by name, before a following
+  // argument is taken as its value, with the nearest known one suggested.
+  std::vector<std::string> known = {"help", "version"};
+  for (const auto& [name, handler] : handlers) known.push_back(name);
+  known.insert(known.end(), std::begin(kBenchmarkFlags), std::end(kBenchmarkFlags));
+
+  std::vector<std::pair<std::string, std::string>> flags;
+  benchmark_args->push_back(argv[0]);
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    options.argv += (i > 1 ? " " : "") + arg;
+    if (arg.rfind("--benchmark_", 0) == 0) {
+      const auto name = arg.substr(2, arg.find('=') == std::string::npos ? std::string::npos : arg.find('=') - 2);
+      if (std::find(std::begin(kBenchmarkFlags), std::end(kBenchmarkFlags), name) == std::end(kBenchmarkFlags)) {
+        throw unknown_option(name, known);
+      }
+      benchmark_args->push_back(argv[i]);
+      if (arg.rfind("--benchmark_out=", 0) == 0) options.benchmark_out = arg.substr(std::strlen("--benchmark_out="));
+      check_benchmark_number(arg);
+      continue;
+    }
+    if (arg.rfind("--", 0) != 0) throw UsageError("unexpected argument '" + arg + "' (see --help)");
+    if (arg == "--verbose") {  // a switch: it takes no value
+      flags.emplace_back("verbose", "on");
+      continue;
+    }
+    const auto equals = arg.find('=');
+    const auto name = arg.substr(2, equals == std::string::npos ? std::string::npos : equals - 2);
+    if (name == "help" || name == "version") throw UsageError("--" + name + " takes no value");  // main answers them
+    if (!handlers.count(name)) throw unknown_option(name, known);
+    if (equals != std::string::npos) {
+      flags.emplace_back(name, arg.substr(equals + 1));
+    } else if (i + 1 < argc) {
+      flags.emplace_back(name, argv[++i]);
+      options.argv += std::string(" ") + argv[i];
+    } else {
+      throw UsageError(arg + " needs a value (see --help)");
+    }
+  }
+
+  check_benchmark_environment();
+
+  std::string preset = has_gpu ? "default" : "cpu";
+  for (const auto& [name, value] : flags) {
+    if (name == "preset") preset = value;
+  }
+  auto preset_then_given = preset_flags(preset);
+  preset_then_given.insert(preset_then_given.end(), flags.begin(), flags.end());
+  options.preset = preset;
   for (const auto& [name, value] : preset_then_given) {
-    auto handler = handlers.find(name);
-    if (handler == handlers.end()) throw UsageError("unknown option --" + name + " (see --help)");
-    handler->second(name, value);
+    handlers.at(name)(name, value);  // every name is known: the preset's, and the given ones checked above
   }
 
   if (!config_model.empty()) {

@@ -116,4 +116,19 @@ Options parse_options(int argc, char** argv, bool has_gpu, std::vector<char*>* b
 // The --help text.
 std::string usage();
 
+// A training step of more than this many FLOPs is sized for GPUs: a CPU's few cores do some tens
+// of GFLOP/s each, so it takes seconds a step, and minutes a case (the cpu preset's heaviest
+// step, resnet50 at batch 8 of 64x64 images, is 0.016 TFLOP).
+inline constexpr double kGpuSizedStepFlops = 0.5e12;
+
+// For a run on a machine without a GPU: "WHAT is sized for GPUs: ..." naming the preset (where
+// not the cpu preset) or the run, its heaviest training step and its TFLOP, and how to get a
+// CPU-sized run; "" where no step is heavier than kGpuSizedStepFlops.
+std::string gpu_sized_note(const Options& options);
+
+// Of `known` flags (names without the dashes), the one nearest `name` by edits (the first of
+// equals), or "" where none is near enough to be the one meant: at most half the name's length
+// in edits (at least 2), or one a prefix of the other.
+std::string nearest_flag(const std::string& name, const std::vector<std::string>& known);
+
 }  // namespace parbench

@@ -93,4 +93,10 @@ std::optional<double> device_gib() {
   return std::atof(gib.c_str());
 }
 
+std::optional<std::string> meminfo_file() {
+  const auto file = hook("PARBENCH_TEST_MEMINFO");
+  if (file.empty()) return std::nullopt;
+  return file;
+}
+
 }  // namespace parbench::test_hooks

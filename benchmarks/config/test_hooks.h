@@ -57,5 +57,9 @@ std::optional<unsigned> nvml_device();
 // the GPU's (CPU stand-ins have none): a case predicted to need more is flagged as not fitting.
 std::optional<double> device_gib();
 
+// PARBENCH_TEST_MEMINFO=FILE: the file --fit=batch reads in place of /proc/meminfo for its bound on
+// CPU devices' probes (a MemAvailable the test chooses); nullopt where unset or empty.
+std::optional<std::string> meminfo_file();
+
 }  // namespace test_hooks
 }  // namespace parbench

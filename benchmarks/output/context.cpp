@@ -93,7 +93,33 @@ RankHosts& rank_hosts() {
   return hosts;
 }
 
+// The libraries' versions this binary was built with ("none" where it was built without CUDA).
+struct LibraryVersions {
+  std::string cuda = "none", cudnn = "none", nccl = "none";
+};
+
+LibraryVersions library_versions() {
+  LibraryVersions versions;
+#ifdef PARBENCH_WITH_CUDA
+  versions.cuda = dotted_version(at::detail::getCUDAHooks().versionCUDART(), 1000, 10);
+  const long cudnn_version = at::detail::getCUDAHooks().versionCuDNN();
+  if (cudnn_version > 0) {
+    versions.cudnn = std::to_string(cudnn_version / 10000) + "." + std::to_string(cudnn_version / 100 % 100) + "." +
+                     std::to_string(cudnn_version % 100);
+  }
+  versions.nccl = c10d::getNcclVersion();
+#endif
+  return versions;
+}
+
 }  // namespace
+
+std::string version_text() {
+  const auto versions = library_versions();
+  return std::string("parbench ") + PARBENCH_VERSION + "\n" + "git_sha: " + PARBENCH_BUILT_GIT_SHA + "\n" +
+         "git_dirty: " + PARBENCH_BUILT_GIT_DIRTY + "\n" + "libtorch_version: " + TORCH_VERSION + "\n" +
+         "cuda_version: " + versions.cuda + "\n" + "nccl_version: " + versions.nccl + "\n";
+}
 
 void note_rank_hosts(const std::vector<std::string>& hosts, const std::vector<std::string>& launches) {
   auto& noted = rank_hosts();
@@ -184,14 +210,11 @@ std::vector<std::pair<std::string, std::string>> run_context(const Options& opti
   context.emplace_back("schedule_facts", schedule_facts_json());
   context.emplace_back("libtorch_version", TORCH_VERSION);
 
-  std::string cuda = "none", cudnn = "none", nccl = "none", gpu_names;
+  const auto versions = library_versions();
+  std::string gpu_names;
   int gpu_count = 0;
   std::vector<PciAddress> cuda_devices;
 #ifdef PARBENCH_WITH_CUDA
-  cuda = dotted_version(at::detail::getCUDAHooks().versionCUDART(), 1000, 10);
-  const long cudnn_version = at::detail::getCUDAHooks().versionCuDNN();
-  if (cudnn_version > 0) cudnn = std::to_string(cudnn_version / 10000) + "." + std::to_string(cudnn_version / 100 % 100) + "." + std::to_string(cudnn_version % 100);
-  nccl = c10d::getNcclVersion();
   gpu_count = static_cast<int>(torch::cuda::device_count());
   for (int i = 0; i < gpu_count; ++i) {
     const auto* properties = at::cuda::getDeviceProperties(i);
@@ -201,9 +224,9 @@ std::vector<std::pair<std::string, std::string>> run_context(const Options& opti
   }
 #endif
   const auto nvml = read_nvml(cuda_devices);
-  context.emplace_back("cuda_version", cuda);
-  context.emplace_back("cudnn_version", cudnn);
-  context.emplace_back("nccl_version", nccl);
+  context.emplace_back("cuda_version", versions.cuda);
+  context.emplace_back("cudnn_version", versions.cudnn);
+  context.emplace_back("nccl_version", versions.nccl);
   context.emplace_back("nvml", nvml.status);
   context.emplace_back("driver_version", nvml.driver_version);
   context.emplace_back("gpu_settings", nvml.gpus.dump());

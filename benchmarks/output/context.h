@@ -12,6 +12,11 @@ namespace parbench {
 
 inline constexpr const char* kJsonSchemaVersion = "1.17.0";
 
+// --version: "parbench VERSION", then the commit it was built from, whether tracked files had
+// changes then, and the LibTorch, CUDA and NCCL versions it was built with ("none" without
+// CUDA), one "key: value" a line under the JSON context's keys.
+std::string version_text();
+
 // Key/value pairs describing the build, the devices and the command line.
 std::vector<std::pair<std::string, std::string>> run_context(const Options& options);
 

@@ -638,6 +638,10 @@ class CompactConsole final : public benchmark::ConsoleReporter {
  public:
   explicit CompactConsole(const RunSummary& summary) : ConsoleReporter(OO_None), summary_(summary) {}
 
+  // Google Benchmark's context (the host, its caches, and every key of the JSON context: some
+  // 13 KB on stderr) would bury the progress lines: the JSON keeps it, and --verbose prints it.
+  bool ReportContext(const Context&) override { return true; }
+
   void ReportRuns(const std::vector<Run>& runs) override {
     for (const auto& run : runs) {
       const auto name = run.run_name.str();

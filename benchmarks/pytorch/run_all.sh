@@ -60,11 +60,19 @@ for set in "${sets[@]}"; do
   esac
 done
 
+python=${PYTHON:-python3}
+# The measured shapes need GPUs: without one every baseline would fail on its own, each saying to
+# pass the scripts' --device=cpu, which this script does not take: it says so once, up front.
+if [[ $cpu == 0 && $dry_run == 0 ]] &&
+   [[ $("$python" -c "import torch; print(torch.cuda.device_count())" 2>/dev/null) == 0 ]]; then
+  echo "run_all.sh: error: no GPU visible: the baselines' shapes are sized for GPUs (--cpu runs tiny shapes on the CPU)" >&2
+  exit 2
+fi
+
 # NVLink multicast stays off, as parbench sets it (docs/JSON.md, environment_set_by_parbench).
 export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
 export TORCH_SYMM_MEM_DISABLE_MULTICAST=${TORCH_SYMM_MEM_DISABLE_MULTICAST:-1}
 export NVSHMEM_DISABLE_NVLS=${NVSHMEM_DISABLE_NVLS:-1}
-python=${PYTHON:-python3}
 nproc=${NPROC:-2}
 timeout_s=${TIMEOUT:-150}
 compile_timeout_s=${COMPILE_TIMEOUT:-240}

@@ -293,6 +293,16 @@ def test_run_all_mesh_set_takes_its_ranks_from_nproc(tmp_path, nproc, mesh):
     assert "fsdp_tp.py" not in default.stdout
 
 
+def test_run_all_without_a_gpu_says_to_pass_cpu_before_running_anything(tmp_path):
+    out = tmp_path / "out"
+    done = subprocess.run(["bash", str(BASELINES / "run_all.sh"), str(out), "resnet"], capture_output=True, text=True,
+                          env={**ENV, "CUDA_VISIBLE_DEVICES": "", "PYTHON": sys.executable}, check=False)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == ("run_all.sh: error: no GPU visible: the baselines' shapes are sized for GPUs "
+                           "(--cpu runs tiny shapes on the CPU)\n")
+    assert not out.exists()
+
+
 # --- the shared pieces --------------------------------------------------------------------------
 
 def test_flops_and_datasheet_peaks_are_parbenchs():
