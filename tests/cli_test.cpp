@@ -1,5 +1,6 @@
 // The parbench binary end to end: a short CPU run's JSON, and bad input.
 #include "benchmarks/config/options.h"
+#include "benchmarks/output/context.h"
 #include "benchmarks/launch/temporary_directory.h"
 #include "core/device_timer.h"
 #include "models/model_zoo.h"
@@ -923,7 +924,7 @@ TEST(Cli, GoogleBenchmarksContextIsOnStderrOnlyWithVerbose) {
       EXPECT_EQ(("\n" + run.error).find(context_line) != std::string::npos, verbose)
           << "verbose " << verbose << ", " << context_line << " in:\n" << run.error;
     }
-    EXPECT_EQ(json["context"]["parbench_json_schema"], "1.16.0") << "verbose " << verbose;
+    EXPECT_EQ(json["context"]["parbench_json_schema"], std::string(parbench::kJsonSchemaVersion)) << "verbose " << verbose;
     EXPECT_TRUE(json["context"].contains("git_sha"));
   }
 }

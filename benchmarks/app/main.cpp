@@ -225,10 +225,15 @@ int main(int argc, char** argv) {
       throw UsageError("--devices does not apply under a launcher: each rank uses the GPU of its LOCAL_RANK");
     }
     if (!worker) check_devices(options, visible_gpus);
-    // Without GPUs, --gpus=N is N CPU stand-in devices (ranks): a mesh's axes need that many.
+    // Without GPUs, --gpus=N is N CPU stand-in devices (ranks), a few: a mesh's axes need that many.
     if (!worker && !external && visible_gpus > 0 && options.gpus > visible_gpus) {
       throw UsageError("--gpus=" + std::to_string(options.gpus) + " asks for more GPUs than the " +
                        std::to_string(visible_gpus) + " visible");
+    }
+    if (!worker && !external && visible_gpus == 0 && options.gpus > kMaxCpuStandInDevices) {
+      throw UsageError("--gpus=" + std::to_string(options.gpus) + " asks for more GPUs than the 0 visible and more CPU " +
+                       "stand-in devices than the " + std::to_string(kMaxCpuStandInDevices) +
+                       " a machine without GPUs runs");
     }
     check_cut(options, visible_gpus);
   } catch (const UsageError& error) {

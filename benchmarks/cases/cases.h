@@ -56,6 +56,8 @@ struct CaseSpec {
 // Without GPUs, multi-device strategies run on this many CPU devices and ddp on as many CPU
 // ranks: they show the code paths and the harness, not what the strategies achieve on GPUs.
 inline constexpr int kCpuStandInDevices = 2;
+// Without GPUs, --gpus may ask for up to this many stand-ins (a 2-D mesh needs 4).
+inline constexpr int kMaxCpuStandInDevices = 8;
 
 // Devices of a multi-device case and ranks of a ddp case: --gpus, else every visible GPU but at
 // least 2 (a case that needs more than are visible is skipped), else kCpuStandInDevices.

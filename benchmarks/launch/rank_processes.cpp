@@ -196,12 +196,15 @@ std::map<int, double> launcher_holding(const LaunchRequest& request) {
   return found == request.environment.end() ? std::map<int, double>{} : launcher_gpu_from_text(found->second);
 }
 
-// The rank's coordinates on the case's mesh ("dp=1,tp=0"), or "" without one.
+// The rank's coordinates on the case's mesh ("dp=1,tp=0"), or "" without a mesh of two axes or
+// more (on one axis the coordinate is the rank itself).
 std::string place_on_mesh(const LaunchRequest& request, int rank) {
   if (request.mesh.empty()) return "";
   try {
     const auto shape = MeshShape::parse(request.mesh);
-    return shape.product() == request.ranks ? shape.coordinates_text(rank) : "";
+    int axes = 0;
+    for (const auto& axis : shape.axes()) axes += axis.size > 1 ? 1 : 0;
+    return shape.product() == request.ranks && axes > 1 ? shape.coordinates_text(rank) : "";
   } catch (const std::invalid_argument&) {
     return "";
   }

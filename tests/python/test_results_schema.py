@@ -33,7 +33,7 @@ def results_files() -> list[Path]:
     `context`): parbench's output. Other JSON there (PyTorch baselines, timelines.json, traces,
     predicted timelines, clocks) has other keys and is left out."""
     found = []
-    candidates = [*(REPO / "reports").rglob("*.json"), *(REPO / "reports").rglob("*.json.gz"), *FIXTURES.rglob("*.json")]
+    candidates = [*(REPO / "reports").rglob("*.json"), *(REPO / "reports").rglob("*.json.gz"), *FIXTURES.rglob("*.json"), *FIXTURES.rglob("*.json.gz")]
     for path in sorted(candidates):
         if path.name in NOT_RESULTS:
             continue
