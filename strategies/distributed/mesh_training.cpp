@@ -107,8 +107,9 @@ MeshTraining::MeshTraining(World& world, const RunConfig& config)
   if (shape_.size("tp") == 1) return;
   mesh_ = std::make_unique<DeviceMesh>(world, shape_);
   tp_ = {mesh_->group("tp").get(), mesh_->coordinate("tp"), shape_.size("tp"), &tally_, nullptr};
-  // A stall's message names each rank's place on the mesh beside its number.
-  world.set_places([shape = shape_](int rank) { return shape.coordinates_text(rank); });
+  // A stall's message names each rank's place on the mesh beside its number (a tp axis and a
+  // dp axis: here only a mesh with a tp axis has groups, and tp alone names nothing new).
+  if (shape_.size("dp") > 1) world.set_places([shape = shape_](int rank) { return shape.coordinates_text(rank); });
 }
 
 MeshTraining::~MeshTraining() {
